@@ -1,0 +1,22 @@
+"""dlcourse: deep learning from first principles, on NumPy (CPU) and CuPy (GPU) with one code path.
+
+    import dlcourse as dl
+    model = dl.MLP([64, 128, 10])
+    loss = dl.SoftmaxCrossEntropy()
+    opt = dl.SGD(model, lr=0.1, momentum=0.9)
+
+The course notebooks (``notebooks/``) grow each part of this package step by step.
+"""
+from .backend import (DeviceError, describe_device, device_info, device_of, get_array_module,
+                      get_device, gpu_available, manual_seed, set_device, synchronize,
+                      to_device, to_numpy)
+from . import data
+from .conv import Conv2d, MaxPool2d, col2im, im2col
+from .gradcheck import gradcheck
+from .layers import (BatchNorm2d, Dropout, Flatten, Layer, Linear, ReLU, Sequential, Sigmoid,
+                     Tanh)
+from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softmax, softmax
+from .models import CNN, MLP, Perceptron
+from .optim import SGD, Adam
+
+__version__ = "0.1.0"

@@ -1,0 +1,75 @@
+"""Input checks shared by layers and losses: errors that say what was expected, what was
+given, and the likely fix."""
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import device_of, get_array_module
+
+
+def shape_str(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def check_input(layer, x, ndim=None, expected: str = "", params_like=None):
+    """Check that ``x`` is an array the layer can take, and return it.
+
+    ``ndim``: the rank the layer needs (an int or a tuple of ints); ``expected``: its shape in
+    letters, e.g. ``"(N, C, H, W)"``; ``params_like``: one of the layer's parameters, to check
+    that ``x`` has the same dtype and lives on the same device.
+    """
+    name = type(layer).__name__
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError(f"{name} expects an array, got {type(x).__name__}. "
+                        f"Convert it with np.asarray(x, dtype=np.float32).")
+    if ndim is not None:
+        ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if x.ndim not in ranks:
+            hint = ""
+            if 4 in ranks and x.ndim == 2:
+                hint = " Did you pass flat images? Reshape them to (N, C, H, W)."
+            elif 2 in ranks and x.ndim == 4:
+                hint = " Did you forget a Flatten layer before it?"
+            elif x.ndim == 1:
+                hint = " A single sample needs a batch axis: use x[None]."
+            raise ValueError(f"{name} expects x of shape {expected} ({' or '.join(map(str, ranks))}-D), "
+                             f"got shape {shape_str(x.shape)} ({x.ndim}-D).{hint}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"{name} expects floating-point input, got dtype {x.dtype}. "
+                        f"Convert it with x.astype(np.float32).")
+    if params_like is not None:
+        if device_of(x) != device_of(params_like):
+            raise ValueError(f"{name}'s parameters are on the {device_of(params_like)} but x is on "
+                             f"the {device_of(x)}. Move the model with model.to('{device_of(x)}') "
+                             f"or the data with dl.to_device(x, '{device_of(params_like)}').")
+        if x.dtype != params_like.dtype:
+            raise TypeError(f"{name} has {params_like.dtype} parameters but got x of dtype {x.dtype}. "
+                            f"Convert the data with x.astype(np.{params_like.dtype}) or the model "
+                            f"with model.astype(np.{x.dtype}).")
+    return x
+
+
+def check_labels(owner: str, labels, n: int, num_classes: int):
+    """Integer class labels of shape (N,) with values in [0, num_classes)."""
+    xp = get_array_module(labels)
+    labels = xp.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        hint = " Use labels.argmax(axis=1) to turn one-hot rows into class indices." if labels.ndim == 2 else ""
+        raise ValueError(f"{owner} expects labels of shape ({n},) to match {n} rows of logits, "
+                         f"got shape {shape_str(labels.shape)}.{hint}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise TypeError(f"{owner} expects integer class labels, got dtype {labels.dtype}. "
+                        f"Convert them with labels.astype(np.int64).")
+    if n:
+        lo, hi = int(labels.min()), int(labels.max())
+        if lo < 0 or hi >= num_classes:
+            raise ValueError(f"{owner}: labels must be in [0, {num_classes - 1}] for {num_classes} classes, "
+                             f"got values from {lo} to {hi}. Does the last layer have as many outputs "
+                             f"as there are classes?")
+    return labels
+
+
+def check_same_device(owner: str, a, b, a_name="logits", b_name="labels"):
+    if device_of(a) != device_of(b):
+        raise ValueError(f"{owner}: {a_name} are on the {device_of(a)} but {b_name} on the {device_of(b)}. "
+                         f"Move them together with dl.to_device(..., '{device_of(a)}').")

@@ -1,0 +1,481 @@
+"""Layers: each one a forward/backward pair.
+
+Introduced in notebook ``03_backpropagation`` (Linear and the activations), used from
+``04_mlp_on_digits`` on (Dropout, Sequential) and ``07_training_a_cnn`` (BatchNorm2d).
+
+Every layer follows one contract:
+
+* ``forward(x)`` computes the output and caches exactly what backward needs;
+* ``backward(dout)`` takes dL/d(output), returns dL/dx and fills ``grads``;
+* ``params`` and ``grads`` are dicts with the same keys, so an optimizer is one loop over
+  ``(params[k], grads[k])``.
+
+A layer keeps the dtype it is given (float32 by default, float64 for gradient checks) and
+runs on whichever backend its input lives on: ``xp = get_array_module(x)``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import check_input, shape_str
+from .backend import get_array_module, random_uniform, rng, to_device
+
+LAYERS: dict[str, type] = {}   # name -> class, so a checkpoint can rebuild a model
+
+
+class Layer:
+    """Base class: parameters, gradients, train/eval mode, device and dtype moves."""
+
+    training = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        LAYERS[cls.__name__] = cls
+
+    def __init__(self):
+        self.params: dict = {}
+        self.grads: dict = {}
+        self.buffers: dict = {}   # state that is saved but not trained (BatchNorm's running stats)
+        self.cache = None
+
+    def __call__(self, x):
+        return self.forward(x)
+
+    def forward(self, x):
+        raise NotImplementedError
+
+    def backward(self, dout):
+        raise NotImplementedError
+
+    # -- modes ----------------------------------------------------------------------------
+    def train(self, mode: bool = True):
+        """Training mode (Dropout drops, BatchNorm uses batch statistics)."""
+        self.training = mode
+        return self
+
+    def eval(self):
+        """Evaluation mode (Dropout is the identity, BatchNorm uses running statistics)."""
+        return self.train(False)
+
+    # -- where and in which precision the parameters live ---------------------------------
+    def _map_arrays(self, fn):
+        self.params = {k: fn(v) for k, v in self.params.items()}
+        self.buffers = {k: fn(v) for k, v in self.buffers.items()}
+        self.grads = {}
+        self.cache = None
+        return self
+
+    def to(self, device: str):
+        """Move parameters to ``"cpu"`` or ``"gpu"``. Returns the layer."""
+        return self._map_arrays(lambda a: to_device(a, device))
+
+    def astype(self, dtype):
+        """Cast parameters to ``dtype`` (e.g. ``np.float64`` for a gradient check)."""
+        return self._map_arrays(lambda a: a.astype(dtype))
+
+    @property
+    def device(self) -> str:
+        from .backend import device_of
+        arrays = list(self.params.values()) + list(self.buffers.values())
+        return device_of(arrays[0]) if arrays else "cpu"
+
+    @property
+    def dtype(self):
+        arrays = list(self.params.values())
+        return arrays[0].dtype if arrays else None
+
+    def num_parameters(self) -> int:
+        return int(sum(p.size for p in self.params.values()))
+
+    # -- saving and rebuilding ------------------------------------------------------------
+    def get_config(self) -> dict:
+        """The constructor arguments that rebuild this layer (saved in checkpoints)."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """Every array to save: parameters and buffers."""
+        return {**self.params, **self.buffers}
+
+    def load_state_dict(self, state: dict) -> None:
+        for group in (self.params, self.buffers):
+            for k in group:
+                if k not in state:
+                    raise KeyError(f"{type(self).__name__}: the state has no entry {k!r}.")
+                if tuple(state[k].shape) != tuple(group[k].shape):
+                    raise ValueError(f"{type(self).__name__}: {k} should have shape "
+                                     f"{shape_str(group[k].shape)}, the state has "
+                                     f"{shape_str(state[k].shape)}.")
+                xp = get_array_module(group[k])
+                group[k] = xp.asarray(state[k], dtype=group[k].dtype)
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+
+def _float_dtype(dtype):
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"dtype must be a floating-point type such as np.float32, got {dtype}.")
+    return dtype
+
+
+# ======================================================================================
+# Linear
+# ======================================================================================
+class Linear(Layer):
+    """Fully connected layer: ``y = x @ W + b``.
+
+    x: (N, in_features)  ->  y: (N, out_features)
+    params["W"]: (in_features, out_features), params["b"]: (out_features,)
+
+    Weights start as He-initialized normals (std = sqrt(2 / in_features)), biases at zero.
+    """
+
+    def __init__(self, in_features: int, out_features: int, dtype=np.float32, seed=None):
+        super().__init__()
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        if self.in_features < 1 or self.out_features < 1:
+            raise ValueError(f"Linear needs positive sizes, got in_features={in_features}, "
+                             f"out_features={out_features}.")
+        dtype = _float_dtype(dtype)
+        std = np.sqrt(2.0 / self.in_features)
+        W = rng(seed).standard_normal((self.in_features, self.out_features)) * std
+        self.params = {"W": W.astype(dtype), "b": np.zeros(self.out_features, dtype=dtype)}
+
+    def forward(self, x):
+        W, b = self.params["W"], self.params["b"]
+        check_input(self, x, 2, "(N, in_features)", params_like=W)
+        if x.shape[1] != self.in_features:
+            raise ValueError(f"Linear(in_features={self.in_features}) got x of shape "
+                             f"{shape_str(x.shape)}: the last axis must be {self.in_features}."
+                             + (" Did you forget Flatten?" if x.shape[1] > self.in_features else ""))
+        self.cache = x
+        out = x @ W
+        out += b
+        return out
+
+    def backward(self, dout):
+        self.backward_params(dout)
+        return dout @ self.params["W"].T        # dx: (N, in_features)
+
+    def backward_params(self, dout):
+        """Fill grads only: dW = x.T @ dout (in, out), db = sum of dout over the batch (out,)."""
+        x = self.cache
+        self.grads = {"W": x.T @ dout, "b": dout.sum(axis=0)}
+
+    def get_config(self):
+        return {"in_features": self.in_features, "out_features": self.out_features}
+
+
+# ======================================================================================
+# Activations
+# ======================================================================================
+class ReLU(Layer):
+    """``y = max(x, 0)``; the gradient passes where the input was positive. Any shape."""
+
+    def forward(self, x):
+        check_input(self, x)
+        xp = get_array_module(x)
+        out = xp.maximum(x, 0)
+        self.cache = out
+        return out
+
+    def backward(self, dout):
+        out = self.cache
+        return dout * (out > 0)
+
+
+class Sigmoid(Layer):
+    """``y = 1 / (1 + exp(-x))``, written as ``(1 + tanh(x/2)) / 2`` so it never overflows.
+
+    dy/dx = y (1 - y). Any shape.
+    """
+
+    def forward(self, x):
+        check_input(self, x)
+        xp = get_array_module(x)
+        out = xp.tanh(x * 0.5)
+        out += 1
+        out *= 0.5
+        self.cache = out
+        return out
+
+    def backward(self, dout):
+        y = self.cache
+        return dout * y * (1 - y)
+
+
+class Tanh(Layer):
+    """``y = tanh(x)``; dy/dx = 1 - y². Any shape."""
+
+    def forward(self, x):
+        check_input(self, x)
+        xp = get_array_module(x)
+        out = xp.tanh(x)
+        self.cache = out
+        return out
+
+    def backward(self, dout):
+        y = self.cache
+        return dout * (1 - y * y)
+
+
+ACTIVATIONS = {"relu": ReLU, "sigmoid": Sigmoid, "tanh": Tanh}
+
+
+# ======================================================================================
+# Shape and regularization
+# ======================================================================================
+class Flatten(Layer):
+    """(N, d1, d2, ...) -> (N, d1*d2*...), e.g. (N, C, H, W) -> (N, C*H*W)."""
+
+    def forward(self, x):
+        check_input(self, x)
+        if x.ndim < 2:
+            raise ValueError(f"Flatten expects a batch axis and at least one more, got shape "
+                             f"{shape_str(x.shape)}.")
+        self.cache = x.shape
+        return x.reshape(x.shape[0], -1)
+
+    def backward(self, dout):
+        return dout.reshape(self.cache)
+
+
+class Dropout(Layer):
+    """Inverted dropout: in training, zero each input with probability ``p`` and scale the
+    rest by 1/(1-p), so evaluation (the identity) needs no rescaling. Any shape.
+
+    The mask comes from dlcourse's seeded generator (``dl.manual_seed``).
+    """
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= float(p) < 1.0:
+            raise ValueError(f"Dropout probability p must be in [0, 1), got {p}.")
+        self.p = float(p)
+
+    def forward(self, x):
+        check_input(self, x)
+        if not self.training or self.p == 0.0:
+            self.cache = None
+            return x
+        xp = get_array_module(x)
+        keep = random_uniform(xp, x.shape, x.dtype) >= self.p
+        mask = keep.astype(x.dtype) / x.dtype.type(1.0 - self.p)
+        self.cache = mask
+        return x * mask
+
+    def backward(self, dout):
+        mask = self.cache
+        return dout if mask is None else dout * mask
+
+    def get_config(self):
+        return {"p": self.p}
+
+
+# ======================================================================================
+# Batch normalization
+# ======================================================================================
+class BatchNorm2d(Layer):
+    """Batch normalization over (N, H, W) for each channel.
+
+    x: (N, C, H, W) -> y: (N, C, H, W);  y = gamma * (x - mean) / sqrt(var + eps) + beta
+    params["gamma"], params["beta"]: (C,); buffers running_mean, running_var: (C,)
+
+    Training uses the batch's mean and (biased) variance and updates the running statistics
+    with ``momentum`` (the running variance is the unbiased one, as in PyTorch); evaluation
+    uses the running statistics.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 dtype=np.float32):
+        super().__init__()
+        C = self.num_features = int(num_features)
+        self.eps, self.momentum = float(eps), float(momentum)
+        dtype = _float_dtype(dtype)
+        self.params = {"gamma": np.ones(C, dtype), "beta": np.zeros(C, dtype)}
+        self.buffers = {"running_mean": np.zeros(C, dtype), "running_var": np.ones(C, dtype)}
+
+    def forward(self, x):
+        gamma, beta = self.params["gamma"], self.params["beta"]
+        check_input(self, x, 4, "(N, C, H, W)", params_like=gamma)
+        N, C, H, W = x.shape
+        if C != self.num_features:
+            raise ValueError(f"BatchNorm2d(num_features={self.num_features}) got x of shape "
+                             f"{shape_str(x.shape)}: axis 1 must be {self.num_features}.")
+        xp = get_array_module(x)
+        g = gamma.reshape(1, C, 1, 1)
+        if self.training:
+            M = N * H * W
+            if M < 2:
+                raise ValueError("BatchNorm2d in training mode needs more than one value per "
+                                 f"channel, got x of shape {shape_str(x.shape)}. Use a larger "
+                                 "batch, or call model.eval().")
+            mean = x.mean(axis=(0, 2, 3))
+            var = x.var(axis=(0, 2, 3))
+            m = self.momentum
+            self.buffers["running_mean"] = (1 - m) * self.buffers["running_mean"] + m * mean
+            self.buffers["running_var"] = (1 - m) * self.buffers["running_var"] + m * var * (M / (M - 1))
+        else:
+            mean, var = self.buffers["running_mean"], self.buffers["running_var"]
+        inv_std = 1.0 / xp.sqrt(var + x.dtype.type(self.eps))
+        x_hat = (x - mean.reshape(1, C, 1, 1)) * inv_std.reshape(1, C, 1, 1)
+        self.cache = (x_hat, inv_std, self.training)
+        return g * x_hat + beta.reshape(1, C, 1, 1)
+
+    def backward(self, dout):
+        x_hat, inv_std, training = self.cache
+        N, C, H, W = dout.shape
+        gamma = self.params["gamma"]
+        self.grads = {"gamma": (dout * x_hat).sum(axis=(0, 2, 3)), "beta": dout.sum(axis=(0, 2, 3))}
+        dx_hat = dout * gamma.reshape(1, C, 1, 1)
+        if not training:   # the statistics are constants
+            return dx_hat * inv_std.reshape(1, C, 1, 1)
+        # mean and variance depend on x too: dx = (dx_hat - mean(dx_hat) - x_hat*mean(dx_hat*x_hat)) / std
+        mean_dxh = dx_hat.mean(axis=(0, 2, 3), keepdims=True)
+        mean_dxh_xh = (dx_hat * x_hat).mean(axis=(0, 2, 3), keepdims=True)
+        return (dx_hat - mean_dxh - x_hat * mean_dxh_xh) * inv_std.reshape(1, C, 1, 1)
+
+    def get_config(self):
+        return {"num_features": self.num_features, "eps": self.eps, "momentum": self.momentum}
+
+
+# ======================================================================================
+# Sequential
+# ======================================================================================
+class Sequential(Layer):
+    """Layers applied one after another; backward runs them in reverse.
+
+    ``params`` and ``grads`` are views keyed ``"<index>.<name>"`` (e.g. ``"0.W"``) over the
+    layers' own arrays, so an optimizer that updates them in place updates the layers.
+    """
+
+    def __init__(self, *layers):
+        super().__init__()
+        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+            layers = tuple(layers[0])
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Layer):
+                raise TypeError(f"Sequential takes layers, but item {i} is {type(layer).__name__}. "
+                                f"Did you pass the class (dl.ReLU) instead of an instance (dl.ReLU())?")
+        self.layers = list(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer.forward(x)
+        return x
+
+    def backward(self, dout, input_grad: bool = True):
+        """Backpropagate dout through the layers in reverse; returns dL/dx.
+
+        A training step needs the parameters' gradients only: with ``input_grad=False`` the
+        first trainable layer skips computing dL/dx (as PyTorch does for inputs that need no
+        gradient) and backward returns None.
+        """
+        first = next((i for i, layer in enumerate(self.layers) if layer.params), 0)
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[i]
+            if not input_grad and i == first and hasattr(layer, "backward_params"):
+                layer.backward_params(dout)
+                return None
+            dout = layer.backward(dout)
+        return dout
+
+    def predict(self, x, batch_size: int = 1024):
+        """Class indices for x, in evaluation mode, on x's device (restores the mode)."""
+        was_training = self.training
+        self.eval()
+        try:
+            xp = get_array_module(x)
+            out = [self.forward(x[i:i + batch_size]).argmax(axis=1) for i in range(0, len(x), batch_size)]
+            return xp.concatenate(out) if out else xp.zeros(0, dtype=np.int64)
+        finally:
+            self.train(was_training)
+
+    def _gather(self, attr):
+        return {f"{i}.{k}": v for i, layer in enumerate(self.layers)
+                for k, v in getattr(layer, attr).items()}
+
+    @property
+    def params(self):
+        return self._gather("params")
+
+    @params.setter
+    def params(self, value):   # Layer.__init__ assigns {}; a Sequential's live in its layers
+        pass
+
+    @property
+    def grads(self):
+        return self._gather("grads")
+
+    @grads.setter
+    def grads(self, value):
+        pass
+
+    @property
+    def buffers(self):
+        return self._gather("buffers")
+
+    @buffers.setter
+    def buffers(self, value):
+        pass
+
+    def train(self, mode: bool = True):
+        self.training = mode
+        for layer in self.layers:
+            layer.train(mode)
+        return self
+
+    def to(self, device: str):
+        for layer in self.layers:
+            layer.to(device)
+        return self
+
+    def astype(self, dtype):
+        for layer in self.layers:
+            layer.astype(dtype)
+        return self
+
+    def state_dict(self):
+        return {f"{i}.{k}": v for i, layer in enumerate(self.layers)
+                for k, v in layer.state_dict().items()}
+
+    def load_state_dict(self, state):
+        expected = set(self.state_dict())
+        extra = set(state) - expected
+        if extra:
+            raise KeyError(f"The state has entries this model does not: {sorted(extra)}.")
+        for i, layer in enumerate(self.layers):
+            prefix = f"{i}."
+            layer.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+    def get_config(self):
+        return {"layers": [{"type": type(l).__name__, "config": l.get_config()} for l in self.layers]}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(*[build_layer(spec["type"], spec["config"]) for spec in config["layers"]])
+
+    def __len__(self):
+        return len(self.layers)
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def __iter__(self):
+        return iter(self.layers)
+
+    def __repr__(self):
+        inner = "\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
+        return f"{type(self).__name__}(\n{inner}\n)"
+
+
+def build_layer(type_name: str, config: dict) -> Layer:
+    """Rebuild a layer (or a model) from its class name and ``get_config()``."""
+    if type_name not in LAYERS:
+        raise ValueError(f"Unknown layer type {type_name!r}; known: {sorted(LAYERS)}.")
+    cls = LAYERS[type_name]
+    if hasattr(cls, "from_config") and type_name == "Sequential":
+        return cls.from_config(config)
+    return cls(**config)

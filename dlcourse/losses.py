@@ -1,0 +1,133 @@
+"""Losses: ``forward(prediction, target)`` returns the mean loss as a Python float,
+``backward()`` returns d(loss)/d(prediction).
+
+Introduced in notebook ``02_loss_and_gradient_descent``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import check_labels, check_same_device, shape_str
+from .backend import get_array_module
+
+
+class Loss:
+    def __call__(self, *args):
+        return self.forward(*args)
+
+    def _need_forward(self):
+        if self.cache is None:
+            raise RuntimeError(f"{type(self).__name__}.backward() needs forward() first.")
+
+    cache = None
+
+
+def _check_float(owner, x, name, expected):
+    if not hasattr(x, "dtype") or not np.issubdtype(x.dtype, np.floating):
+        given = getattr(x, "dtype", type(x).__name__)
+        raise TypeError(f"{owner} expects {name} as a floating-point array {expected}, got {given}.")
+
+
+def log_softmax(logits):
+    """log softmax over the last axis, stable for logits of any size: subtract the row max
+    first, so the largest exponent is exp(0) = 1 and nothing overflows."""
+    xp = get_array_module(logits)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def softmax(logits):
+    """Softmax over the last axis (stable: see :func:`log_softmax`)."""
+    xp = get_array_module(logits)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    e = xp.exp(shifted)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class SoftmaxCrossEntropy(Loss):
+    """Softmax then cross-entropy, fused: the gradient is simply (softmax - one_hot) / N.
+
+    logits: (N, K) floats; labels: (N,) integers in [0, K).
+    loss = -mean_n log softmax(logits)[n, labels[n]]
+    """
+
+    def forward(self, logits, labels):
+        owner = "SoftmaxCrossEntropy"
+        _check_float(owner, logits, "logits", "of shape (N, K)")
+        if logits.ndim != 2:
+            raise ValueError(f"{owner} expects logits of shape (N, K), got {shape_str(logits.shape)}.")
+        check_same_device(owner, logits, labels)
+        N, K = logits.shape
+        labels = check_labels(owner, labels, N, K)
+        xp = get_array_module(logits)
+        logp = log_softmax(logits)
+        rows = xp.arange(N)
+        self.cache = (logp, labels)
+        return float(-logp[rows, labels].mean())
+
+    def backward(self):
+        self._need_forward()
+        logp, labels = self.cache
+        xp = get_array_module(logp)
+        N = logp.shape[0]
+        dlogits = xp.exp(logp)                 # softmax
+        dlogits[xp.arange(N), labels] -= 1     # minus the one-hot target
+        dlogits /= N
+        return dlogits
+
+
+class SigmoidCrossEntropy(Loss):
+    """Binary cross-entropy on logits (the single logistic neuron).
+
+    logits z: (N,) or (N, 1); targets y: same number of values in {0, 1} (floats allowed).
+    loss = mean of  max(z, 0) - z*y + log(1 + exp(-|z|))   (= -y log σ(z) - (1-y) log(1-σ(z)),
+    written so it never overflows). d(loss)/dz = (σ(z) - y) / N.
+    """
+
+    def forward(self, logits, targets):
+        owner = "SigmoidCrossEntropy"
+        _check_float(owner, logits, "logits", "of shape (N,) or (N, 1)")
+        check_same_device(owner, logits, targets, "logits", "targets")
+        xp = get_array_module(logits)
+        targets = xp.asarray(targets)
+        if logits.ndim > 2 or (logits.ndim == 2 and logits.shape[1] != 1):
+            raise ValueError(f"{owner} expects logits of shape (N,) or (N, 1), got {shape_str(logits.shape)}.")
+        if targets.size != logits.size:
+            raise ValueError(f"{owner}: {logits.size} logits but {targets.size} targets; they must match.")
+        y = targets.reshape(logits.shape).astype(logits.dtype)
+        if targets.size and (float(y.min()) < 0 or float(y.max()) > 1):
+            raise ValueError(f"{owner} expects targets in [0, 1] (class 0 or 1), got values from "
+                             f"{float(y.min())} to {float(y.max())}. Map labels -1/+1 to 0/1 first.")
+        z = logits
+        losses = xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))
+        self.cache = (z, y)
+        return float(losses.mean())
+
+    def backward(self):
+        self._need_forward()
+        z, y = self.cache
+        xp = get_array_module(z)
+        sig = 0.5 * (1 + xp.tanh(0.5 * z))
+        return (sig - y) / z.size
+
+
+class MSELoss(Loss):
+    """Mean squared error over every element: mean((pred - target)²); gradient 2 (pred - target) / size."""
+
+    def forward(self, pred, target):
+        owner = "MSELoss"
+        _check_float(owner, pred, "predictions", "")
+        check_same_device(owner, pred, target, "predictions", "targets")
+        xp = get_array_module(pred)
+        target = xp.asarray(target)
+        if target.shape != pred.shape:
+            raise ValueError(f"MSELoss: predictions have shape {shape_str(pred.shape)} but targets "
+                             f"{shape_str(target.shape)}; they must match (reshape the targets?).")
+        diff = pred - target.astype(pred.dtype)
+        self.cache = diff
+        return float((diff * diff).mean())
+
+    def backward(self):
+        self._need_forward()
+        diff = self.cache
+        return diff * (2.0 / diff.size)

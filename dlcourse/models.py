@@ -1,0 +1,146 @@
+"""Models built from the layers: the perceptron, an MLP and a small LeNet-style CNN.
+
+``Perceptron`` is introduced in notebook ``01_perceptron``, ``MLP`` in ``03_backpropagation``
+and ``04_mlp_on_digits``, ``CNN`` in ``07_training_a_cnn``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import check_input, shape_str
+from .backend import rng, to_numpy
+from .conv import Conv2d, MaxPool2d
+from .layers import ACTIVATIONS, BatchNorm2d, Dropout, Flatten, Linear, ReLU, Sequential
+
+
+class Perceptron:
+    """Rosenblatt's perceptron: a weighted sum and a step.
+
+    predict(x) = 1 if x @ w + b > 0 else 0, for x: (N, D).
+    Learning rule, one sample at a time: when a sample is misclassified, move the boundary
+    towards it: w += lr * (y - ŷ) * x, b += lr * (y - ŷ). On linearly separable data this stops
+    making mistakes after finitely many updates (Novikoff's theorem); on XOR it never does.
+    """
+
+    def __init__(self, n_features: int, lr: float = 1.0, max_epochs: int = 100, seed=None):
+        self.n_features, self.lr, self.max_epochs = int(n_features), float(lr), int(max_epochs)
+        self.w = np.zeros(self.n_features)
+        self.b = 0.0
+        self.seed = seed
+        self.errors_: list[int] = []   # mistakes in each epoch
+
+    def _check(self, X):
+        X = to_numpy(X)
+        check_input(self, X, 2, f"(N, {self.n_features})")
+        if X.shape[1] != self.n_features:
+            raise ValueError(f"Perceptron(n_features={self.n_features}) got X of shape "
+                             f"{shape_str(X.shape)}: the last axis must be {self.n_features}.")
+        return X
+
+    def decision_function(self, X):
+        """The weighted sum x @ w + b, for each row of X (N, D) -> (N,)."""
+        return self._check(X) @ self.w + self.b
+
+    def predict(self, X):
+        """Class 0 or 1 for each row of X (N, D) -> (N,) int64."""
+        return (self.decision_function(X) > 0).astype(np.int64)
+
+    def fit(self, X, y):
+        """Run Rosenblatt's rule until an epoch makes no mistake (or max_epochs). Returns self."""
+        X = self._check(X)
+        y = to_numpy(y).reshape(-1)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"Perceptron.fit: {X.shape[0]} samples but {y.shape[0]} labels.")
+        if not set(np.unique(y).tolist()) <= {0, 1}:
+            raise ValueError(f"Perceptron expects labels 0 and 1, got {sorted(set(np.unique(y).tolist()))}. "
+                             f"Map -1/+1 labels with (y > 0).astype(int).")
+        order = rng(self.seed)
+        self.errors_ = []
+        for _ in range(self.max_epochs):
+            mistakes = 0
+            for i in order.permutation(len(X)):
+                y_hat = 1 if X[i] @ self.w + self.b > 0 else 0
+                if y_hat != y[i]:
+                    self.w += self.lr * (y[i] - y_hat) * X[i]
+                    self.b += self.lr * (y[i] - y_hat)
+                    mistakes += 1
+            self.errors_.append(mistakes)
+            if mistakes == 0:
+                break
+        return self
+
+    def score(self, X, y):
+        return float((self.predict(X) == to_numpy(y).reshape(-1)).mean())
+
+
+class MLP(Sequential):
+    """Multi-layer perceptron: Linear, activation, ..., Linear (the last without activation).
+
+    sizes = [D, H1, ..., K]: x (N, D) -> logits (N, K).
+    ``dropout`` > 0 adds Dropout after each hidden activation.
+    """
+
+    def __init__(self, sizes, activation: str = "relu", dropout: float = 0.0,
+                 dtype=np.float32, seed=None):
+        sizes = [int(s) for s in sizes]
+        if len(sizes) < 2:
+            raise ValueError(f"MLP needs at least an input and an output size, got sizes={sizes}.")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}.")
+        gen = rng(seed) if seed is not None else None
+        layers = []
+        for i, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layers.append(Linear(d_in, d_out, dtype=dtype, seed=_child_seed(gen)))
+            if i < len(sizes) - 2:
+                layers.append(ACTIVATIONS[activation]())
+                if dropout:
+                    layers.append(Dropout(dropout))
+        super().__init__(*layers)
+        self.sizes, self.activation, self.dropout = sizes, activation, float(dropout)
+
+    def get_config(self):
+        return {"sizes": self.sizes, "activation": self.activation, "dropout": self.dropout}
+
+
+class CNN(Sequential):
+    """A small LeNet-style CNN for (C, H, W) images:
+
+    conv(C→c1, 3×3, pad 1) - [BatchNorm] - ReLU - maxpool 2 -
+    conv(c1→c2, 3×3, pad 1) - [BatchNorm] - ReLU - maxpool 2 - Flatten - Linear(c2·H/4·W/4 → K)
+
+    x: (N, C, H, W) -> logits (N, K). With the defaults on 1×28×28 this is
+    conv(1→16)-ReLU-pool-conv(16→32)-ReLU-pool-Linear(32·7·7→10).
+    """
+
+    def __init__(self, in_channels: int = 1, image_size=(28, 28), num_classes: int = 10,
+                 channels=(16, 32), batchnorm: bool = False, dropout: float = 0.0,
+                 dtype=np.float32, seed=None):
+        H, W = (image_size, image_size) if np.isscalar(image_size) else tuple(image_size)
+        if H < 4 or W < 4:
+            raise ValueError(f"CNN needs images of at least 4×4 (two 2×2 poolings), got {H}×{W}.")
+        c1, c2 = (int(c) for c in channels)
+        gen = rng(seed) if seed is not None else None
+        layers = [Conv2d(in_channels, c1, 3, padding=1, dtype=dtype, seed=_child_seed(gen))]
+        if batchnorm:
+            layers.append(BatchNorm2d(c1, dtype=dtype))
+        layers += [ReLU(), MaxPool2d(2), Conv2d(c1, c2, 3, padding=1, dtype=dtype, seed=_child_seed(gen))]
+        if batchnorm:
+            layers.append(BatchNorm2d(c2, dtype=dtype))
+        layers += [ReLU(), MaxPool2d(2), Flatten()]
+        if dropout:
+            layers.append(Dropout(dropout))
+        layers.append(Linear(c2 * (H // 4) * (W // 4), num_classes, dtype=dtype, seed=_child_seed(gen)))
+        super().__init__(*layers)
+        self.in_channels, self.image_size, self.num_classes = int(in_channels), [H, W], int(num_classes)
+        self.channels, self.batchnorm, self.dropout = [c1, c2], bool(batchnorm), float(dropout)
+
+    def get_config(self):
+        return {"in_channels": self.in_channels, "image_size": self.image_size,
+                "num_classes": self.num_classes, "channels": self.channels,
+                "batchnorm": self.batchnorm, "dropout": self.dropout}
+
+
+def _child_seed(gen):
+    """A seed for one layer drawn from the model's own generator (None: the global one)."""
+    return None if gen is None else int(gen.integers(2**31))
+

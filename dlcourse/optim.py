@@ -1,0 +1,99 @@
+"""Optimizers: one loop over ``(params[k], grads[k])``, updating in place.
+
+Introduced in notebook ``04_mlp_on_digits`` (SGD with momentum against Adam).
+"""
+from __future__ import annotations
+
+from .backend import device_of, get_array_module, to_device
+
+
+class Optimizer:
+    def __init__(self, model, lr: float):
+        if not hasattr(model, "params") or not hasattr(model, "grads"):
+            raise TypeError(f"An optimizer needs a model with params and grads, got {type(model).__name__}.")
+        if not float(lr) > 0:
+            raise ValueError(f"The learning rate must be positive, got lr={lr}.")
+        self.model, self.lr = model, float(lr)
+        self.state: dict = {}
+        self.steps = 0
+
+    def _pairs(self):
+        params, grads = self.model.params, self.model.grads
+        if not params:
+            raise ValueError(f"{type(self.model).__name__} has no parameters to optimize.")
+        missing = [k for k in params if k not in grads]
+        if missing:
+            raise RuntimeError(f"No gradients for {missing}: call model.backward(...) before step().")
+        for k, p in params.items():
+            yield k, p, grads[k]
+
+    def _buffer(self, key, p):
+        """Per-parameter state (momentum, moments), created on p's device, moved if p moved."""
+        buf = self.state.get(key)
+        if buf is None:
+            buf = self.state[key] = get_array_module(p).zeros_like(p)
+        elif device_of(buf) != device_of(p):
+            buf = self.state[key] = to_device(buf, device_of(p))
+        return buf
+
+    def step(self):
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, with optional momentum and weight decay (PyTorch's form):
+
+    g = grad + weight_decay * p;  v = momentum * v + g;  p -= lr * v
+    """
+
+    def __init__(self, model, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
+        super().__init__(model, lr)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
+        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
+
+    def step(self):
+        self.steps += 1
+        for k, p, g in self._pairs():
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            if self.momentum:
+                v = self._buffer(k, p)
+                v *= self.momentum
+                v += g
+                g = v
+            p -= self.lr * g
+
+
+class Adam(Optimizer):
+    """Adam: per-parameter step sizes from running averages of the gradient (m) and of its
+    square (v), bias-corrected for their zero start.
+
+    m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  p -= lr * m̂ / (sqrt(v̂) + eps)
+    """
+
+    def __init__(self, model, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        super().__init__(model, lr)
+        self.b1, self.b2 = (float(b) for b in betas)
+        if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
+            raise ValueError(f"betas must be in [0, 1), got {betas}.")
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+
+    def step(self):
+        self.steps += 1
+        t = self.steps
+        step_size = self.lr * (1 - self.b2 ** t) ** 0.5 / (1 - self.b1 ** t)
+        for k, p, g in self._pairs():
+            xp = get_array_module(p)
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            m = self._buffer(k + "/m", p)
+            v = self._buffer(k + "/v", p)
+            m *= self.b1
+            m += (1 - self.b1) * g
+            v *= self.b2
+            v += (1 - self.b2) * (g * g)
+            denom = xp.sqrt(v)
+            denom += self.eps * (1 - self.b2 ** t) ** 0.5
+            p -= step_size * (m / denom)

@@ -1,0 +1,51 @@
+"""Every test is written once and runs on every backend: NumPy always, CuPy when a GPU is
+usable (skipped with the reason otherwise). Use the ``device`` fixture ("cpu" or "gpu") and
+``xp`` (numpy or cupy), and make arrays with ``to_dev``."""
+import os
+
+import numpy as np
+import pytest
+
+import dlcourse as dl
+from dlcourse import backend
+
+NO_GPU = f"no usable GPU: {backend.gpu_problem()}" if not backend.gpu_available() else ""
+
+BACKENDS = [
+    pytest.param("cpu", id="numpy"),
+    pytest.param("gpu", id="cupy", marks=[pytest.mark.gpu,
+                                          pytest.mark.skipif(bool(NO_GPU), reason=NO_GPU)]),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def device(request):
+    return request.param
+
+
+@pytest.fixture
+def xp(device):
+    return backend.require_cupy() if device == "gpu" else np
+
+
+@pytest.fixture
+def to_dev(device):
+    def move(*arrays):
+        moved = [dl.to_device(np.asarray(a), device) for a in arrays]
+        return moved[0] if len(moved) == 1 else moved
+    return move
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_device():
+    """Each test starts from the same seed and the default device choice."""
+    dl.manual_seed(0)
+    saved = backend._requested
+    yield
+    backend._requested = saved
+
+
+def pytest_report_header(config):
+    return (f"dlcourse backends: numpy{'' if NO_GPU else ' + cupy'}"
+            f" ({NO_GPU or backend.describe_device('gpu')}); DLCOURSE_DEVICE="
+            f"{os.environ.get('DLCOURSE_DEVICE', 'auto')}")

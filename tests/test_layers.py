@@ -1,0 +1,300 @@
+"""Layers, losses and models: gradient checks in float64, fast against naive, dtypes,
+determinism. Each test runs on NumPy and (where a GPU is present) CuPy."""
+import numpy as np
+import pytest
+
+import dlcourse as dl
+from dlcourse import conv
+
+TOL = 1e-6
+
+
+def randn(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+# --------------------------------------------------------------------------------------
+# Gradient checks: every layer and loss, in float64
+# --------------------------------------------------------------------------------------
+LAYER_CASES = {
+    "linear": (lambda: dl.Linear(5, 3), (4, 5)),
+    "relu": (lambda: dl.ReLU(), (4, 6)),
+    "sigmoid": (lambda: dl.Sigmoid(), (4, 6)),
+    "tanh": (lambda: dl.Tanh(), (4, 6)),
+    "flatten": (lambda: dl.Flatten(), (2, 3, 4, 2)),
+    "dropout": (lambda: dl.Dropout(0.4), (5, 7)),
+    "dropout_eval": (lambda: dl.Dropout(0.4).eval(), (5, 7)),
+    "batchnorm_train": (lambda: dl.BatchNorm2d(3), (4, 3, 5, 6)),
+    "batchnorm_eval": (lambda: dl.BatchNorm2d(3).eval(), (4, 3, 5, 6)),
+    "conv_3x3": (lambda: dl.Conv2d(3, 4, 3), (2, 3, 6, 6)),
+    "conv_stride_pad": (lambda: dl.Conv2d(2, 3, 3, stride=2, padding=1), (2, 2, 7, 9)),
+    "conv_rect_kernel": (lambda: dl.Conv2d(2, 2, (2, 3), stride=1, padding=2), (1, 2, 5, 4)),
+    "conv_1x1": (lambda: dl.Conv2d(3, 2, 1), (2, 3, 4, 5)),
+    "maxpool_2": (lambda: dl.MaxPool2d(2), (2, 3, 6, 8)),
+    "maxpool_overlap": (lambda: dl.MaxPool2d(3, stride=1), (2, 2, 6, 5)),
+    "maxpool_overlap_s2": (lambda: dl.MaxPool2d(3, stride=2), (2, 2, 7, 9)),
+    "maxpool_rect": (lambda: dl.MaxPool2d((2, 3), stride=1), (1, 2, 5, 6)),
+    "maxpool_leftover": (lambda: dl.MaxPool2d(2), (1, 2, 5, 7)),
+    "mlp": (lambda: dl.MLP([6, 5, 4, 3], activation="tanh", dropout=0.2), (4, 6)),
+    "cnn_bn": (lambda: dl.CNN(1, (8, 8), 5, channels=(3, 4), batchnorm=True), (3, 1, 8, 8)),
+}
+
+
+@pytest.mark.parametrize("case", LAYER_CASES)
+def test_layer_gradcheck(case, to_dev):
+    make, shape = LAYER_CASES[case]
+    err = dl.gradcheck(make(), to_dev(randn(*shape)))
+    assert err < TOL, f"{case}: relative error {err:.2e}"
+
+
+def test_gradcheck_catches_a_wrong_backward(to_dev, capsys):
+    class BadReLU(dl.ReLU):
+        def backward(self, dout):
+            return dout   # forgets the mask
+    err = dl.gradcheck(BadReLU(), to_dev(randn(4, 5)))
+    assert err > 1e-2
+    assert "analytic" in capsys.readouterr().out
+
+
+LOSS_CASES = {
+    "softmax_ce": (dl.SoftmaxCrossEntropy, lambda: (randn(6, 4), np.array([0, 3, 2, 1, 1, 0]))),
+    "sigmoid_ce": (dl.SigmoidCrossEntropy, lambda: (randn(6), np.array([0, 1, 1, 0, 0, 1]))),
+    "sigmoid_ce_col": (dl.SigmoidCrossEntropy, lambda: (randn(5, 1), np.array([0., 1., 1., 0., 1.]))),
+    "mse": (dl.MSELoss, lambda: (randn(5, 3), randn(5, 3, seed=1))),
+}
+
+
+@pytest.mark.parametrize("case", LOSS_CASES)
+def test_loss_gradcheck(case, to_dev):
+    cls, make = LOSS_CASES[case]
+    logits, target = make()
+    err = dl.gradcheck(cls(), to_dev(logits), to_dev(target))
+    assert err < TOL, f"{case}: relative error {err:.2e}"
+
+
+# --------------------------------------------------------------------------------------
+# Fast against naive
+# --------------------------------------------------------------------------------------
+CONV_GEOMETRIES = [  # (N, C, H, W, F, KH, KW, stride, padding)
+    (2, 3, 7, 7, 4, 3, 3, 1, 0),
+    (2, 3, 7, 9, 2, 3, 3, 2, 1),
+    (1, 2, 6, 5, 3, 2, 4, 1, 2),
+    (3, 1, 8, 8, 2, 5, 5, 3, 2),
+    (2, 2, 4, 4, 3, 4, 4, 1, 0),
+]
+
+
+@pytest.mark.parametrize("geom", CONV_GEOMETRIES)
+def test_conv_im2col_matches_naive(geom, to_dev, xp):
+    N, C, H, W, F, KH, KW, s, p = geom
+    layer = dl.Conv2d(C, F, (KH, KW), stride=s, padding=p).astype(np.float64).to(
+        "gpu" if xp is not np else "cpu")
+    layer.params["b"] = to_dev(randn(F, seed=3))
+    x = to_dev(randn(N, C, H, W, seed=1))
+    out = layer.forward(x)
+    ref = conv.conv2d_forward_naive(x, layer.params["W"], layer.params["b"], s, p)
+    assert out.shape == ref.shape
+    assert xp.allclose(out, ref, atol=1e-12)
+    dout = to_dev(randn(*out.shape, seed=2))
+    dx = layer.backward(dout)
+    rdx, rdW, rdb = conv.conv2d_backward_naive(dout, x, layer.params["W"], s, p)
+    assert xp.allclose(dx, rdx, atol=1e-12)
+    assert xp.allclose(layer.grads["W"], rdW, atol=1e-12)
+    assert xp.allclose(layer.grads["b"], rdb, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel,stride", [(2, None), (3, 1), (3, 2), ((2, 3), 1), (2, 3)])
+def test_maxpool_matches_naive(kernel, stride, to_dev, xp):
+    x = to_dev(randn(2, 3, 8, 7, seed=4))
+    pool = dl.MaxPool2d(kernel, stride)
+    KH, KW = pool.kernel_size
+    out = pool.forward(x)
+    assert xp.array_equal(out, conv.maxpool_forward_naive(x, KH, KW, pool.stride))
+    dout = to_dev(randn(*out.shape, seed=5))
+    assert xp.allclose(pool.backward(dout), conv.maxpool_backward_naive(dout, x, KH, KW, pool.stride))
+
+
+def test_maxpool_ties_send_the_gradient_to_one_place(to_dev, xp):
+    pool = dl.MaxPool2d(2)
+    pool.forward(to_dev(np.zeros((1, 1, 4, 4))))          # every window is a tie
+    dx = pool.backward(to_dev(np.ones((1, 1, 2, 2))))
+    assert float(dx.sum()) == 4.0 and float(dx[0, 0, 0, 0]) == 1.0
+
+
+def test_im2col_col2im_are_adjoint(to_dev, xp):
+    x = to_dev(randn(2, 3, 6, 5))
+    cols = dl.im2col(x, 3, 2, stride=2, padding=1)
+    c = to_dev(randn(*cols.shape, seed=1))
+    lhs = float((cols * c).sum())
+    rhs = float((x * dl.col2im(c, x.shape, 3, 2, stride=2, padding=1)).sum())
+    assert abs(lhs - rhs) < 1e-9 * max(1.0, abs(lhs))
+
+
+def test_im2col_layout(to_dev, xp):
+    x = to_dev(np.arange(2 * 1 * 3 * 3, dtype=np.float64).reshape(2, 1, 3, 3))
+    cols = dl.im2col(x, 2, 2)
+    assert cols.shape == (2 * 2 * 2, 1 * 2 * 2)
+    assert xp.array_equal(cols[0], to_dev(np.array([0., 1., 3., 4.])))
+    assert xp.array_equal(cols[7], to_dev(np.array([13., 14., 16., 17.])))
+
+
+# --------------------------------------------------------------------------------------
+# Losses: values and stability
+# --------------------------------------------------------------------------------------
+def test_softmax_cross_entropy_value(to_dev):
+    logits = np.array([[2.0, 1.0, 0.1], [0.5, 2.5, 0.3]])
+    labels = np.array([0, 1])
+    expected = -np.mean(np.log(np.exp(logits) / np.exp(logits).sum(1, keepdims=True))[[0, 1], labels])
+    loss = dl.SoftmaxCrossEntropy().forward(to_dev(logits), to_dev(labels))
+    assert isinstance(loss, float) and abs(loss - expected) < 1e-12
+
+
+@pytest.mark.parametrize("scale", [1e3, 1e5, 1e30])
+def test_softmax_cross_entropy_is_stable_for_huge_logits(scale, to_dev, xp):
+    logits = to_dev(np.array([[1.0, -1.0, 0.5], [0.2, 0.1, -3.0]], dtype=np.float32) * scale)
+    crit = dl.SoftmaxCrossEntropy()
+    loss = crit.forward(logits, to_dev(np.array([0, 2])))
+    grad = crit.backward()
+    assert np.isfinite(loss) and bool(xp.isfinite(grad).all())
+    assert abs(loss - (0 + 3.2 * scale) / 2) <= 1e-5 * scale     # row 2: 0.2s - (-3s)
+
+
+def test_sigmoid_cross_entropy_stable(to_dev, xp):
+    crit = dl.SigmoidCrossEntropy()
+    loss = crit.forward(to_dev(np.array([1e4, -1e4, 0.0])), to_dev(np.array([0, 1, 1])))
+    assert abs(loss - (1e4 + 1e4 + np.log(2)) / 3) < 1e-6
+    assert bool(xp.isfinite(crit.backward()).all())
+
+
+# --------------------------------------------------------------------------------------
+# dtype, device, determinism
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dtype_is_preserved(dtype, device, to_dev):
+    model = dl.CNN(1, (8, 8), 4, batchnorm=True, dtype=dtype).to(device)
+    x = to_dev(randn(3, 1, 8, 8).astype(dtype))
+    out = model.forward(x)
+    crit = dl.SoftmaxCrossEntropy()
+    crit.forward(out, to_dev(np.array([0, 1, 2])))
+    dx = model.backward(crit.backward())
+    assert out.dtype == dtype and dx.dtype == dtype
+    assert all(g.dtype == dtype for g in model.grads.values())
+    opt = dl.Adam(model, lr=1e-3)
+    opt.step()
+    assert all(p.dtype == dtype for p in model.params.values())
+
+
+def test_default_dtype_is_float32():
+    assert dl.Linear(3, 2).params["W"].dtype == np.float32
+    assert dl.MLP([3, 4, 2]).dtype == np.float32
+
+
+def test_same_seed_same_model_and_training(device, to_dev):
+    def run():
+        dl.manual_seed(123)
+        model = dl.MLP([6, 8, 3], dropout=0.3).to(device)
+        opt = dl.SGD(model, lr=0.1, momentum=0.9)
+        crit = dl.SoftmaxCrossEntropy()
+        x, y = to_dev(randn(10, 6).astype(np.float32), np.arange(10) % 3)
+        losses = []
+        for _ in range(3):
+            losses.append(crit.forward(model.forward(x), y))
+            model.backward(crit.backward())
+            opt.step()
+        return losses, {k: dl.to_numpy(v) for k, v in model.params.items()}
+    (l1, p1), (l2, p2) = run(), run()
+    assert l1 == l2
+    assert all(np.array_equal(p1[k], p2[k]) for k in p1)
+
+
+def test_model_seed_argument_is_independent_of_global_state():
+    a = dl.MLP([4, 5, 2], seed=7)
+    dl.manual_seed(99)
+    b = dl.MLP([4, 5, 2], seed=7)
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+
+
+def test_model_moves_between_devices(device, to_dev, xp):
+    model = dl.CNN(1, (8, 8), 3).to(device)
+    assert model.device == device
+    assert all(dl.device_of(p) == device for p in model.params.values())
+    out = model.forward(to_dev(randn(2, 1, 8, 8).astype(np.float32)))
+    assert dl.device_of(out) == device
+    model.to("cpu")
+    assert model.device == "cpu"
+
+
+def test_input_grad_false_skips_only_the_input_gradient(to_dev, device):
+    model = dl.CNN(1, (8, 8), 3, seed=0).to(device).astype(np.float64)
+    x = to_dev(randn(2, 1, 8, 8))
+    out = model.forward(x)
+    dout = to_dev(randn(*out.shape, seed=1))
+    model.backward(dout)
+    full = {k: dl.to_numpy(v) for k, v in model.grads.items()}
+    model.forward(x)
+    assert model.backward(dout, input_grad=False) is None
+    assert all(np.allclose(full[k], dl.to_numpy(v)) for k, v in model.grads.items())
+
+
+# --------------------------------------------------------------------------------------
+# Train / eval behaviour
+# --------------------------------------------------------------------------------------
+def test_dropout_train_and_eval(to_dev, xp):
+    drop = dl.Dropout(0.5)
+    x = to_dev(np.ones((200, 50)))
+    out = drop.forward(x)
+    kept = float((out != 0).mean())
+    assert 0.4 < kept < 0.6 and set(np.unique(dl.to_numpy(out))) <= {0.0, 2.0}
+    drop.eval()
+    assert xp.array_equal(drop.forward(x), x)
+
+
+def test_batchnorm_running_statistics(to_dev, xp):
+    bn = dl.BatchNorm2d(2, momentum=0.5).astype(np.float64)
+    x = to_dev(randn(8, 2, 4, 4) * 3 + 5)
+    out = bn.forward(x)
+    assert xp.allclose(out.mean(axis=(0, 2, 3)), 0, atol=1e-10)
+    assert xp.allclose(out.var(axis=(0, 2, 3)), 1, atol=1e-3)
+    m = x.mean(axis=(0, 2, 3))
+    assert xp.allclose(bn.buffers["running_mean"], 0.5 * m)
+    bn.eval()
+    before = bn.buffers["running_mean"].copy()
+    bn.forward(x)
+    assert xp.array_equal(before, bn.buffers["running_mean"])
+
+
+def test_perceptron_learns_separable_data_and_fails_on_xor():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 2))
+    y = (X @ np.array([2.0, -1.0]) + 0.3 > 0).astype(int)
+    p = dl.Perceptron(2, seed=0).fit(X, y)
+    assert p.score(X, y) == 1.0 and p.errors_[-1] == 0
+    Xx = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=float)
+    yx = np.array([0, 1, 1, 0])
+    px = dl.Perceptron(2, max_epochs=50, seed=0).fit(Xx, yx)
+    assert px.score(Xx, yx) < 1.0 and min(px.errors_) > 0
+
+
+def test_optimizers_reduce_a_quadratic(device, to_dev):
+    for make in (lambda m: dl.SGD(m, lr=0.1), lambda m: dl.SGD(m, lr=0.05, momentum=0.9, weight_decay=1e-4),
+                 lambda m: dl.Adam(m, lr=0.05)):
+        model = dl.Linear(3, 1).to(device).astype(np.float64)
+        x = to_dev(randn(32, 3))
+        y = x @ to_dev(np.array([[1.0], [-2.0], [0.5]]))
+        crit, opt = dl.MSELoss(), make(model)
+        first = crit.forward(model.forward(x), y)
+        for _ in range(200):
+            crit.forward(model.forward(x), y)
+            model.backward(crit.backward())
+            opt.step()
+        assert crit.forward(model.forward(x), y) < 0.01 * first
+
+
+def test_sgd_matches_the_formula():
+    model = dl.Linear(2, 1).astype(np.float64)
+    W0 = model.params["W"].copy()
+    model.grads = {"W": np.ones_like(W0), "b": np.ones(1)}
+    opt = dl.SGD(model, lr=0.1, momentum=0.9)
+    opt.step()
+    opt.step()    # v = 1, then 1.9: W = W0 - 0.1*(1 + 1.9)
+    assert np.allclose(model.params["W"], W0 - 0.29)
