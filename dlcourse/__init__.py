@@ -10,7 +10,7 @@ The course notebooks (``notebooks/``) grow each part of this package step by ste
 from .backend import (DeviceError, describe_device, device_info, device_of, get_array_module,
                       get_device, gpu_available, manual_seed, set_device, synchronize,
                       to_device, to_numpy)
-from . import data
+from . import check, data, plots
 from .conv import Conv2d, MaxPool2d, col2im, im2col
 from .gradcheck import gradcheck
 from .layers import (BatchNorm2d, Dropout, Flatten, Layer, Linear, ReLU, Sequential, Sigmoid,
@@ -18,5 +18,15 @@ from .layers import (BatchNorm2d, Dropout, Flatten, Layer, Linear, ReLU, Sequent
 from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softmax, softmax
 from .models import CNN, MLP, Perceptron
 from .optim import SGD, Adam
+from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
+from .checkpoint import CheckpointError, load, save
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # dl.widgets needs ipywidgets: imported on first use, so `import dlcourse` stays light.
+    if name == "widgets":
+        import importlib
+        return importlib.import_module(".widgets", __name__)
+    raise AttributeError(f"module 'dlcourse' has no attribute {name!r}")

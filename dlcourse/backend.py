@@ -256,9 +256,9 @@ def describe_device(device: str | None = None) -> str:
     if info["device"] == "gpu":
         return (f"GPU: {info['name']} ({info['memory_total_gb']} GiB, "
                 f"CUDA {info['cuda_runtime_version']}, CuPy {info['cupy']})")
-    threads = info["blas_threads"] or "?"
-    return (f"CPU: {info['name']} (NumPy {info['numpy']}, {info['blas'] or 'BLAS'} with "
-            f"{threads} threads)")
+    threads = info["blas_threads"]
+    count = "? threads" if threads is None else f"{threads} thread{'s' if threads != 1 else ''}"
+    return f"CPU: {info['name']} (NumPy {info['numpy']}, {info['blas'] or 'BLAS'} with {count})"
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,709 @@
+"""The GPU benchmark suite: dlcourse's CUDA kernels and training steps, measured on one GPU.
+
+    python benchmarks/gpu_suite.py [--out benchmarks/results] [--quick] [--sections ...] [--no-torch]
+
+What it measures (every figure on the GPU it runs on, and each result checked before it is timed):
+
+1. matmul: the kernel ladder (naive, coalesced, tiled, register-blocked) at 4096x4096 FP32 as a
+   share of cuBLAS FP32 (``cp.matmul`` with TF32 OFF), plus cuBLAS with TF32 ON, measured in a
+   separate process because CuPy reads ``CUPY_TF32`` once, at import.
+2. elementwise: the fused kernels on >= 64M elements as a fraction of the device's measured
+   device-to-device copy bandwidth, and each fused kernel against the same chain unfused.
+3. training: one SGD step of the MLP 784-512-512-10 (batch 64 and 1024) and the CNN (batch 256),
+   dlcourse on the GPU against PyTorch on the same GPU (TF32 off in both); and the MLP step at
+   batch 64 replayed as a CUDA graph, if capture works.
+4. gpu vs cpu: the same MLP step at batch 32 ... 4096, dlcourse on the GPU and on the CPU.
+
+It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
+figure) and a plot ``<out>/<device-name>.png`` beside it. Without a usable GPU it prints why and
+exits 0 having written nothing: a figure nobody measured is never written down.
+
+Timing (see shared/STYLE.md): GPU calls return before the work is done, so every time here comes
+from CUDA events recorded around the call on the GPU's own clock, after warm-up calls (the first
+call also compiles the kernel), as the median of repeated runs. CPU times use perf_counter.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if "--tf32-child" not in sys.argv:
+    # CuPy reads CUPY_TF32 once, when it is imported: FP32 must mean FP32 before anything
+    # imports CuPy. (The TF32 figure comes from a child process started with CUPY_TF32=1.)
+    os.environ["CUPY_TF32"] = "0"
+
+import argparse            # noqa: E402
+import json                # noqa: E402
+import platform            # noqa: E402
+import re                  # noqa: E402
+import statistics          # noqa: E402
+import subprocess          # noqa: E402
+import time                # noqa: E402
+import traceback           # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+from pathlib import Path   # noqa: E402
+
+import numpy as np         # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import dlcourse as dl                      # noqa: E402
+from dlcourse import kernels as K          # noqa: E402
+from dlcourse.backend import gpu_available, gpu_problem, require_cupy  # noqa: E402
+
+SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu")
+
+# Problem sizes. --quick shrinks them for a smoke run (its JSON says "quick": true).
+FULL = dict(matmul_n=4096, elem_rows=65536, elem_cols=1024, conv_batch=640,
+            mlp_batches=(64, 1024), cnn_batch=256, graph_batch=64,
+            cpu_batches=tuple(2 ** k for k in range(5, 13)), target_s=1.0)
+QUICK = dict(matmul_n=2048, elem_rows=16384, elem_cols=1024, conv_batch=160,
+             mlp_batches=(64, 1024), cnn_batch=256, graph_batch=64,
+             cpu_batches=(32, 256, 2048), target_s=0.25)
+
+
+# ======================================================================================
+# Timing helpers
+# ======================================================================================
+def _repeats(estimate_s, target_s, lo=3, hi=200):
+    """How many timed runs fit in about target_s seconds (at least lo, at most hi)."""
+    return int(min(hi, max(lo, target_s / max(estimate_s, 1e-6))))
+
+
+def time_cuda(cp, fn, target_s, stream=None, warmup=2):
+    """Median seconds per call of fn, from CUDA events recorded on `stream` around each call.
+
+    The end event is recorded after fn returns, so any host time fn spends (Python, a sync)
+    is inside the interval too: for a training step this is the time a user waits.
+    """
+    stream = stream or cp.cuda.get_current_stream()
+    for _ in range(warmup):
+        fn()
+    stream.synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+
+    def once():
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3   # ms -> s
+
+    times = [once()]
+    times += [once() for _ in range(_repeats(times[0], target_s) - 1)]
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+            "repeats": len(times)}
+
+
+def time_torch(torch, fn, target_s, warmup=2):
+    """time_cuda for PyTorch work (torch's own events and stream)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def once():
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    times = [once()]
+    times += [once() for _ in range(_repeats(times[0], target_s) - 1)]
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+            "repeats": len(times)}
+
+
+def time_cpu(fn, target_s, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+    for _ in range(_repeats(times[0], target_s) - 1):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+            "repeats": len(times)}
+
+
+def rel_err(xp, a, ref):
+    """max |a - ref| / max |ref|, as a Python float."""
+    scale = float(xp.abs(ref).max()) or 1.0
+    return float(xp.abs(a.astype(ref.dtype) - ref).max()) / scale
+
+
+def say(line=""):
+    print(line, flush=True)
+
+
+# ======================================================================================
+# 1. The matmul ladder against cuBLAS
+# ======================================================================================
+def _matmul_operands(cp, n):
+    rs = cp.random.RandomState(0)
+    A = rs.standard_normal((n, n), dtype=cp.float32)
+    B = rs.standard_normal((n, n), dtype=cp.float32)
+    return A, B
+
+
+def tf32_child(n):
+    """Run in a child process with CUPY_TF32=1: time cuBLAS with TF32 and print one JSON line."""
+    cp = require_cupy()
+    A, B = _matmul_operands(cp, n)
+    ref64 = A.astype(cp.float64) @ B.astype(cp.float64)
+    C = cp.matmul(A, B)
+    err = rel_err(cp, C, ref64)
+    t = time_cuda(cp, lambda: cp.matmul(A, B, out=C), 1.0)
+    print(json.dumps({"median_ms": t["median_ms"], "repeats": t["repeats"],
+                      "tflops": 2 * n ** 3 / (t["median_ms"] / 1e3) / 1e12,
+                      "max_rel_err_vs_fp64": err, "CUPY_TF32": os.environ.get("CUPY_TF32")}))
+
+
+def section_matmul(cp, cfg, out):
+    n = cfg["matmul_n"]
+    flops = 2 * n ** 3
+    out.update(n=n, flops=flops, kernels={})
+    say(f"\n[1] matmul {n}x{n}x{n} FP32 — the kernel ladder as a share of cuBLAS (TF32 off)")
+    A, B = _matmul_operands(cp, n)
+
+    # The yardstick first, and check it really is FP32: TF32 would show as a ~1e-3 error.
+    ref = cp.matmul(A, B)
+    err64 = rel_err(cp, ref, A.astype(cp.float64) @ B.astype(cp.float64))
+    if err64 > 1e-4:
+        raise RuntimeError(f"cp.matmul differs from FP64 by {err64:.1e}: TF32 seems to be on "
+                           f"(CUPY_TF32={os.environ.get('CUPY_TF32')}); refusing to time it as FP32.")
+    t = time_cuda(cp, lambda: cp.matmul(A, B, out=ref), cfg["target_s"])
+    base_ms = t["median_ms"]
+    out["cublas_fp32"] = dict(t, tflops=flops / (base_ms / 1e3) / 1e12, max_rel_err_vs_fp64=err64)
+    say(f"  {'cuBLAS FP32 (cp.matmul)':28s} {base_ms:9.3f} ms {out['cublas_fp32']['tflops']:7.2f} "
+        f"TFLOP/s  100.0%   (error vs FP64 {err64:.1e})")
+
+    for name, fn in K.MATMUL_KERNELS.items():
+        cfg_launch = K.launch_config(name, n, n, n)
+        C = fn(A, B)                                    # compiles on first call
+        err = rel_err(cp, C, ref)
+        entry = {"launch": str(cfg_launch), "max_rel_err_vs_cublas": err}
+        out["kernels"][name] = entry
+        if not err < 1e-4:
+            entry["error"] = f"wrong result: max relative error {err:.2e} against cp.matmul"
+            say(f"  {name:28s} WRONG RESULT (error {err:.2e}); not timed")
+            continue
+        target = min(cfg["target_s"], 3.0)
+        t = time_cuda(cp, lambda: fn(A, B), target, warmup=1)
+        entry.update(t, tflops=flops / (t["median_ms"] / 1e3) / 1e12,
+                     share_of_cublas_fp32=base_ms / t["median_ms"])
+        say(f"  {name:28s} {t['median_ms']:9.3f} ms {entry['tflops']:7.2f} TFLOP/s "
+            f"{entry['share_of_cublas_fp32']:6.1%}   {cfg_launch.grid} x {cfg_launch.block}")
+        del C
+    cp.get_default_memory_pool().free_all_blocks()
+
+    # TF32 in a fresh process: CuPy decides at import time.
+    env = dict(os.environ, CUPY_TF32="1")
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--tf32-child", str(n)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
+                               else f"exit code {proc.returncode}")
+        tf32 = json.loads(proc.stdout.strip().splitlines()[-1])
+        tf32["tf32_active"] = tf32["max_rel_err_vs_fp64"] > 1e-5   # TF32 keeps 10 mantissa bits
+        tf32["speedup_over_fp32"] = base_ms / tf32["median_ms"]
+        out["cublas_tf32"] = tf32
+        say(f"  {'cuBLAS TF32 (CUPY_TF32=1)':28s} {tf32['median_ms']:9.3f} ms {tf32['tflops']:7.2f} "
+            f"TFLOP/s {tf32['speedup_over_fp32']:6.1%}   (error vs FP64 "
+            f"{tf32['max_rel_err_vs_fp64']:.1e}{'' if tf32['tf32_active'] else ', TF32 NOT active?'})")
+    except Exception as err:   # the TF32 line is extra: record why it is missing
+        out["cublas_tf32"] = {"error": f"{type(err).__name__}: {err}"}
+        say(f"  cuBLAS TF32: not measured ({err})")
+
+
+# ======================================================================================
+# 2. Fused elementwise kernels against the copy bandwidth
+# ======================================================================================
+def section_elementwise(cp, cfg, out):
+    Nr, F = cfg["elem_rows"], cfg["elem_cols"]
+    n = Nr * F
+    f4 = 4
+    say(f"\n[2] fused kernels on {n / 2**20:.0f}M float32 elements, as a fraction of the copy bandwidth")
+    rs = cp.random.RandomState(1)
+    x = rs.standard_normal((Nr, F), dtype=cp.float32)
+    b = rs.standard_normal(F, dtype=cp.float32)
+    target = cfg["target_s"]
+
+    # The yardstick: a plain device-to-device copy (cudaMemcpyAsync) reads n and writes n.
+    dst = cp.empty_like(x)
+    dst.data.copy_from_device_async(x.data, x.nbytes)
+    if not bool((dst == x).all()):
+        raise RuntimeError("device-to-device copy check failed")
+    t = time_cuda(cp, lambda: dst.data.copy_from_device_async(x.data, x.nbytes), target)
+    copy_gbs = 2 * x.nbytes / (t["median_ms"] / 1e3) / 1e9
+    out.update(n_elements=n, shape=[Nr, F], copy=dict(t, bandwidth_gbs=copy_gbs), kernels={})
+    say(f"  {'copy (device to device)':36s} {t['median_ms']:8.3f} ms {copy_gbs:8.0f} GB/s   100%")
+
+    def line(name, fn, useful_bytes, check, unfused_of=None):
+        """Check, time, and report one kernel; useful_bytes = the least traffic the op needs."""
+        problem = check()
+        entry = {"useful_bytes": int(useful_bytes)}
+        out["kernels"][name] = entry
+        if problem:
+            entry["error"] = problem
+            say(f"  {name:36s} WRONG RESULT ({problem}); not timed")
+            return None
+        t = time_cuda(cp, fn, target)
+        gbs = useful_bytes / (t["median_ms"] / 1e3) / 1e9
+        entry.update(t, useful_bandwidth_gbs=gbs, fraction_of_copy=gbs / copy_gbs)
+        extra = ""
+        if unfused_of is not None and "median_ms" in out["kernels"].get(unfused_of, {}):
+            entry["fused_speedup"] = t["median_ms"] / out["kernels"][unfused_of]["median_ms"]
+            out["kernels"][unfused_of]["fused_speedup"] = entry["fused_speedup"]
+            extra = f"   (fused is {entry['fused_speedup']:.2f}x faster)"
+        say(f"  {name:36s} {t['median_ms']:8.3f} ms {gbs:8.0f} GB/s {gbs / copy_gbs:6.1%}{extra}")
+        return t
+
+    def close(a, ref, tol=1e-5):
+        e = rel_err(cp, a, ref)
+        return None if e <= tol else f"relative error {e:.1e}"
+
+    # bias + ReLU forward: reads x, writes y.
+    y_ref = cp.maximum(x + b, 0)
+    line("bias_relu_forward (fused)", lambda: K.bias_relu_forward(x, b), 2 * n * f4,
+         lambda: close(K.bias_relu_forward(x, b), y_ref))
+    line("x + b, then maximum (unfused)", lambda: cp.maximum(x + b, 0), 2 * n * f4,
+         lambda: None, unfused_of="bias_relu_forward (fused)")
+
+    # bias + ReLU backward: reads dout and y, writes dx (db is F numbers).
+    dout = rs.standard_normal((Nr, F), dtype=cp.float32)
+    dx_ref = dout * (y_ref > 0)
+    db_ref = dx_ref.sum(axis=0)
+
+    def check_bwd():
+        dx, db = K.bias_relu_backward(dout, y_ref)
+        return close(dx, dx_ref) or close(db, db_ref, 1e-4)
+
+    def unfused_bwd():
+        dx = dout * (y_ref > 0)
+        return dx, dx.sum(axis=0)
+
+    line("bias_relu_backward (fused)", lambda: K.bias_relu_backward(dout, y_ref), 3 * n * f4,
+         check_bwd)
+    line("dout * (y > 0), then sum (unfused)", unfused_bwd, 3 * n * f4, lambda: None,
+         unfused_of="bias_relu_backward (fused)")
+
+    # softmax cross-entropy over F classes: reads the logits, writes the gradient.
+    labels = rs.randint(0, F, size=Nr, dtype=cp.int64)
+    rows = cp.arange(Nr)
+
+    def unfused_ce():
+        m = x.max(axis=1, keepdims=True)
+        e = cp.exp(x - m)
+        s = e.sum(axis=1, keepdims=True)
+        loss = (cp.log(s[:, 0]) + m[:, 0] - x[rows, labels]).mean()
+        grad = e / s
+        grad[rows, labels] -= 1
+        grad /= Nr
+        return loss, grad
+
+    def check_ce():
+        loss, grad = K.softmax_cross_entropy(x, labels)
+        ref_loss, ref_grad = unfused_ce()
+        return close(grad, ref_grad, 1e-4) or close(loss, ref_loss, 1e-5)
+
+    line("softmax_cross_entropy (fused)", lambda: K.softmax_cross_entropy(x, labels),
+         2 * n * f4 + Nr * 8, check_ce)
+    line("max, exp, sum, log, ... (unfused)", unfused_ce, 2 * n * f4 + Nr * 8, lambda: None,
+         unfused_of="softmax_cross_entropy (fused)")
+
+    # im2col / col2im at the CNN's second convolution (16 channels, 28x28, 3x3, padding 1).
+    Bc, C, H, W = cfg["conv_batch"], 16, 28, 28
+    xc = rs.standard_normal((Bc, C, H, W), dtype=cp.float32)
+    cols = K.im2col(xc, 3, 3, 1, 1)
+    c = rs.standard_normal(cols.shape, dtype=cp.float32)
+
+    def check_adjoint():   # <im2col(x), c> == <x, col2im(c)>, in float64
+        lhs = float((K.im2col(xc, 3, 3, 1, 1).astype(cp.float64) * c).sum())
+        rhs = float((xc.astype(cp.float64) * K.col2im(c, xc.shape, 3, 3, 1, 1)).sum())
+        e = abs(lhs - rhs) / max(abs(lhs), 1.0)
+        return None if e < 1e-4 else f"adjoint identity off by {e:.1e}"
+
+    say(f"  (im2col/col2im: x {Bc}x{C}x{H}x{W}, 3x3, padding 1 -> cols "
+        f"{cols.shape[0]}x{cols.shape[1]} = {cols.size / 2**20:.0f}M elements)")
+    line("im2col (gather)", lambda: K.im2col(xc, 3, 3, 1, 1), cols.nbytes + xc.nbytes,
+         check_adjoint)
+    line("col2im (gather, no atomics)", lambda: K.col2im(c, xc.shape, 3, 3, 1, 1),
+         cols.nbytes + xc.nbytes, lambda: None)
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+# ======================================================================================
+# 3./4. Training steps
+# ======================================================================================
+def _data(kind, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (batch, 784) if kind == "mlp" else (batch, 1, 28, 28)
+    return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, 10, batch)
+
+
+def dl_step(kind, batch, device, fused_loss=False):
+    """One dlcourse training step (forward, loss, backward, SGD with momentum) as a function.
+
+    fused_loss=True uses the fused softmax-CE kernel instead of dl.SoftmaxCrossEntropy: the
+    same maths, but no host synchronization (dl's loss returns a Python float), which is what
+    a CUDA graph needs.
+    """
+    model = dl.MLP([784, 512, 512, 10], seed=0) if kind == "mlp" else \
+        dl.CNN(in_channels=1, image_size=(28, 28), num_classes=10, seed=0)
+    model.to(device)
+    x, y = _data(kind, batch)
+    x, y = dl.to_device(x, device), dl.to_device(y, device)
+    loss = dl.SoftmaxCrossEntropy()
+    opt = dl.SGD(model, lr=0.01, momentum=0.9)
+
+    def step():
+        logits = model.forward(x)
+        if fused_loss:
+            value, dlogits = K.softmax_cross_entropy(logits, y)
+        else:
+            value = loss.forward(logits, y)
+            dlogits = loss.backward()
+        model.backward(dlogits, input_grad=False)   # a step needs no dL/dx
+        opt.step()
+        return value
+    step.model, step.opt = model, opt
+    return step
+
+
+def torch_step(torch, kind, batch):
+    from torch import nn
+    torch.manual_seed(0)
+    if kind == "mlp":
+        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10))
+    else:
+        model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+    model = model.cuda()
+    x, y = _data(kind, batch)
+    x, y = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
+    lossf = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()   # dlcourse's loss is a Python float too: both wait for the GPU
+    return step
+
+
+def _load_torch(args):
+    if args.no_torch:
+        return None, "skipped (--no-torch)"
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed (pip install torch) — torch lines skipped"
+    if not torch.cuda.is_available():
+        return None, f"PyTorch {torch.__version__} has no CUDA here — torch lines skipped"
+    torch.backends.cuda.matmul.allow_tf32 = False   # FP32 means FP32, as for CuPy
+    torch.backends.cudnn.allow_tf32 = False
+    return torch, None
+
+
+def section_training(cp, cfg, out, torch, torch_note):
+    say("\n[3] one training step (forward + loss + backward + SGD momentum), FP32, TF32 off")
+    if torch_note:
+        say(f"  note: {torch_note}")
+        out["torch_note"] = torch_note
+    out["cases"] = {}
+    cases = [("mlp", b) for b in cfg["mlp_batches"]] + [("cnn", cfg["cnn_batch"])]
+    for kind, batch in cases:
+        key = f"{kind}_b{batch}"
+        entry = out["cases"][key] = {"model": kind, "batch": batch}
+        step = dl_step(kind, batch, "gpu")
+        first = float(step())
+        if not np.isfinite(first):
+            entry["error"] = f"dlcourse loss is {first}"
+            say(f"  {key}: dlcourse loss is {first}; not timed")
+            continue
+        entry["dlcourse"] = time_cuda(cp, step, cfg["target_s"])
+        msg = f"  {kind.upper()} batch {batch:5d}: dlcourse {entry['dlcourse']['median_ms']:8.3f} ms"
+        if torch is not None:
+            tstep = torch_step(torch, kind, batch)
+            entry["torch"] = time_torch(torch, tstep, cfg["target_s"])
+            entry["dlcourse_over_torch"] = entry["dlcourse"]["median_ms"] / entry["torch"]["median_ms"]
+            msg += (f"   PyTorch {entry['torch']['median_ms']:8.3f} ms   "
+                    f"dlcourse/PyTorch {entry['dlcourse_over_torch']:5.2f}x")
+        say(msg)
+        del step
+    out["cuda_graph"] = _cuda_graph_line(cp, cfg)
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def _cuda_graph_line(cp, cfg):
+    """Capture the dlcourse MLP step (fused loss) into a CUDA graph and replay it.
+
+    A graph replays every kernel launch of the step with one call, removing Python and launch
+    overhead, which dominates at small batch. It only works when the step never waits on the
+    host and allocates nothing new while capturing; if capture fails we say why.
+    """
+    batch = cfg["graph_batch"]
+    entry = {"model": "mlp", "batch": batch}
+    try:
+        eager = dl_step("mlp", batch, "gpu", fused_loss=True)
+        entry["eager_fused_loss"] = time_cuda(cp, eager, cfg["target_s"])
+
+        step = dl_step("mlp", batch, "gpu", fused_loss=True)
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            for _ in range(3):      # warm up on this stream: kernels compiled, pool filled
+                step()
+            stream.synchronize()
+            stream.begin_capture()
+            try:
+                step()
+            finally:
+                graph = stream.end_capture()
+        # Check: one replay must equal one eager step from the same state.
+        params = step.model.params
+        saved = {k: p.copy() for k, p in params.items()}
+        saved_state = {k: v.copy() for k, v in step.opt.state.items()}
+        graph.launch(stream)
+        stream.synchronize()
+        replayed = {k: p.copy() for k, p in params.items()}
+        for k, p in params.items():
+            p[...] = saved[k]
+        for k, v in step.opt.state.items():
+            v[...] = saved_state[k]
+        cp.cuda.Device().synchronize()
+        step()                      # eager, on the default stream
+        cp.cuda.Device().synchronize()
+        err = max(rel_err(cp, replayed[k], p) for k, p in params.items())
+        entry["max_rel_err_graph_vs_eager"] = err
+        if not err < 1e-5:
+            raise RuntimeError(f"graph replay differs from the eager step (error {err:.1e})")
+        entry["graph"] = time_cuda(cp, lambda: graph.launch(stream), cfg["target_s"], stream=stream)
+        entry["speedup_over_eager"] = entry["eager_fused_loss"]["median_ms"] / entry["graph"]["median_ms"]
+        say(f"  MLP batch {batch:5d}, CUDA graph: {entry['graph']['median_ms']:8.3f} ms per replay, "
+            f"eager {entry['eager_fused_loss']['median_ms']:8.3f} ms (both with the fused loss "
+            f"kernel): {entry['speedup_over_eager']:.2f}x")
+    except Exception as err:
+        entry["error"] = f"{type(err).__name__}: {err}"
+        say(f"  CUDA graph capture of the dlcourse step: not measured ({entry['error']})")
+    return entry
+
+
+def section_cpu_vs_gpu(cp, cfg, out):
+    say("\n[4] the MLP 784-512-512-10 training step, GPU against CPU")
+    out["model"] = "mlp 784-512-512-10"
+    out["cases"] = {}
+    for batch in cfg["cpu_batches"]:
+        g_step, c_step = dl_step("mlp", batch, "gpu"), dl_step("mlp", batch, "cpu")
+        g = time_cuda(cp, g_step, cfg["target_s"])
+        c = time_cpu(c_step, cfg["target_s"])
+        entry = out["cases"][str(batch)] = {
+            "batch": batch, "gpu": g, "cpu": c, "cpu_over_gpu": c["median_ms"] / g["median_ms"],
+            "gpu_samples_per_s": batch / (g["median_ms"] / 1e3),
+            "cpu_samples_per_s": batch / (c["median_ms"] / 1e3)}
+        say(f"  batch {batch:5d}: GPU {g['median_ms']:8.3f} ms   CPU {c['median_ms']:9.3f} ms   "
+            f"CPU time / GPU time {entry['cpu_over_gpu']:6.1f}x")
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+# ======================================================================================
+# Environment, output, plot
+# ======================================================================================
+def environment(cp, torch):
+    info = dl.device_info("gpu")
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    env = {
+        "device": info["name"], "compute_capability": info["compute_capability"],
+        "memory_total_gb": info["memory_total_gb"], "sm_count": props["multiProcessorCount"],
+        "driver": info["driver_version"], "cuda_runtime": info["cuda_runtime_version"],
+        "cupy": cp.__version__, "CUPY_TF32": os.environ.get("CUPY_TF32"),
+        "torch": None, "torch_cuda": None, "numpy": np.__version__,
+        "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "blas": info.get("blas"), "blas_threads": info.get("blas_threads"),
+        "dlcourse": getattr(dl, "__version__", None),
+    }
+    try:
+        major, minor = cp.cuda.nvrtc.getVersion()
+        env["nvrtc"] = f"{major}.{minor}"
+    except Exception:
+        pass
+    if torch is not None:
+        env.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
+                   torch_allow_tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+                   torch_allow_tf32_cudnn=torch.backends.cudnn.allow_tf32,
+                   torch_cudnn_benchmark=torch.backends.cudnn.benchmark)
+    try:
+        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                           text=True, timeout=10).stdout.strip() or None
+    except Exception:
+        env["git_commit"] = None
+    return env
+
+
+def slug(name):
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig.suptitle(f"dlcourse GPU suite — {results['environment']['device']} "
+                 f"({results['date'][:10]}{', quick' if results['quick'] else ''})")
+
+    def empty(ax, title, why="not measured"):
+        ax.set_title(title)
+        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+
+    mm = results.get("matmul", {})
+    ax = axes[0, 0]
+    timed = {k: v for k, v in mm.get("kernels", {}).items() if "share_of_cublas_fp32" in v}
+    if timed:
+        names = list(timed) + ["cuBLAS FP32"]
+        shares = [100 * v["share_of_cublas_fp32"] for v in timed.values()] + [100.0]
+        bars = ax.bar(names, shares, color=["#9ecae1"] * len(timed) + ["#3182bd"])
+        ax.bar_label(bars, fmt="%.1f%%")
+        tf32 = mm.get("cublas_tf32", {})
+        if "speedup_over_fp32" in tf32:
+            ax.axhline(100 * tf32["speedup_over_fp32"], ls="--", color="gray")
+            ax.text(0, 100 * tf32["speedup_over_fp32"], " cuBLAS TF32", va="bottom", color="gray")
+        ax.set_ylabel("% of cuBLAS FP32 speed")
+        ax.set_title(f"matmul {mm['n']}³ FP32: the kernel ladder")
+    else:
+        empty(ax, "matmul ladder", mm.get("error", "not measured"))
+
+    ew = results.get("elementwise", {})
+    ax = axes[0, 1]
+    timed = {k: v for k, v in ew.get("kernels", {}).items() if "fraction_of_copy" in v}
+    if timed:
+        names = list(timed)
+        bars = ax.barh(names, [100 * v["fraction_of_copy"] for v in timed.values()],
+                       color=["#31a354" if "(fused)" in n or "gather" in n else "#a1d99b" for n in names])
+        ax.bar_label(bars, fmt="%.0f%%")
+        ax.invert_yaxis()
+        ax.set_xlabel(f"% of copy bandwidth ({ew['copy']['bandwidth_gbs']:.0f} GB/s), useful bytes")
+        ax.set_title(f"fused vs unfused, {ew['n_elements'] / 2**20:.0f}M elements")
+    else:
+        empty(ax, "elementwise kernels", ew.get("error", "not measured"))
+
+    tr = results.get("training", {})
+    ax = axes[1, 0]
+    cases = {k: v for k, v in tr.get("cases", {}).items() if "dlcourse" in v}
+    if cases:
+        xs = np.arange(len(cases))
+        dl_ms = [v["dlcourse"]["median_ms"] for v in cases.values()]
+        ax.bar(xs - 0.2, dl_ms, 0.4, label="dlcourse (CuPy)")
+        t_ms = [v["torch"]["median_ms"] if "torch" in v else np.nan for v in cases.values()]
+        if not all(np.isnan(t_ms)):
+            ax.bar(xs + 0.2, t_ms, 0.4, label="PyTorch")
+        g = tr.get("cuda_graph", {})
+        if "graph" in g:
+            ax.axhline(g["graph"]["median_ms"], ls="--", color="gray",
+                       label=f"dlcourse MLP b{g['batch']} as a CUDA graph")
+        ax.set_xticks(xs, list(cases))
+        ax.set_yscale("log")
+        ax.set_ylabel("ms per training step (log scale)")
+        ax.set_title("training step on the GPU")
+        ax.legend()
+    else:
+        empty(ax, "training step", tr.get("error", "not measured"))
+
+    cg = results.get("cpu_vs_gpu", {})
+    ax = axes[1, 1]
+    cases = cg.get("cases", {})
+    if cases:
+        b = [v["batch"] for v in cases.values()]
+        ax.loglog(b, [v["gpu"]["median_ms"] for v in cases.values()], "o-", label="GPU (CuPy)", base=2)
+        ax.loglog(b, [v["cpu"]["median_ms"] for v in cases.values()], "s-", label="CPU (NumPy)", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("ms per training step")
+        ax.set_title("MLP 784-512-512-10 step: GPU vs CPU")
+        ax.legend()
+    else:
+        empty(ax, "GPU vs CPU", cg.get("error", "not measured"))
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"),
+                    help="folder for <device>.json and <device>.png (default: benchmarks/results)")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated subset of {','.join(SECTIONS)}")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    ap.add_argument("--tf32-child", type=int, metavar="N", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.tf32_child:
+        tf32_child(args.tf32_child)
+        return 0
+    if not gpu_available():
+        say(f"No usable GPU, so nothing was measured and nothing was written. {gpu_problem()}")
+        return 0
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+
+    cp = require_cupy()
+    torch, torch_note = _load_torch(args)
+    cfg = QUICK if args.quick else FULL
+    results = {"suite": "dlcourse benchmarks/gpu_suite.py", "quick": args.quick,
+               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "environment": environment(cp, torch), "config": cfg}
+    env = results["environment"]
+    say(f"GPU: {env['device']} (CC {env['compute_capability']}, {env['sm_count']} SMs, "
+        f"{env['memory_total_gb']} GiB), driver {env['driver']}, CUDA runtime {env['cuda_runtime']}, "
+        f"CuPy {env['cupy']}, PyTorch {env['torch']}, CUPY_TF32={env['CUPY_TF32']}")
+
+    started = time.perf_counter()
+    for name in sections:
+        out = results[name] = {}
+        try:
+            if name == "matmul":
+                section_matmul(cp, cfg, out)
+            elif name == "elementwise":
+                section_elementwise(cp, cfg, out)
+            elif name == "training":
+                section_training(cp, cfg, out, torch, torch_note)
+            else:
+                section_cpu_vs_gpu(cp, cfg, out)
+        except Exception as err:   # keep what was measured; say what failed and why
+            out["error"] = f"{type(err).__name__}: {err}"
+            say(f"  section {name} stopped: {out['error']}")
+            traceback.print_exc()
+        cp.get_default_memory_pool().free_all_blocks()
+    results["wall_s"] = time.perf_counter() - started
+
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = folder / slug(env["device"])
+    base.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    say(f"\nwrote {base.with_suffix('.json')}")
+    try:
+        plot(results, base.with_suffix(".png"))
+        say(f"wrote {base.with_suffix('.png')}")
+    except Exception as err:
+        say(f"plot not written: {type(err).__name__}: {err}")
+    say(f"total {results['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

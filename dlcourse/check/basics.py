@@ -1,0 +1,590 @@
+"""Checks for lessons 00-03, and the machinery every check shares.
+
+Used in notebooks ``00_setup_and_gpu_arrays`` to ``03_backpropagation``: after you write a
+function, a check cell runs it on a few small cases, for example::
+
+    dl.check.linear_backward(linear_backward)
+
+and either prints that every case passes or raises :class:`ExerciseError` saying which case
+failed, what was expected, what your function gave and, where the mistake is a common one,
+what the likely fix is. A function that still raises ``NotImplementedError`` gets
+``"... is not implemented yet: <the hint>"``.
+
+The shared machinery (for check modules such as ``cnn.py``)::
+
+    call(fn, *args, case=...)                       # run the learner's function
+    to_array(value, fn, case, what)                 # NumPy copy of a returned array
+    expect_shape(got, shape, fn, case, what, fix)   # shape, with the likely fix
+    expect_close(got, expected, fn, case, what, mistakes=[(array, fix), ...])
+    expect_finite(got, fn, case, what, fix)
+    fail(fn, case, problem, fix)                    # raise ExerciseError in the common format
+    passed(fn, n_cases)                             # the one-line success message
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+
+__all__ = [
+    "ExerciseError",
+    "normalize_rows",
+    "perceptron_predict", "perceptron_update",
+    "softmax", "cross_entropy", "sigmoid_ce_grad",
+    "linear_forward", "linear_backward", "relu_backward",
+]
+
+
+class ExerciseError(AssertionError):
+    """Your function does not do what the exercise asks yet (the message says what and where)."""
+
+
+# ======================================================================================
+# Shared machinery
+# ======================================================================================
+def _name(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _shape(shape) -> str:
+    shape = tuple(int(s) for s in shape)
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _show(a) -> str:
+    """A short, readable print of an array for an error message."""
+    a = np.asarray(a)
+    if a.ndim == 0:
+        return f"{a.item():.6g}" if np.issubdtype(a.dtype, np.floating) else str(a.item())
+    with np.printoptions(precision=4, suppress=True, threshold=24, edgeitems=3, linewidth=88):
+        text = np.array2string(a, separator=", ")
+    return text.replace("\n", "\n" + " " * 14)   # aligned under "    expected: "
+
+
+def fail(fn, case: str, problem: str, fix: str | None = None):
+    """Raise :class:`ExerciseError` in the common format: function, case, problem, likely fix."""
+    lines = [f"{_name(fn)} is not right yet.", f"  case:    {case}", f"  problem: {problem}"]
+    if fix:
+        lines.append(f"  likely fix: {fix}")
+    raise ExerciseError("\n".join(lines))
+
+
+def call(fn, *args, case: str, on_error: str | None = None, **kwargs):
+    """Call the learner's ``fn(*args, **kwargs)`` and return what it returns.
+
+    ``NotImplementedError`` becomes ``ExerciseError("<fn> is not implemented yet: <hint>")``;
+    any other exception becomes an ExerciseError naming the case (the original error, with
+    the line in the learner's function, stays in the traceback). ``on_error`` is a likely
+    fix to add when the function raises.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError as err:
+        hint = str(err).strip() or "replace the `raise NotImplementedError` line with your code."
+        raise ExerciseError(f"{_name(fn)} is not implemented yet: {hint}") from None
+    except ExerciseError:
+        raise
+    except Exception as err:
+        fix = on_error or "read the error above: the last lines of the traceback point at your code."
+        raise ExerciseError(
+            f"{_name(fn)} raised {type(err).__name__}: {err}\n"
+            f"  case:    {case}\n"
+            f"  likely fix: {fix}") from err
+
+
+def to_array(value, fn, case: str, what: str) -> np.ndarray:
+    """``value`` as a NumPy array (CuPy arrays are copied to the host); fail on ``None``."""
+    if value is None:
+        fail(fn, case, f"{what} is None.", "did your function `return` it?")
+    if isinstance(value, (list, tuple)) and any(hasattr(v, "shape") for v in value):
+        fail(fn, case, f"{what} is a {type(value).__name__} of {len(value)} items, not an array.",
+             "return the array itself (check the `return` line and how you unpacked values).")
+    try:
+        array = np.asarray(backend.to_numpy(value))
+    except Exception:  # noqa: BLE001 - anything that is not array-like
+        fail(fn, case, f"{what} is a {type(value).__name__}, not an array.")
+    if array.dtype.kind not in "biuf":
+        fail(fn, case, f"{what} is not an array of numbers (got {type(value).__name__} "
+                       f"with dtype {array.dtype}).")
+    return array
+
+
+def expect_tuple(value, n: int, fn, case: str, names: str):
+    """Check that a function returned ``n`` values (``names`` e.g. ``"dx, dW, db"``)."""
+    if not isinstance(value, (tuple, list)) or len(value) != n:
+        got = (f"a {type(value).__name__} of {len(value)} items"
+               if isinstance(value, (tuple, list)) else f"a single {type(value).__name__}")
+        fail(fn, case, f"expected {n} values ({names}), got {got}.", f"end with `return {names}`.")
+    return tuple(value)
+
+
+def expect_shape(got: np.ndarray, shape, fn, case: str, what: str, fix: str | None = None):
+    """Fail unless ``got.shape == shape``."""
+    if tuple(got.shape) != tuple(shape):
+        fail(fn, case, f"{what} has shape {_shape(got.shape)}, expected {_shape(shape)}.", fix)
+
+
+def expect_finite(got: np.ndarray, fn, case: str, what: str, fix: str | None = None):
+    """Fail if ``got`` holds NaN or infinity."""
+    bad = ~np.isfinite(got)
+    if bad.any() and got.ndim == 0:
+        fail(fn, case, f"{what} is {got.item()}.", fix)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0]) if got.ndim else ()
+        fail(fn, case, f"{what} contains {int(bad.sum())} non-finite value(s) (nan or inf), the "
+                       f"first at index {where}:\n    got:      {_show(got)}", fix)
+
+
+def _close(a, b, rtol, atol) -> bool:
+    return a.shape == np.shape(b) and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+
+
+def expect_close(got: np.ndarray, expected, fn, case: str, what: str, *, rtol: float = 1e-5,
+                 atol: float = 1e-7, mistakes=(), fix: str | None = None):
+    """Fail unless ``got`` is close to ``expected`` (same shape, ``np.allclose``).
+
+    ``mistakes`` is a list of ``(wrong_result, explanation)``: when ``got`` matches a known
+    wrong result, its explanation is given as the likely fix (else ``fix``). A wrong result
+    may be a function of no arguments (called only when needed; if it raises, it is skipped).
+    """
+    expected = np.asarray(expected)
+    if _close(got, expected, rtol, atol):
+        return
+    for wrong, explanation in mistakes:
+        if callable(wrong):
+            try:
+                with np.errstate(all="ignore"):
+                    wrong = wrong()
+            except Exception:  # noqa: BLE001 - a mistake that cannot even be computed here
+                continue
+        if _close(got, np.asarray(wrong), rtol, atol):
+            fix = explanation
+            break
+    if got.shape == expected.shape and got.size:
+        diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        i = np.unravel_index(int(np.argmax(diff)), diff.shape)
+        at = f" at index {tuple(int(k) for k in i)}" if got.ndim else ""
+        largest = f" (largest difference {float(diff[i]):.3g}{at})"
+    else:
+        largest = ""
+    fail(fn, case, f"{what} is not what it should be{largest}.\n"
+                   f"    expected: {_show(expected)}\n"
+                   f"    got:      {_show(got)}", fix)
+
+
+def passed(fn, n_cases: int, on_gpu: bool = False):
+    """Print the success line: ``"✓ linear_backward: all 4 cases pass (NumPy)."``."""
+    where = "NumPy and CuPy" if on_gpu else "NumPy"
+    print(f"\u2713 {_name(fn)}: all {n_cases} cases pass ({where}).")
+
+
+def _gpu():
+    """The cupy module when a GPU is usable (the checks then also run a case there)."""
+    return backend.require_cupy() if backend.gpu_available() else None
+
+
+def _expect_on_gpu(value, fn, case, what):
+    if backend.device_of(value) != "gpu":
+        fail(fn, case, f"{what} came back as a NumPy array for a CuPy (GPU) input.",
+             "write xp = dl.get_array_module(x) and use xp.<function>, not np.<function>, "
+             "so the result stays where the input lives.")
+
+
+def _rng(seed):
+    return np.random.default_rng([seed, 31337])
+
+
+# ======================================================================================
+# Lesson 00: one code path for NumPy and CuPy
+# ======================================================================================
+def _ref_normalize_rows(x):
+    return x / np.sqrt((x * x).sum(axis=1, keepdims=True))
+
+
+def normalize_rows(fn):
+    """Check ``fn(x)``: each row of ``x`` (N, D) scaled to Euclidean length 1, same dtype,
+    and (when a GPU is present) a CuPy input gives a CuPy output."""
+    r = _rng(0)
+    cases = [
+        ("x = [[3, 4], [1, 0], [0, -2]] (rows of length 5, 1 and 2)",
+         np.array([[3.0, 4.0], [1.0, 0.0], [0.0, -2.0]])),
+        ("x of shape (4, 4), float64 (square: the axes cannot be told apart by shape)",
+         r.standard_normal((4, 4))),
+        ("x of shape (6, 3), float32", r.standard_normal((6, 3)).astype(np.float32)),
+    ]
+    for case, x in cases:
+        expected = _ref_normalize_rows(x)
+        got = to_array(call(fn, x.copy(), case=case,
+                            on_error="the row norms should form an (N, 1) column: sum with "
+                                     "axis=1 and keepdims=True."), fn, case, "the result")
+        expect_shape(got, x.shape, fn, case, "the result", "return an array shaped like x.")
+        col = np.sqrt((x * x).sum(axis=1))
+        tol = 1e-5 if x.dtype == np.float32 else 1e-10
+        expect_close(got, expected, fn, case, "the result", rtol=tol, atol=tol, mistakes=[
+            (x / np.sqrt((x * x).sum(axis=0, keepdims=True)),
+             "you normalized the columns (axis=0); each ROW should get length 1: sum over axis=1."),
+            (x / (x * x).sum(axis=1, keepdims=True),
+             "you divided by the squared length: take xp.sqrt of the sum of squares."),
+            (x / np.abs(x).sum(axis=1, keepdims=True),
+             "you divided by the sum of absolute values; the Euclidean length is "
+             "sqrt(sum of squares)."),
+            (lambda: x / col[None, :],
+             "without keepdims=True the norms have shape (N,) and divide the COLUMNS: keep "
+             "the summed axis so they form an (N, 1) column."),
+        ])
+        if got.dtype != x.dtype:
+            fail(fn, case, f"the result is {got.dtype} but x is {x.dtype}.",
+                 "use x's own operations (x * x, .sum, xp.sqrt); mixing in np.float64 values "
+                 "promotes float32 to float64.")
+    cp = _gpu()
+    if cp is not None:
+        case = "the first case again, with x on the GPU (a CuPy array)"
+        x = cases[0][1]
+        out = call(fn, cp.asarray(x), case=case)
+        _expect_on_gpu(out, fn, case, "the result")
+        expect_close(to_array(out, fn, case, "the result"), _ref_normalize_rows(x), fn, case,
+                     "the result", rtol=1e-10, atol=1e-10)
+    passed(fn, len(cases) + (cp is not None), cp is not None)
+
+
+# ======================================================================================
+# Lesson 01: the perceptron
+# ======================================================================================
+def perceptron_predict(fn):
+    """Check ``fn(X, w, b)``: class 1 where ``X @ w + b > 0`` (strictly), else 0; shape (N,)."""
+    r = _rng(1)
+    cases = [
+        ("X = [[2, 1], [-1, -3], [0.5, 0.5], [1, -1]], w = [1, 1], b = 0 "
+         "(weighted sums 3, -4, 1, 0)",
+         np.array([[2.0, 1.0], [-1.0, -3.0], [0.5, 0.5], [1.0, -1.0]]), np.array([1.0, 1.0]), 0.0),
+        ("X = [[1, 0], [0, 1], [2, 2]], w = [0.5, -1], b = -0.25 (a bias that matters)",
+         np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]), np.array([0.5, -1.0]), -0.25),
+        ("20 random samples with 5 features", r.standard_normal((20, 5)), r.standard_normal(5), 0.3),
+    ]
+    for case, X, w, b in cases:
+        s = X @ w + b
+        expected = (s > 0).astype(np.int64)
+        got = to_array(call(fn, X.copy(), w.copy(), b, case=case,
+                            on_error="X is (N, D) and w is (D,): the weighted sums are X @ w + b."),
+                       fn, case, "the prediction")
+        if got.ndim == 2 and got.shape == (len(X), 1):
+            fail(fn, case, f"the prediction has shape {_shape(got.shape)}; expected ({len(X)},).",
+                 "return one label per sample, a flat array of shape (N,).")
+        expect_shape(got, expected.shape, fn, case, "the prediction",
+                     "one label per row of X: (X @ w + b) has shape (N,).")
+        if not (np.issubdtype(got.dtype, np.number) or got.dtype == bool):
+            fail(fn, case, f"the prediction has dtype {got.dtype}; expected 0/1 integers.")
+        expect_close(got, expected, fn, case, "the prediction", mistakes=[
+            ((s >= 0).astype(np.int64),
+             "a weighted sum of exactly 0 should give class 0: the step is 1 only where "
+             "x @ w + b > 0 (strictly), as in dl.Perceptron."),
+            (np.where(s > 0, 1, -1),
+             "you returned -1/+1; this perceptron's classes are 0 and 1: (s > 0).astype(int)."),
+            (s, "you returned the weighted sums themselves: apply the step, 1 where s > 0 else 0."),
+            ((X @ w > 0).astype(np.int64), "you forgot the bias: s = X @ w + b."),
+        ])
+    passed(fn, len(cases))
+
+
+def perceptron_update(fn):
+    """Check ``fn(w, b, x, y, lr)`` -> ``(w, b)``: Rosenblatt's rule for one sample
+    (``w += lr * (y - ŷ) * x``, ``b += lr * (y - ŷ)``, with ``ŷ = 1 if x @ w + b > 0 else 0``)."""
+    cases = [
+        ("w = [0, 0], b = 0, x = [1, 2], y = 1: predicted 0, so a mistake (lr = 1)",
+         np.array([0.0, 0.0]), 0.0, np.array([1.0, 2.0]), 1, 1.0),
+        ("w = [1, 1], b = 0.5, x = [2, 1], y = 0: predicted 1, a mistake the other way (lr = 1)",
+         np.array([1.0, 1.0]), 0.5, np.array([2.0, 1.0]), 0, 1.0),
+        ("w = [1, 1], b = 0, x = [1, 1], y = 1: already right, nothing should change",
+         np.array([1.0, 1.0]), 0.0, np.array([1.0, 1.0]), 1, 1.0),
+        ("w = [0.5, -1, 2], b = 0.1, x = [1, 2, -1], y = 1: a mistake with lr = 0.5",
+         np.array([0.5, -1.0, 2.0]), 0.1, np.array([1.0, 2.0, -1.0]), 1, 0.5),
+    ]
+    for case, w, b, x, y, lr in cases:
+        y_hat = 1 if x @ w + b > 0 else 0
+        step = lr * (y - y_hat)
+        w_exp, b_exp = w + step * x, b + step
+        out = call(fn, w.copy(), b, x.copy(), y, lr, case=case)
+        w_got, b_got = expect_tuple(out, 2, fn, case, "w, b")
+        w_got = to_array(w_got, fn, case, "the new w")
+        b_got = to_array(b_got, fn, case, "the new b")
+        expect_shape(w_got, w.shape, fn, case, "the new w")
+        if b_got.size != 1:
+            fail(fn, case, f"the new b has shape {_shape(b_got.shape)}; it should be one number.")
+        b_got = b_got.reshape(())
+        right = y_hat == y
+        expect_close(w_got, w_exp, fn, case, "the new w", rtol=1e-12, atol=1e-12, mistakes=[
+            (w + lr * y * x, "the rule moves w only on a mistake: use lr * (y - y_hat) * x, "
+                             "which is 0 when the prediction is right."),
+            (w - step * x, "w moved the wrong way: the step is lr * (y - y_hat), not (y_hat - y)."),
+            (w + (y - y_hat) * x, "lr was ignored: multiply the step by lr."),
+        ], fix=("nothing should change when the prediction is right." if right else None))
+        expect_close(b_got, b_exp, fn, case, "the new b", rtol=1e-12, atol=1e-12, mistakes=[
+            (np.asarray(b), "b did not change: the bias learns too, b + lr * (y - y_hat)."),
+            (np.asarray(b - step), "b moved the wrong way: add lr * (y - y_hat)."),
+            (np.asarray(b + (y - y_hat)), "lr was ignored in the bias update."),
+        ])
+    passed(fn, len(cases))
+
+
+# ======================================================================================
+# Lesson 02: losses and their gradients
+# ======================================================================================
+def _ref_softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _ref_log_softmax(z):
+    s = z - z.max(axis=-1, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=-1, keepdims=True))
+
+
+def softmax(fn):
+    """Check ``fn(z)``: softmax over the last axis, for any number of axes, finite for
+    logits as large as 1000 (subtract each row's max), keeping float32 as float32."""
+    r = _rng(2)
+    cases = [
+        ("z = [[1, 2, 3], [1, 1, 1]]", np.array([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])),
+        ("z of shape (3, 3), random (square: rows and columns cannot be told apart by shape)",
+         r.standard_normal((3, 3))),
+        ("large logits: z = [[1000, 999, 998], [-1000, -1000, -1000]]",
+         np.array([[1000.0, 999.0, 998.0], [-1000.0, -1000.0, -1000.0]])),
+        ("a single row of 4 logits, z of shape (4,) (use the last axis, axis=-1)",
+         np.array([0.5, -1.0, 2.0, 0.0])),
+        ("z of shape (2, 3, 5), float32 (softmax over the last axis)",
+         r.standard_normal((2, 3, 5)).astype(np.float32)),
+    ]
+    for case, z in cases:
+        expected = _ref_softmax(z)
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            got = to_array(call(fn, z.copy(), case=case,
+                                on_error="reduce over the last axis with axis=-1 and "
+                                         "keepdims=True, so any number of axes works."),
+                           fn, case, "the result")
+        expect_shape(got, z.shape, fn, case, "the result", "softmax keeps the shape of z.")
+        if not np.isfinite(got).all():
+            first_row_bad = not np.isfinite(got.reshape(-1, z.shape[-1])[0]).all()
+            fix = ("exp(1000) overflows to inf and inf/inf is nan. Subtract each row's max "
+                   "first: z - z.max(axis=-1, keepdims=True); the result is mathematically the same."
+                   if first_row_bad else
+                   "subtract each ROW's own max (keepdims=True), not the max of the whole array: "
+                   "a row far below the global max underflows to 0/0.")
+            expect_finite(got, fn, case, "the result", fix)
+        tol = 1e-5 if z.dtype == np.float32 else 1e-10
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            col = np.exp(z - z.max()) / np.exp(z - z.max()).sum(axis=0, keepdims=True)
+        expect_close(got, expected, fn, case, "the result", rtol=tol, atol=tol, mistakes=[
+            (col, "the columns sum to 1 instead of the rows: reduce over the last axis (axis=-1)."),
+        ])
+        if got.dtype != z.dtype:
+            fail(fn, case, f"the result is {got.dtype} but z is {z.dtype}.",
+                 "use z's own operations; float64 constants or arrays promote float32.")
+    passed(fn, len(cases))
+
+
+def cross_entropy(fn):
+    """Check ``fn(logits, labels)``: the mean over the batch of -log softmax(logits)[n, labels[n]],
+    a single number, finite even for logits 1000 apart (use log-softmax, not log(softmax))."""
+    r = _rng(3)
+    cases = [
+        ("logits = [[2, 1, 0.1], [0.5, 2.5, 0.3]], labels = [0, 1]",
+         np.array([[2.0, 1.0, 0.1], [0.5, 2.5, 0.3]]), np.array([0, 1])),
+        ("8 samples, 5 classes, random logits", r.standard_normal((8, 5)) * 2, r.integers(0, 5, 8)),
+        ("logits 1000 apart: logits = [[1000, 0], [0, 1000]], labels = [1, 1] (loss 500)",
+         np.array([[1000.0, 0.0], [0.0, 1000.0]]), np.array([1, 1])),
+    ]
+    for case, logits, labels in cases:
+        N = len(labels)
+        logp = _ref_log_softmax(logits)
+        picked = logp[np.arange(N), labels]
+        expected = -picked.mean()
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            out = call(fn, logits.copy(), labels.copy(), case=case,
+                       on_error="index the log-probabilities with [xp.arange(N), labels].")
+        got = to_array(out, fn, case, "the loss")
+        if got.size != 1:
+            fail(fn, case, f"the loss has shape {_shape(got.shape)}; it should be one number.",
+                 "average over the batch: -logp[xp.arange(N), labels].mean().")
+        got = got.reshape(())
+        if not np.isfinite(got):
+            expect_finite(got, fn, case, "the loss",
+                          "softmax underflows to exactly 0 for a logit 1000 below the max, and "
+                          "log(0) = -inf. Compute log-softmax directly: "
+                          "shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True)).")
+        expect_close(got, expected, fn, case, "the loss", rtol=1e-6, atol=1e-9, mistakes=[
+            (-picked.sum(), f"the loss is {N} times too large: take the mean over the batch "
+                            "(.mean()), not the sum."),
+            (picked.mean(), "the sign is flipped: the loss is MINUS the log-probability."),
+            (-logp.mean(), "you averaged over every class; use only the log-probability of each "
+                           "sample's label: logp[xp.arange(N), labels]."),
+            (-_ref_log_softmax(logits.T).T[np.arange(N), labels].mean(),
+             "softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
+        ])
+    passed(fn, len(cases))
+
+
+def sigmoid_ce_grad(fn):
+    """Check ``fn(z, y)``: dL/dz of L = mean binary cross-entropy of sigmoid(z) and y,
+    i.e. ``(sigmoid(z) - y) / N``, shaped like z."""
+    r = _rng(4)
+    cases = [
+        ("z = [0, 2, -1], y = [1, 0, 1]", np.array([0.0, 2.0, -1.0]), np.array([1.0, 0.0, 1.0])),
+        ("10 random logits and labels", r.standard_normal(10) * 3, r.integers(0, 2, 10).astype(float)),
+        ("large logits: z = [30, -30, 50], y = [1, 1, 0]",
+         np.array([30.0, -30.0, 50.0]), np.array([1.0, 1.0, 0.0])),
+    ]
+    for case, z, y in cases:
+        N = z.size
+        sig = 1.0 / (1.0 + np.exp(-z))
+        expected = (sig - y) / N
+        with np.errstate(over="ignore"):
+            got = to_array(call(fn, z.copy(), y.copy(), case=case), fn, case, "dL/dz")
+        expect_shape(got, z.shape, fn, case, "dL/dz", "the gradient has one entry per logit.")
+        expect_finite(got, fn, case, "dL/dz",
+                      "compute the sigmoid as 1 / (1 + exp(-z)) or 0.5 * (1 + tanh(z / 2)).")
+        expect_close(got, expected, fn, case, "dL/dz", rtol=1e-6, atol=1e-12, mistakes=[
+            (sig - y, f"the gradient is {N} times too large: the loss is a mean over N samples, "
+                      "so divide by N."),
+            ((y - sig) / N, "the sign is flipped: dL/dz = (sigmoid(z) - y) / N."),
+            ((sig - y) * sig * (1 - sig) / N,
+             "you multiplied by sigmoid'(z): for cross-entropy on logits that factor cancels, "
+             "leaving (sigmoid(z) - y) / N."),
+            (y - sig, "the sign is flipped and the mean's 1/N is missing."),
+        ])
+    passed(fn, len(cases))
+
+
+# ======================================================================================
+# Lesson 03: backpropagation through Linear and ReLU
+# ======================================================================================
+def _linear_cases():
+    r = _rng(5)
+
+    def case(N, D, M, what):
+        return (f"{what}: x {_shape((N, D))}, W {_shape((D, M))}, b {_shape((M,))}, "
+                f"dout {_shape((N, M))}",
+                r.standard_normal((N, D)), r.standard_normal((D, M)), r.standard_normal(M),
+                r.standard_normal((N, M)))
+    return [case(4, 3, 2, "N=4 samples, D=3 inputs, M=2 outputs"),
+            case(3, 3, 3, "N=D=M=3 (square: only the values can show a transpose)"),
+            case(1, 5, 4, "a single sample, N=1")]
+
+
+def linear_forward(fn):
+    """Check ``fn(x, W, b)`` -> ``(out, cache)``: ``out = x @ W + b`` of shape (N, M) and
+    ``cache = (x, W)``, exactly what linear_backward needs."""
+    cases = _linear_cases()
+    for case, x, W, b, _ in cases:
+        out = call(fn, x.copy(), W.copy(), b.copy(), case=case,
+                   on_error="x is (N, D) and W is (D, M): the product is x @ W, shape (N, M).")
+        out, cache = expect_tuple(out, 2, fn, case, "out, cache")
+        got = to_array(out, fn, case, "out")
+        expect_shape(got, (x.shape[0], W.shape[1]), fn, case, "out",
+                     "out = x @ W + b has one row per sample and one column per output.")
+        expect_close(got, x @ W + b, fn, case, "out", rtol=1e-10, atol=1e-10, mistakes=[
+            (x @ W, "you forgot the bias: out = x @ W + b."),
+            (lambda: x @ W.T + b, "W is (D, M): use x @ W, not x @ W.T."),
+        ])
+        if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+            fail(fn, case, f"cache is {type(cache).__name__}"
+                           + (f" of {len(cache)} items" if isinstance(cache, (tuple, list)) else "")
+                           + "; expected the pair (x, W).",
+                 "cache = (x, W): linear_backward needs x for dW and W for dx.")
+        for item, (name, ref) in zip(cache, (("x", x), ("W", W))):
+            item = to_array(item, fn, case, f"cache's {name}")
+            if item.shape != ref.shape or not np.allclose(item, ref):
+                fail(fn, case, f"cache should be (x, W), but its {'first' if name == 'x' else 'second'} "
+                               f"item is not {name} (shape {_shape(item.shape)}).",
+                     "cache = (x, W).")
+    passed(fn, len(cases))
+
+
+def linear_backward(fn):
+    """Check ``fn(dout, cache)`` with ``cache = (x, W)`` -> ``(dx, dW, db)``:
+    ``dx = dout @ W.T`` (N, D), ``dW = x.T @ dout`` (D, M), ``db = dout.sum(axis=0)`` (M,)."""
+    cases = _linear_cases()
+    cp = _gpu()
+    for case, x, W, b, dout in cases:
+        N, D = x.shape
+        M = W.shape[1]
+        dx, dW, db = dout @ W.T, x.T @ dout, dout.sum(axis=0)
+        out = call(fn, dout.copy(), (x.copy(), W.copy()), case=case,
+                   on_error="check each product's shapes: dx (N, D) = dout (N, M) @ W.T (M, D); "
+                            "dW (D, M) = x.T (D, N) @ dout (N, M).")
+        got = expect_tuple(out, 3, fn, case, "dx, dW, db")
+        g_dx, g_dW, g_db = (to_array(g, fn, case, n) for g, n in zip(got, ("dx", "dW", "db")))
+        # Shapes first: they name the mistake most clearly.
+        expect_shape(g_dx, (N, D), fn, case, f"dx (x has shape {_shape((N, D))})",
+                     "dx has x's shape: dx = dout @ W.T, (N, M) @ (M, D).")
+        if g_dW.shape == (M, D) and M != D:
+            fail(fn, case, f"dW has shape {_shape(g_dW.shape)} but W has shape {_shape((D, M))}.",
+                 "did you compute dout.T @ x instead of x.T @ dout?")
+        expect_shape(g_dW, (D, M), fn, case, f"dW (W has shape {_shape((D, M))})",
+                     "dW has W's shape: dW = x.T @ dout, (D, N) @ (N, M).")
+        if g_db.shape != (M,):
+            if g_db.shape == (N, M):
+                fix = ("b is added to every row of the batch, so its gradient is the sum of dout "
+                       "over the batch: db = dout.sum(axis=0). (Did you forget the sum over the batch?)")
+            elif g_db.shape == (1, M):
+                fix = "the sum over the batch is right, but drop keepdims=True: db has b's shape (M,)."
+            elif g_db.shape == ():
+                fix = "you summed over every axis; sum over the batch axis only: dout.sum(axis=0)."
+            elif g_db.shape == (N,):
+                fix = "you summed over the outputs (axis=1); sum over the batch, axis=0."
+            else:
+                fix = "db = dout.sum(axis=0): the sum of dout over the batch."
+            fail(fn, case, f"db has shape {_shape(g_db.shape)} but b has shape {_shape((M,))}.", fix)
+        # Then values.
+        expect_close(g_dx, dx, fn, case, "dx", rtol=1e-10, atol=1e-10, mistakes=[
+            (lambda: dout @ W, "dx = dout @ W.T: transpose W."),
+            (np.zeros_like(dx), "dx is all zeros: dx = dout @ W.T."),
+        ])
+        dW_mistakes = [(x.T @ dout / N, "dW is divided by N: the loss's mean already sits in dout.")]
+        if D == M:
+            dW_mistakes.append((dout.T @ x, "dW is the transpose of the right answer: "
+                                            "dW = x.T @ dout, not dout.T @ x."))
+        expect_close(g_dW, dW, fn, case, "dW", rtol=1e-10, atol=1e-10, mistakes=dW_mistakes)
+        db_mistakes = [(dout.mean(axis=0), f"db is {N} times too small: SUM dout over the batch, "
+                                           "don't average.")]
+        if N == M:
+            db_mistakes.append((dout.sum(axis=1), "you summed over the outputs (axis=1); sum over "
+                                                  "the batch, axis=0."))
+        expect_close(g_db, db, fn, case, "db", rtol=1e-10, atol=1e-10, mistakes=db_mistakes)
+    if cp is not None:
+        case, x, W, b, dout = cases[0]
+        case = f"{case}, on the GPU (CuPy arrays)"
+        out = expect_tuple(call(fn, cp.asarray(dout), (cp.asarray(x), cp.asarray(W)), case=case),
+                           3, fn, case, "dx, dW, db")
+        for g, name, ref in zip(out, ("dx", "dW", "db"), (dout @ W.T, x.T @ dout, dout.sum(0))):
+            _expect_on_gpu(g, fn, case, name)
+            expect_close(to_array(g, fn, case, name), ref, fn, case, name, rtol=1e-10, atol=1e-10)
+    passed(fn, len(cases) + (cp is not None), cp is not None)
+
+
+def relu_backward(fn):
+    """Check ``fn(dout, cache)`` with ``cache = x`` (the ReLU's input) -> ``dx``: dout where
+    x > 0, else 0 (also 0 exactly at x == 0, as dl.ReLU does); any shape."""
+    r = _rng(6)
+    cases = [
+        ("x = [[-1, 0, 2], [3, -0.5, 0]], dout = [[1, 2, 3], [4, 5, 6]] (note the zeros in x)",
+         np.array([[-1.0, 0.0, 2.0], [3.0, -0.5, 0.0]]), np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])),
+        ("x and dout of shape (4, 5), random, dout with negative entries",
+         r.standard_normal((4, 5)), r.standard_normal((4, 5))),
+        ("x and dout of shape (2, 3, 4): ReLU works on any shape",
+         r.standard_normal((2, 3, 4)), r.standard_normal((2, 3, 4))),
+    ]
+    for case, x, dout in cases:
+        expected = dout * (x > 0)
+        got = to_array(call(fn, dout.copy(), x.copy(), case=case), fn, case, "dx")
+        expect_shape(got, x.shape, fn, case, "dx", "dx has the shape of x (and of dout).")
+        expect_close(got, expected, fn, case, "dx", rtol=1e-12, atol=1e-12, mistakes=[
+            (dout * (x >= 0), "at x == 0 the gradient should be 0 (we take ReLU's slope there "
+                              "as 0, as dl.ReLU does): use x > 0, not x >= 0."),
+            (dout * (dout > 0), "the mask must come from the INPUT x (where the ReLU let the "
+                                "signal through), not from dout."),
+            ((x > 0).astype(float), "you returned the mask alone: multiply it by dout."),
+            (dout, "dout passed through everywhere: zero it where x <= 0."),
+            (dout * np.maximum(x, 0), "multiply dout by the 0/1 mask (x > 0), not by max(x, 0)."),
+        ])
+    passed(fn, len(cases))

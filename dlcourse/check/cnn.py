@@ -1,0 +1,603 @@
+"""Checks for lessons 04-07: the MLP on digits, GPU batching, convolution, training a CNN.
+
+Each check takes *your* function, runs it on several small cases, compares it with the
+library's reference (``dlcourse/optim.py``, ``conv.py``, ``layers.py``) and either prints
+one line saying that every case passes, or raises :class:`ExerciseError` naming the case,
+the problem and, for the common mistakes, the likely fix::
+
+    dl.check.conv2d_naive(conv2d_naive)
+
+=====================  ===============================  =========================================
+lesson                 check                            your function
+=====================  ===============================  =========================================
+04_mlp_on_digits       :func:`iterate_minibatches`      ``(X, y, batch_size, shuffle, seed)``
+04_mlp_on_digits       :func:`accuracy`                 ``(logits, y) -> float``
+04_mlp_on_digits       :func:`sgd_momentum_step`        ``(params, grads, velocity, lr, momentum)``
+05_gpu_batching        :func:`mlp_forward_batched`      ``(X, W1, b1, W2, b2) -> logits``
+06_convolution         :func:`conv_output_size`         ``(H, K, stride, padding) -> int``
+06_convolution         :func:`conv2d_naive`             ``(x, W, b, stride, padding) -> out``
+06_convolution         :func:`im2col_simple`            ``(x, KH, KW) -> cols``
+06_convolution         :func:`conv2d_backward`          ``(dout, x, W, stride, padding)``
+06_convolution         :func:`maxpool_backward`         ``(dout, x, K, stride) -> dx``
+07_training_a_cnn      :func:`conv_params`              ``(in_channels, out_channels, K) -> int``
+07_training_a_cnn      :func:`batchnorm_forward`        ``(x, gamma, beta, eps) -> out``
+=====================  ===============================  =========================================
+
+The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``basics.py``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+from .basics import (ExerciseError, call, expect_shape, expect_tuple, fail, passed,
+                     to_array)
+from .basics import expect_close as _expect_close_small
+
+__all__ = [
+    "iterate_minibatches", "accuracy", "sgd_momentum_step",
+    "mlp_forward_batched",
+    "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
+    "conv_params", "batchnorm_forward",
+]
+
+_ = ExerciseError   # what every check raises (defined once, in basics.py)
+
+
+def expect_close(got, expected, fn, case, what, *, rtol=1e-5, atol=1e-7, mistakes=(), fix=None):
+    """basics.expect_close, but for arrays too big to print whole (a 4-D conv output) the
+    message names the worst entry and how many entries differ instead of printing both."""
+    expected = np.asarray(expected)
+    if got.shape != expected.shape or expected.size <= 24:
+        return _expect_close_small(got, expected, fn, case, what, rtol=rtol, atol=atol,
+                                   mistakes=mistakes, fix=fix)
+    if np.allclose(got, expected, rtol=rtol, atol=atol):
+        return
+    for wrong, explanation in mistakes:
+        if callable(wrong):
+            try:
+                with np.errstate(all="ignore"):
+                    wrong = wrong()
+            except Exception:  # noqa: BLE001 - a mistake that cannot be computed here
+                continue
+        wrong = np.asarray(wrong)
+        if wrong.shape == got.shape and np.allclose(got, wrong, rtol=rtol, atol=atol):
+            fix = explanation
+            break
+    bad = ~np.isclose(got, expected, rtol=rtol, atol=atol)
+    diff = np.where(np.isnan(got), np.inf, np.abs(got - expected))
+    i = tuple(int(k) for k in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    fail(fn, case, f"{what} is not what it should be: {int(bad.sum())} of {bad.size} entries "
+                   f"differ; the largest difference is at index {i}: expected "
+                   f"{float(expected[i]):.6g}, got {float(got[i]):.6g}.", fix)
+
+
+def _number(value, fn, case, what, fix):
+    """A returned scalar as a float (fails on None, arrays with several values, strings)."""
+    if value is None:
+        fail(fn, case, f"{what} is None.", "did your function `return` it?")
+    try:
+        return float(backend.to_numpy(value))
+    except (TypeError, ValueError):
+        fail(fn, case, f"{what} should be one number, got {type(value).__name__} {value!r:.80}.",
+             fix)
+
+
+# ======================================================================================
+# 04_mlp_on_digits
+# ======================================================================================
+def iterate_minibatches(fn) -> None:
+    """Check ``fn(X, y, batch_size, shuffle=True, seed=None)``, which yields (or returns a
+    list of) mini-batches ``(xb, yb)``: ``xb`` (B, D), ``yb`` (B,).
+
+    In one call every sample must appear exactly once, ``xb`` and ``yb`` must stay paired,
+    batches are ``batch_size`` long except possibly the last, ``shuffle=False`` keeps the
+    order, ``shuffle=True`` changes it, and the same ``seed`` gives the same order.
+    """
+    N = 50
+    # Row i of X is (i, 1000 + i) and y[i] = i: every row names its sample.
+    X = np.stack([np.arange(N), 1000 + np.arange(N)], axis=1).astype(np.float32)   # (N, 2)
+    y = np.arange(N)
+
+    def epoch(B, shuffle, seed):
+        case = f"X of shape {X.shape}, batch_size={B}, shuffle={shuffle}, seed={seed}"
+        out = call(fn, X, y, B, shuffle=shuffle, seed=seed, case=case)
+        if out is None:
+            fail(fn, case, "it returned None.", "`yield xb, yb` inside the loop (or return a list "
+                 "of (xb, yb) pairs).")
+        try:
+            items = list(out)
+        except TypeError:
+            fail(fn, case, f"it returned a {type(out).__name__}, not a sequence of batches.",
+                 "`yield xb, yb` inside the loop.")
+        pairs = []
+        for k, item in enumerate(items):
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                fail(fn, case, f"batch {k} is a {type(item).__name__}, not a pair (xb, yb).",
+                     "`yield xb, yb`.")
+            pairs.append((to_array(item[0], fn, case, f"xb of batch {k}"),
+                          to_array(item[1], fn, case, f"yb of batch {k}")))
+        sizes = [B] * (N // B) + ([N % B] if N % B else [])
+        got_sizes = [len(yb) for _, yb in pairs]
+        if got_sizes != sizes:
+            fix = None
+            if sum(got_sizes) < N and got_sizes == sizes[:len(got_sizes)]:
+                fix = ("the last, smaller batch is missing: range(0, N, batch_size) gives every "
+                       "start, and X[start:start + batch_size] stops at N by itself.")
+            elif sum(got_sizes) > N:
+                fix = "there are more samples than in X: do the batches overlap?"
+            fail(fn, case, f"the batch sizes are {got_sizes}; expected {sizes}.", fix)
+        for k, (xb, yb) in enumerate(pairs):
+            expect_shape(xb, (len(yb), 2), fn, case, f"xb of batch {k}",
+                         "xb holds whole rows of X: X[idx] with idx the batch's indices.")
+            if not np.array_equal(xb[:, 0].astype(np.int64), yb.astype(np.int64)):
+                fail(fn, case, f"in batch {k} the rows of xb and the labels in yb no longer belong "
+                               f"together: xb holds samples {xb[:5, 0].astype(int).tolist()}..., "
+                               f"yb the labels of {yb[:5].astype(int).tolist()}....",
+                     "index X and y with the SAME indices: idx = order[start:start + batch_size]; "
+                     "yield X[idx], y[idx].")
+        order = np.concatenate([yb for _, yb in pairs]).astype(np.int64)
+        seen = np.sort(order)
+        if not np.array_equal(seen, np.arange(N)):
+            twice = np.unique(seen[1:][seen[1:] == seen[:-1]]).tolist()
+            fail(fn, case, f"every sample must appear exactly once, but samples {twice[:8]} appear "
+                           f"more than once (and others not at all).",
+                 "shuffle with one permutation of range(N) (rng.permutation(N)), not with "
+                 "independent random indices.")
+        return order, case
+
+    checks = 0
+    for B in (16, 10, 64):
+        order, case = epoch(B, False, None)
+        if not np.array_equal(order, np.arange(N)):
+            fail(fn, case, f"with shuffle=False the samples came as {order[:8].tolist()}...",
+                 "without shuffling, keep the order 0, 1, 2, ...")
+        checks += 1
+    first, case = epoch(16, True, 0)
+    if np.array_equal(first, np.arange(N)):
+        fail(fn, case, "with shuffle=True the samples still came in order 0, 1, 2, ....",
+             "visit them in a random order: order = np.random.default_rng(seed).permutation(N).")
+    again, _ = epoch(16, True, 0)
+    if not np.array_equal(first, again):
+        fail(fn, case, f"two calls with seed=0 gave different orders ({first[:6].tolist()}... and "
+                       f"{again[:6].tolist()}...).",
+             "make the generator from the seed: np.random.default_rng(seed).")
+    other, case1 = epoch(16, True, 1)
+    if np.array_equal(first, other):
+        fail(fn, case1, "seed=0 and seed=1 gave the same order.",
+             "pass the seed to the generator: np.random.default_rng(seed).")
+    checks += 3
+    passed(fn, checks)
+
+
+def accuracy(fn) -> None:
+    """Check ``fn(logits, y)``: the fraction (a float in [0, 1]) of rows of ``logits``
+    (N, K) whose largest entry is at the class index ``y`` (N,) names."""
+    r = np.random.default_rng([4, 31337])
+    cases = [(np.array([[2.0, 1.0, 0.1], [0.1, 0.2, 3.0], [1.0, 5.0, 0.0], [0.3, 0.2, 0.1]]),
+              np.array([0, 2, 0, 0]))]
+    for N, K in ((10, 10), (7, 3), (1, 5)):
+        lg = r.standard_normal((N, K))
+        yy = r.integers(0, K, N)
+        yy[: N // 2] = lg[: N // 2].argmax(axis=1)   # about half of them right
+        cases.append((lg, yy))
+    square = r.standard_normal((4, 4))
+    cases.append((square, np.array([0, 1, 2, 3])))
+    for lg, yy in cases:
+        N, K = lg.shape
+        case = f"logits of shape ({N}, {K}), y = {yy.tolist()}"
+        expected = float((lg.argmax(axis=1) == yy).mean())
+        got = _number(call(fn, lg.astype(np.float32), yy, case=case), fn, case, "the accuracy",
+                      "take the mean over the batch: (predictions == y).mean().")
+        if np.isclose(got, expected):
+            continue
+        n_right = int(round(expected * N))
+        fix = None
+        if np.isclose(got, n_right):
+            fix = "that is the COUNT of right answers: divide by N (or take .mean()) for the fraction."
+        elif N == K and np.isclose(got, float((lg.argmax(axis=0) == yy).mean())):
+            fix = "the classes are along axis 1: logits.argmax(axis=1)."
+        fail(fn, case, f"the accuracy is {got:.4f}; expected {expected:.4f} ({n_right} of {N} right).",
+             fix)
+    passed(fn, len(cases))
+
+
+def sgd_momentum_step(fn) -> None:
+    """Check ``fn(params, grads, velocity, lr, momentum)``, which updates ``params`` and
+    ``velocity`` (dicts of arrays with the same keys) **in place**, as ``dl.SGD`` does::
+
+        v = momentum * v + g;   p -= lr * v
+
+    Three steps from the same start are compared with that rule.
+    """
+    r = np.random.default_rng([5, 31337])
+    shapes = {"W": (4, 3), "b": (3,)}
+    start = {k: r.standard_normal(s) for k, s in shapes.items()}
+    grads_seq = [{k: r.standard_normal(s) for k, s in shapes.items()} for _ in range(3)]
+    checks = 0
+    for lr, momentum in ((0.1, 0.9), (0.5, 0.0), (0.01, 0.5)):
+        params = {k: v.copy() for k, v in start.items()}
+        originals = dict(params)                      # the arrays a model would hold
+        velocity = {k: np.zeros_like(v) for k, v in start.items()}
+        ref_p = {k: v.copy() for k, v in start.items()}
+        ref_v = {k: np.zeros_like(v) for k, v in start.items()}
+        plain = {k: v.copy() for k, v in start.items()}
+        ema_p = {k: v.copy() for k, v in start.items()}
+        ema_v = {k: np.zeros_like(v) for k, v in start.items()}
+        for t, grads in enumerate(grads_seq, start=1):
+            case = f"lr={lr}, momentum={momentum}, step {t} of 3 (velocity starts at zero)"
+            call(fn, params, grads, velocity, lr, momentum, case=case)
+            for k in shapes:
+                ref_v[k] = momentum * ref_v[k] + grads[k]
+                ref_p[k] = ref_p[k] - lr * ref_v[k]
+                plain[k] = plain[k] - lr * grads[k]
+                ema_v[k] = momentum * ema_v[k] + (1 - momentum) * grads[k]
+                ema_p[k] = ema_p[k] - lr * ema_v[k]
+            for k in shapes:
+                if params[k] is not originals[k]:
+                    fail(fn, case, f"params[{k!r}] is now a NEW array. A model keeps its own "
+                                   f"reference to the old one and would never see the update.",
+                         f"update in place: params[{k!r}] -= lr * velocity[{k!r}] "
+                         f"(not params[{k!r}] = params[{k!r}] - ...).")
+                expect_close(to_array(params[k], fn, case, f"params[{k!r}]"), ref_p[k], fn, case,
+                             f"params[{k!r}] after the step", mistakes=[
+                                 (start[k], "the parameters did not change at all."),
+                                 (plain[k], "that is plain SGD (p -= lr * g): the velocity must "
+                                            "carry the past steps, v = momentum * v + g; p -= lr * v."),
+                                 (ema_p[k], "you averaged, v = momentum * v + (1 - momentum) * g; "
+                                            "dl.SGD (like PyTorch) does not scale g: v = momentum * v + g."),
+                             ])
+            for k in shapes:
+                expect_close(to_array(velocity[k], fn, case, f"velocity[{k!r}]"), ref_v[k], fn, case,
+                             f"velocity[{k!r}] (the parameters are right)", mistakes=[
+                                 (np.zeros_like(ref_v[k]),
+                                  f"velocity[{k!r}] is still zero, so the next step cannot use it "
+                                  f"(that is plain SGD): store v = momentum * v + g in velocity[{k!r}]."),
+                                 (-lr * ref_v[k],
+                                  "you stored v = momentum * v - lr * g (the other common "
+                                  "convention); this lesson uses dl.SGD's: v = momentum * v + g."),
+                             ], fix=f"store v = momentum * v + g in velocity[{k!r}].")
+        checks += 1
+    passed(fn, checks)
+
+
+# ======================================================================================
+# 05_gpu_batching
+# ======================================================================================
+class _LoopSpy(np.ndarray):
+    """An array that notices being taken apart one sample at a time: ``for x in X``, or
+    ``X[i]`` for more than one integer ``i``."""
+
+    iterated = False
+    rows_taken = 0
+
+    def __iter__(self):
+        _LoopSpy.iterated = True
+        return super().__iter__()
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            _LoopSpy.rows_taken += 1
+        return super().__getitem__(index)
+
+    @classmethod
+    def reset(cls):
+        cls.iterated, cls.rows_taken = False, 0
+
+    @classmethod
+    def looped(cls):
+        return cls.iterated or cls.rows_taken > 1
+
+
+def mlp_forward_batched(fn) -> None:
+    """Check ``fn(X, W1, b1, W2, b2)``: the logits ``relu(X @ W1 + b1) @ W2 + b2`` of a
+    two-layer MLP for a whole batch X (N, D) at once, with W1 (D, H), b1 (H,), W2 (H, K),
+    b2 (K,); returns (N, K). It must give the per-sample loop's numbers without looping
+    over the samples. Where a GPU is usable, one more case runs on CuPy arrays and the
+    result must stay on the GPU."""
+    r = np.random.default_rng([6, 31337])
+    sizes = [(1, 4, 5, 3), (7, 4, 5, 3), (64, 64, 32, 10)]
+    for N, D, H, K in sizes:
+        case = f"X of shape ({N}, {D}), W1 ({D}, {H}), W2 ({H}, {K})"
+        X = r.standard_normal((N, D))
+        W1, b1 = r.standard_normal((D, H)), r.standard_normal(H)
+        W2, b2 = r.standard_normal((H, K)), r.standard_normal(K)
+        hidden = X @ W1 + b1
+        expected = np.maximum(hidden, 0) @ W2 + b2
+        _LoopSpy.reset()
+        got = to_array(call(fn, X.view(_LoopSpy), W1, b1, W2, b2, case=case), fn, case, "the result")
+        expect_shape(got, (N, K), fn, case, "the array of logits",
+                     "one row of logits per sample: (N, D) @ (D, H) @ (H, K) gives (N, K).")
+        expect_close(got, expected, fn, case, "the array of logits", mistakes=[
+            (hidden @ W2 + b2, "the ReLU is missing: np.maximum(X @ W1 + b1, 0)."),
+            (np.maximum(X @ W1, 0) @ W2 + b2, "b1 is missing."),
+            (np.maximum(hidden, 0) @ W2, "b2 is missing."),
+            (np.maximum(hidden @ W2 + b2, 0), "the ReLU belongs after the first layer only: "
+                                              "the logits are not clipped."),
+        ])
+        if _LoopSpy.looped() and N > 1:
+            fail(fn, case, "the numbers are right, but the function takes X one sample at a time "
+                           "(X[i] or `for x in X`).",
+                 "replace the loop: X @ W1 multiplies every row of X at once, and + b1 "
+                 "broadcasts over the rows.")
+    on_gpu = backend.gpu_available()
+    if on_gpu:   # the same code on CuPy arrays: the result must stay on the GPU
+        cp = backend.require_cupy()
+        N, D, H, K = 32, 16, 8, 4
+        case = f"CuPy arrays on the GPU, X of shape ({N}, {D})"
+        arrays = [r.standard_normal(s) for s in ((N, D), (D, H), (H,), (H, K), (K,))]
+        out = call(fn, *[cp.asarray(a) for a in arrays], case=case)
+        if backend.device_of(out) != "gpu":
+            fail(fn, case, "the logits came back as a NumPy array for CuPy (GPU) inputs.",
+                 "use operators (@, +) or xp = dl.get_array_module(X); xp.maximum(...), "
+                 "not np.maximum, so the result stays where X lives.")
+        X, W1, b1, W2, b2 = arrays
+        expect_close(to_array(out, fn, case, "the logits"), np.maximum(X @ W1 + b1, 0) @ W2 + b2,
+                     fn, case, "the logits")
+    passed(fn, len(sizes) + on_gpu, on_gpu)
+
+
+# ======================================================================================
+# 06_convolution
+# ======================================================================================
+def conv_output_size(fn) -> None:
+    """Check ``fn(H, K, stride=1, padding=0)``: how many positions a K-wide window takes
+    when slid with ``stride`` over H pixels padded by ``padding`` on each side,
+    ``(H + 2 * padding - K) // stride + 1`` (an int)."""
+    cases = [(8, 3, 1, 0), (8, 3, 1, 1), (28, 5, 1, 2), (7, 3, 2, 0), (32, 3, 2, 1),
+             (5, 2, 2, 0), (6, 3, 3, 0), (4, 4, 1, 0)]
+    for H, K, s, p in cases:
+        case = f"conv_output_size(H={H}, K={K}, stride={s}, padding={p})"
+        expected = (H + 2 * p - K) // s + 1
+        got = call(fn, H, K, stride=s, padding=p, case=case)
+        if isinstance(got, (float, np.floating)) and not float(got).is_integer():
+            fail(fn, case, f"it returned {got}, not a whole number of pixels.",
+                 "use // (floor division): a window that would stick out past the edge does "
+                 "not count.")
+        value = _number(got, fn, case, "the size", "return an int.")
+        if int(value) == expected:
+            continue
+        known = {
+            (H + 2 * p - K) // s: "you forgot the + 1: the window's first position counts too.",
+            (H + p - K) // s + 1: "the padding goes on BOTH sides: H + 2 * padding.",
+            (H - K) // s + 1: "the padding is missing: the padded input has H + 2 * padding pixels.",
+            (H + 2 * p - K) + 1: "the stride is missing: divide the free space by the stride.",
+            -(-(H + 2 * p - K) // s) + 1: "round DOWN (//): a window past the edge does not count.",
+        }
+        fail(fn, case, f"it returned {int(value)}; expected ({H} + 2*{p} - {K}) // {s} + 1 = {expected}.",
+             known.get(int(value)))
+    passed(fn, len(cases))
+
+
+def _conv_cases():
+    """(case, x, W, b, stride, padding): small enough for Python loops."""
+    r = np.random.default_rng([7, 31337])
+    out = []
+    for (N, C, H, Wd), (F, KH, KW), s, p in (
+            ((1, 1, 4, 4), (1, 2, 2), 1, 0),
+            ((2, 3, 5, 5), (4, 3, 3), 1, 0),
+            ((2, 3, 5, 5), (4, 3, 3), 1, 1),
+            ((1, 2, 7, 6), (3, 3, 2), 2, 0),
+            ((2, 2, 6, 7), (3, 3, 3), 2, 1)):
+        x = r.standard_normal((N, C, H, Wd))
+        W = r.standard_normal((F, C, KH, KW))
+        b = r.standard_normal(F)
+        out.append((f"x of shape {x.shape}, W of shape {W.shape}, stride={s}, padding={p}",
+                    x, W, b, s, p))
+    return out
+
+
+def conv2d_naive(fn) -> None:
+    """Check ``fn(x, W, b, stride=1, padding=0)``: the convolution (cross-correlation) of
+    x (N, C, H, W) with filters W (F, C, KH, KW) plus biases b (F,), returning
+    (N, F, OH, OW); compared with ``dlcourse.conv.conv2d_forward_naive``."""
+    from ..conv import conv2d_forward_naive as ref
+    cases = _conv_cases()
+    for case, x, W, b, s, p in cases:
+        N, C, H, Wd = x.shape
+        F, _, KH, KW = W.shape
+        expected = ref(x, W, b, s, p)
+        got = to_array(call(fn, x.copy(), W.copy(), b.copy(), stride=s, padding=p, case=case),
+                       fn, case, "the output")
+        expect_shape(got, expected.shape, fn, case, "the output",
+                     f"(N, F, OH, OW) with OH = ({H} + 2*{p} - {KH}) // {s} + 1 = {expected.shape[2]} "
+                     f"and OW = ({Wd} + 2*{p} - {KW}) // {s} + 1 = {expected.shape[3]}.")
+        expect_close(got, expected, fn, case, "the output", mistakes=[
+            (lambda: ref(x, W[:, :, ::-1, ::-1], b, s, p),
+             "you flipped the kernel (the mathematician's convolution). Deep learning's "
+             "'convolution' is cross-correlation: multiply each window by W[f] as it is."),
+            (lambda: ref(x, W, 0 * b, s, p), "the bias b[f] is missing."),
+            (lambda: ref(x, W, b * (C * KH * KW), s, p),
+             "b[f] was added to every product: add it once, after the sum."),
+            (lambda: ref(x[:, :1], W[:, :1], b, s, p),
+             "only channel 0 is used: the window is x_pad[n, :, ...], all channels."),
+        ], fix="compare your loops with out[n, f, i, j] = (x_pad[n, :, i*stride:i*stride+KH, "
+               "j*stride:j*stride+KW] * W[f]).sum() + b[f].")
+    passed(fn, len(cases))
+
+
+def im2col_simple(fn) -> None:
+    """Check ``fn(x, KH, KW)`` (stride 1, no padding): x (N, C, H, W) unfolded into
+    cols (N*OH*OW, C*KH*KW), one row per window, in the order of ``dl.im2col``:
+    rows run over n, then i, then j; columns over c, then kh, then kw (the order of
+    ``W[f].reshape(-1)``)."""
+    from ..conv import im2col
+    cases = [((1, 1, 3, 3), 2, 2), ((1, 1, 4, 5), 3, 2), ((2, 3, 4, 4), 2, 2),
+             ((2, 2, 5, 4), 3, 3)]
+    for shape, KH, KW in cases:
+        N, C, H, W = shape
+        OH, OW = H - KH + 1, W - KW + 1
+        x = np.arange(N * C * H * W, dtype=np.float64).reshape(shape)   # every pixel unique
+        case = f"x = np.arange({N * C * H * W}).reshape{shape}, KH={KH}, KW={KW}"
+        expected = im2col(x, KH, KW)
+        got = to_array(call(fn, x.copy(), KH, KW, case=case), fn, case, "cols")
+        if got.shape == expected.shape[::-1] != expected.shape:
+            fail(fn, case, f"cols has shape {got.shape}: that is the transpose of the expected "
+                           f"{expected.shape}.",
+                 f"one ROW per window: (N*OH*OW, C*KH*KW) = ({N}*{OH}*{OW}, {C}*{KH}*{KW}).")
+        expect_shape(got, expected.shape, fn, case, "cols",
+                     f"one row per window: (N*OH*OW, C*KH*KW) = ({N}*{OH}*{OW}, {C}*{KH}*{KW}).")
+        if np.array_equal(got, expected):
+            continue
+        fix = "row (n*OH + i)*OW + j must be x[n, :, i:i+KH, j:j+KW].reshape(-1)."
+        if np.array_equal(np.sort(got, axis=1), np.sort(expected, axis=1)):
+            fix = ("each row holds the right pixels in another order: columns run over c, then "
+                   "kh, then kw, as x[n, :, i:i+KH, j:j+KW].reshape(-1) gives them.")
+        elif sorted(map(tuple, got.tolist())) == sorted(map(tuple, expected.tolist())):
+            fix = ("the rows are right but in another order: they run over n, then i, then j "
+                   "(row index (n*OH + i)*OW + j).")
+        expect_close(got, expected, fn, case, "cols (x holds 0, 1, 2, ..., so each number names "
+                     "its pixel)", fix=fix)
+    passed(fn, len(cases))
+
+
+def conv2d_backward(fn) -> None:
+    """Check ``fn(dout, x, W, stride=1, padding=0)`` returning ``(dx, dW, db)``, compared with
+    ``dlcourse.conv.conv2d_backward_naive``: dx (N, C, H, W), dW (F, C, KH, KW), db (F,)."""
+    from ..conv import conv2d_backward_naive, conv2d_forward_naive
+    r = np.random.default_rng([8, 31337])
+    cases = _conv_cases()
+    for case, x, W, b, s, p in cases:
+        N, C, H, Wd = x.shape
+        dout = r.standard_normal(conv2d_forward_naive(x, W, b, s, p).shape)
+        e_dx, e_dW, e_db = conv2d_backward_naive(dout, x, W, s, p)
+        out = expect_tuple(call(fn, dout.copy(), x.copy(), W.copy(), stride=s, padding=p, case=case),
+                           3, fn, case, "dx, dW, db")
+        dx, dW, db = (to_array(a, fn, case, n) for a, n in zip(out, ("dx", "dW", "db")))
+        if dx.shape == W.shape and dW.shape == x.shape and x.shape != W.shape:
+            fail(fn, case, "dx has W's shape and dW has x's shape.", "return dx, dW, db in that order.")
+        expect_shape(db, (W.shape[0],), fn, case, "db",
+                     "one number per filter: dout summed over N, OH and OW, dout.sum(axis=(0, 2, 3)).")
+        expect_close(db, e_db, fn, case, "db",
+                     fix="b[f] is added to every output pixel of filter f, so db[f] is dout[:, f] "
+                         "summed over N, OH and OW.")
+        expect_shape(dW, W.shape, fn, case, "dW", "dW has W's shape (F, C, KH, KW).")
+        expect_close(dW, e_dW, fn, case, "dW",
+                     fix="for every output pixel, dW[f] += (the window of the PADDED input it saw) "
+                         "* dout[n, f, i, j].")
+        fix = "dx has x's shape (N, C, H, W)."
+        if p and dx.shape == (N, C, H + 2 * p, Wd + 2 * p):
+            fix = f"that is the padded input's shape: crop the padding off, dx_pad[:, :, {p}:-{p}, {p}:-{p}]."
+        expect_shape(dx, x.shape, fn, case, "dx", fix)
+        expect_close(dx, e_dx, fn, case, "dx",
+                     fix="every output pixel sends W[f] * dout[n, f, i, j] back to the window it came "
+                         "from (at i*stride, j*stride in the padded input), and overlapping windows "
+                         "ADD (+=).")
+    passed(fn, len(cases))
+
+
+def _maxpool_wrong(dout, x, K, s):
+    """Three wrong dx: spread over the whole window, averaged, overwritten (= instead of +=)."""
+    N, C, H, W = x.shape
+    _, _, OH, OW = dout.shape
+    spread, overwrite = np.zeros_like(x), np.zeros_like(x)
+    for n in range(N):
+        for c in range(C):
+            for i in range(OH):
+                for j in range(OW):
+                    win = x[n, c, i * s:i * s + K, j * s:j * s + K]
+                    kh, kw = np.unravel_index(int(win.argmax()), win.shape)
+                    overwrite[n, c, i * s + kh, j * s + kw] = dout[n, c, i, j]
+                    spread[n, c, i * s:i * s + K, j * s:j * s + K] += dout[n, c, i, j]
+    return spread, spread / (K * K), overwrite
+
+
+def maxpool_backward(fn) -> None:
+    """Check ``fn(dout, x, K, stride)`` returning dx (N, C, H, W) for K×K max pooling: each
+    window's gradient dout[n, c, i, j] goes to the position of that window's maximum, and
+    where windows overlap (stride < K) the gradients add up. Compared with
+    ``dlcourse.conv.maxpool_backward_naive``."""
+    from ..conv import maxpool_backward_naive, output_size
+    r = np.random.default_rng([9, 31337])
+    cases = [((1, 1, 4, 4), 2, 2), ((2, 3, 6, 6), 2, 2), ((1, 2, 5, 5), 2, 2),
+             ((2, 2, 5, 5), 3, 1), ((1, 1, 7, 7), 3, 2)]
+    for shape, K, s in cases:
+        x = r.permutation(int(np.prod(shape))).reshape(shape).astype(np.float64)   # no ties
+        OH, OW = output_size(shape[2], shape[3], K, K, s)
+        dout = r.standard_normal((shape[0], shape[1], OH, OW))
+        case = f"x of shape {shape} (no ties), K={K}, stride={s}"
+        expected = maxpool_backward_naive(dout, x, K, K, s)
+        got = to_array(call(fn, dout.copy(), x.copy(), K, s, case=case), fn, case, "dx")
+        expect_shape(got, x.shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
+        spread, averaged, overwrite = _maxpool_wrong(dout, x, K, s)
+        expect_close(got, expected, fn, case, "dx", mistakes=[
+            (spread, "you sent the gradient to every pixel of the window; only the maximum "
+                     "influenced the output, so only it gets the gradient."),
+            (averaged, "that is average pooling's backward; max pooling sends it all to the maximum."),
+            (overwrite, "with overlapping windows (stride < K) one pixel can be the maximum of "
+                        "several windows: ADD their gradients (+=), don't overwrite (=)."),
+            (np.zeros_like(x), "dx is all zeros."),
+        ])
+    passed(fn, len(cases))
+
+
+# ======================================================================================
+# 07_training_a_cnn
+# ======================================================================================
+def conv_params(fn) -> None:
+    """Check ``fn(in_channels, out_channels, kernel_size)``: how many numbers a
+    ``Conv2d(in_channels, out_channels, kernel_size)`` learns: the weights
+    (out_channels, in_channels, K, K) plus one bias per output channel."""
+    cases = [(1, 16, 3), (16, 32, 3), (3, 8, 5), (2, 1, 1), (4, 6, 2)]
+    for C_in, C_out, K in cases:
+        case = f"conv_params({C_in}, {C_out}, {K})"
+        expected = C_out * C_in * K * K + C_out
+        got = int(_number(call(fn, C_in, C_out, K, case=case), fn, case, "the count", "return an int."))
+        if got == expected:
+            continue
+        known = {
+            C_out * C_in * K * K: "the biases are missing: one per output channel.",
+            C_out * K * K + C_out: "each filter spans ALL input channels: C_out * C_in * K * K weights.",
+            C_out * C_in * K * K + C_in: "there is one bias per OUTPUT channel (filter), not per input.",
+            C_out * C_in * K + C_out: "a kernel is K×K: K * K weights per (output, input) channel pair.",
+        }
+        fail(fn, case, f"it returned {got}; expected {C_out}*{C_in}*{K}*{K} weights + {C_out} "
+                       f"biases = {expected}.", known.get(got))
+    passed(fn, len(cases))
+
+
+def batchnorm_forward(fn) -> None:
+    """Check ``fn(x, gamma, beta, eps=1e-5)``: batch normalization in training mode for
+    x (N, C, H, W) with gamma and beta (C,): each channel is normalized with the mean and
+    the (biased) variance of its N*H*W values, then scaled by gamma[c] and shifted by
+    beta[c]. Compared with ``dl.BatchNorm2d`` in training mode."""
+    from ..layers import BatchNorm2d
+    r = np.random.default_rng([10, 31337])
+    shapes = [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1)]
+    for shape in shapes:
+        N, C, H, W = shape
+        x = r.standard_normal(shape) * 3 + r.standard_normal((1, C, 1, 1)) * 2
+        gamma, beta = r.uniform(0.5, 2.0, C), r.standard_normal(C)
+        bn = BatchNorm2d(C, dtype=np.float64)
+        bn.params = {"gamma": gamma.copy(), "beta": beta.copy()}
+        expected = bn.forward(x)
+        case = f"x of shape {shape}, gamma and beta of shape ({C},)"
+        got = to_array(call(fn, x.copy(), gamma.copy(), beta.copy(), eps=1e-5, case=case,
+                            on_error="gamma and beta have shape (C,): reshape them to (1, C, 1, 1) "
+                                     "so they broadcast over (N, C, H, W)."), fn, case, "the output")
+        expect_shape(got, shape, fn, case, "the output",
+                     "keep x's shape; reshape gamma and beta to (1, C, 1, 1) to broadcast.")
+        g4, b4 = gamma.reshape(1, C, 1, 1), beta.reshape(1, C, 1, 1)
+
+        def norm(axes, ddof=0):
+            def f():
+                m = x.mean(axis=axes, keepdims=True)
+                v = x.var(axis=axes, keepdims=True, ddof=ddof)
+                return (x - m) / np.sqrt(v + 1e-5)
+            return f
+        expect_close(got, expected, fn, case, "the output", rtol=1e-4, atol=1e-6, mistakes=[
+            (norm((0, 2, 3)), "gamma and beta are missing: out = gamma * x_hat + beta."),
+            (lambda: g4 * norm((0, 2, 3), ddof=1)() + b4,
+             "use the biased variance (divide by N*H*W): x.var(axis=(0, 2, 3)), not ddof=1."),
+            (lambda: g4 * norm((2, 3))() + b4,
+             "you normalized each image separately (axes 2, 3): BATCH norm averages over the batch "
+             "too, axes (0, 2, 3)."),
+            (lambda: g4 * norm((0,))() + b4,
+             "you normalized each pixel separately (axis 0 only): a channel shares one mean and "
+             "variance over N, H and W, axes (0, 2, 3)."),
+            (lambda: g4 * norm((1, 2, 3))() + b4,
+             "that is layer norm (axes 1, 2, 3); batch norm uses axes (0, 2, 3)."),
+            (lambda: g4 * norm(None)() + b4,
+             "one mean for everything: each channel needs its own, axes (0, 2, 3)."),
+        ])
+    passed(fn, len(shapes))

@@ -1,0 +1,270 @@
+"""Checks for lesson 08 (CUDA kernels): the index arithmetic and memory counting behind them.
+
+Used in notebook ``08_cuda_kernels``. Every exercise there is a small NumPy function that
+reasons about a kernel without a GPU; each check runs it on several cases and either prints
+one line saying that all pass, or raises :class:`ExerciseError` naming the case, what was
+expected, what your function gave and, for the common mistakes, the likely fix::
+
+    dl.check.grid_size(grid_size)
+
+- :func:`global_index` checks ``global_index(block_idx, block_dim, thread_idx)``: the element
+  a thread owns, ``blockIdx.x * blockDim.x + threadIdx.x``;
+- :func:`grid_size` checks ``grid_size(n, block) -> int``: the blocks needed for n elements;
+- :func:`warp_transactions` checks ``warp_transactions(addresses, segment_bytes=128) -> int``:
+  the memory segments one warp's 32 addresses fall into;
+- :func:`tiled_matmul` checks ``tiled_matmul(A, B, tile) -> C``: matmul_tiled.cu in NumPy;
+- :func:`arithmetic_intensity` checks ``arithmetic_intensity(tile_m, tile_n, K, itemsize=4)``:
+  FLOPs per byte loaded from global memory.
+
+The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``basics.py``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .basics import ExerciseError, call, expect_close, expect_shape, fail, passed, to_array
+
+__all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
+           "arithmetic_intensity"]
+
+_ = ExerciseError   # what every check raises (defined once, in basics.py)
+
+
+def _integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
+    """A returned whole number as an int; fail on None, arrays, or a float with a fraction."""
+    if value is None:
+        fail(fn, case, f"{what} is None.", "did your function `return` it?")
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        fail(fn, case, f"{what} should be one whole number, got {type(value).__name__} "
+                       f"{value!r:.80}.", fix)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if float(value).is_integer():
+        return int(value)
+    fail(fn, case, f"{what} is {value!r}, a fraction; it should be a whole number.",
+         fix or "use integer arithmetic (//), not /.")
+
+
+def _number(value, fn, case: str, what: str) -> float:
+    if value is None:
+        fail(fn, case, f"{what} is None.", "did your function `return` it?")
+    try:
+        return float(np.asarray(value))
+    except (TypeError, ValueError):
+        fail(fn, case, f"{what} should be one number, got {type(value).__name__} {value!r:.80}.")
+
+
+# ======================================================================================
+# Threads, blocks and grids
+# ======================================================================================
+def global_index(fn) -> None:
+    """Check ``fn(block_idx, block_dim, thread_idx)``: the global index of a thread along one
+    axis, ``blockIdx.x * blockDim.x + threadIdx.x``, for ints and for NumPy int arrays that
+    broadcast together (one call for a whole grid)."""
+    cases = [(0, 32, 5), (3, 32, 5), (2, 256, 255), (7, 128, 0), (1, 1, 0)]
+    for b, d, t in cases:
+        case = f"block_idx={b}, block_dim={d}, thread_idx={t}"
+        expected = b * d + t
+        got = _integer(call(fn, b, d, t, case=case), fn, case, "the index")
+        if got == expected:
+            continue
+        fix = None
+        if got == b + t:
+            fix = ("each block before this one holds block_dim threads: multiply block_idx by "
+                   "block_dim before adding thread_idx.")
+        elif got == t * d + b:
+            fix = ("you multiplied the THREAD index by the block size. In CUDA consecutive "
+                   "threads own consecutive elements: block_idx * block_dim + thread_idx.")
+        elif got == (b + 1) * d + t:
+            fix = "blocks are numbered from 0: block 0 starts at index 0, so use block_idx, not block_idx + 1."
+        elif got == b * d + t + 1 or got == b * d + t - 1:
+            fix = "indices start at 0 and need no +1 or -1: block_idx * block_dim + thread_idx."
+        fail(fn, case, f"the index is {got}; expected {b} * {d} + {t} = {expected}.", fix)
+
+    # A whole grid at once: 4 blocks of 8 threads must cover 0..31, each index once.
+    case = ("block_idx = np.arange(4)[:, None], block_dim = 8, thread_idx = np.arange(8)[None, :] "
+            "(a grid of 4 blocks of 8 threads, all at once)")
+    bi, ti = np.arange(4)[:, None], np.arange(8)[None, :]
+    got = to_array(call(fn, bi, 8, ti, case=case,
+                        on_error="use only arithmetic (* and +): it then works element by element "
+                                 "on NumPy arrays as well as on ints."), fn, case, "the indices")
+    expected = bi * 8 + ti
+    expect_shape(got, expected.shape, fn, case, "the indices",
+                 "combine the arrays with * and +; NumPy broadcasts (4, 1) and (1, 8) to (4, 8).")
+    expect_close(got, expected, fn, case, "the indices", rtol=0, atol=0)
+    passed(fn, len(cases) + 1)
+
+
+def grid_size(fn) -> None:
+    """Check ``fn(n, block)``: how many blocks of ``block`` threads a 1-D grid needs so that
+    every one of ``n`` elements gets a thread — ``ceil(n / block)``, as a whole number."""
+    cases = [(1024, 256), (1000, 256), (1, 256), (257, 256), (2048, 32), (100, 1), (31, 32),
+             (0, 128)]
+    for n, block in cases:
+        case = f"n={n} elements, block={block} threads"
+        expected = -(-n // block)
+        got = _integer(call(fn, n, block, case=case), fn, case, "the number of blocks",
+                       "return a whole number of blocks, e.g. with integer division //.")
+        if got == expected:
+            continue
+        fix = None
+        if got == n // block:
+            fix = (f"{n} // {block} = {n // block} blocks give only {n // block * block} threads, "
+                   f"so the last {n - n // block * block} element(s) get none. Round UP: "
+                   f"(n + block - 1) // block.")
+        elif got == n // block + 1:
+            fix = (f"n // block + 1 launches one block too many when n is a multiple of block "
+                   f"({n} = {n // block} x {block}). Round up instead: (n + block - 1) // block.")
+        elif got == (n + block) // block:
+            fix = "add block - 1, not block, before dividing: (n + block - 1) // block."
+        fail(fn, case, f"the grid has {got} block(s); expected {expected} "
+                       f"({expected} x {block} = {expected * block} threads >= {n} elements).", fix)
+    passed(fn, len(cases))
+
+
+# ======================================================================================
+# Memory coalescing
+# ======================================================================================
+def _segments(addresses, segment_bytes):
+    return len(np.unique(np.asarray(addresses) // segment_bytes))
+
+
+def warp_transactions(fn) -> None:
+    """Check ``fn(addresses, segment_bytes=128)``: the number of distinct, aligned memory
+    segments of ``segment_bytes`` bytes that the byte ``addresses`` of one warp's 32 threads
+    fall into — how many transactions the memory system needs for that warp's access."""
+    lane = np.arange(32)
+    cases = [
+        ("32 consecutive float32 starting at byte 0 (4 * lane)", 4 * lane, 128),
+        ("32 consecutive float32 starting at byte 64 (not aligned to 128)", 64 + 4 * lane, 128),
+        ("float32 at stride 2048 elements (4 * 2048 * lane: down a column of a 2048-wide matrix)",
+         4 * 2048 * lane, 128),
+        ("all 32 threads read the same address 4096 (a broadcast)", np.full(32, 4096), 128),
+        ("32 consecutive float64 (8 * lane)", 8 * lane, 128),
+        ("32 consecutive float32, counted in 32-byte sectors (segment_bytes=32)", 4 * lane, 32),
+        ("32 consecutive float32 in shuffled order", 4 * np.random.default_rng(8).permutation(32),
+         128),
+        ("every other float32 (8 * lane + 1024)", 8 * lane + 1024, 128),
+    ]
+    for case, addresses, seg in cases:
+        case = f"{case}, segment_bytes={seg}"
+        expected = _segments(addresses, seg)
+        got = _integer(call(fn, addresses.astype(np.int64), seg, case=case), fn, case,
+                       "the number of transactions")
+        if got == expected:
+            continue
+        fix = None
+        span = int(addresses.max() // seg - addresses.min() // seg + 1)
+        if got == len(addresses) and expected != len(addresses):
+            fix = ("that is one transaction per thread. Threads whose addresses fall in the same "
+                   "segment share one: count the distinct values of addresses // segment_bytes.")
+        elif got == len(np.unique(addresses)):
+            fix = ("that counts distinct ADDRESSES. Count distinct segments: "
+                   "np.unique(addresses // segment_bytes).")
+        elif got == span:
+            fix = ("you counted every segment from the lowest to the highest address; only the "
+                   "segments some thread actually touches are fetched: "
+                   "np.unique(addresses // segment_bytes).")
+        elif got == _segments(addresses, 128) and seg != 128:
+            fix = "use the segment_bytes argument, not a fixed 128."
+        elif got == _segments(addresses // 4, seg):
+            fix = ("the addresses are already in BYTES: divide them by segment_bytes directly, "
+                   "without converting to elements first.")
+        fail(fn, case, f"the warp needs {expected} transaction(s); your function says {got}.", fix)
+    passed(fn, len(cases))
+
+
+# ======================================================================================
+# Shared memory and tiling
+# ======================================================================================
+def _last_k_tile_only(A, B, tile):
+    """The wrong result of C = ... (overwriting) instead of C += ...: only the last k-tile."""
+    M, K = A.shape
+    k0 = (K - 1) // tile * tile
+    return A[:, k0:] @ B[k0:, :]
+
+
+def _inner_tiles_only(A, B, tile):
+    """The wrong result of loops that stop at the last whole tile (range(M // tile) ...)."""
+    M, K = A.shape
+    N = B.shape[1]
+    Mt, Nt, Kt = M // tile * tile, N // tile * tile, K // tile * tile
+    C = np.zeros((M, N))
+    C[:Mt, :Nt] = A[:Mt, :Kt] @ B[:Kt, :Nt]
+    return C
+
+
+def tiled_matmul(fn) -> None:
+    """Check ``fn(A, B, tile)``: C = A @ B computed tile by tile as in ``matmul_tiled.cu``,
+    for square and ragged sizes (M, N, K not multiples of ``tile``), a tile of 1, and a tile
+    larger than the matrices. A: (M, K), B: (K, N) -> C: (M, N)."""
+    r = np.random.default_rng([8, 31337])
+    sizes = [(8, 8, 8, 4), (5, 7, 9, 4), (6, 4, 10, 3), (3, 5, 2, 8), (4, 3, 5, 1),
+             (33, 31, 65, 16)]
+    for M, N, K, tile in sizes:
+        A = r.standard_normal((M, K))
+        B = r.standard_normal((K, N))
+        case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}"
+        got = to_array(call(fn, A.copy(), B.copy(), tile, case=case,
+                            on_error="slice tiles as A[i0:i0 + tile, k0:k0 + tile]; a slice past "
+                                     "the edge is simply shorter (or pad it with zeros, as the "
+                                     "kernel does)."), fn, case, "C")
+        expect_shape(got, (M, N), fn, case, "C", "C has one row per row of A and one column per "
+                                                  "column of B: (M, N).")
+        expect_close(got, A @ B, fn, case, "C", rtol=1e-9, atol=1e-9, mistakes=[
+            (lambda A=A, B=B, t=tile: _last_k_tile_only(A, B, t),
+             "C holds only the LAST k-tile's product: accumulate over the k-tiles "
+             "(acc += As @ Bs), do not overwrite."),
+            (lambda A=A, B=B, t=tile: A[:, :t] @ B[:t, :],
+             "C holds only the FIRST k-tile's product: the loop over k0 must run over all of K, "
+             "range(0, K, tile)."),
+            (lambda A=A, B=B, t=tile: _inner_tiles_only(A, B, t),
+             "the ragged edges are missing: loop with range(0, M, tile) (and likewise for N and "
+             "K) so that the last, partial tile is visited too."),
+            (lambda A=A, B=B: 2 * (A @ B),
+             "C is twice A @ B: is the tile added to C twice (once inside the k-loop, once "
+             "after it)?"),
+        ])
+    passed(fn, len(sizes))
+
+
+# ======================================================================================
+# Arithmetic intensity
+# ======================================================================================
+def arithmetic_intensity(fn) -> None:
+    """Check ``fn(tile_m, tile_n, K, itemsize=4)``: FLOPs per byte loaded from global memory
+    when one block computes a ``tile_m x tile_n`` tile of C = A @ B over the whole K: it does
+    ``2 * tile_m * tile_n * K`` FLOPs (a multiply and an add per product) and loads a
+    ``tile_m x K`` strip of A and a ``K x tile_n`` strip of B, ``itemsize`` bytes each."""
+    cases = [(1, 1, 2048, 4), (32, 32, 2048, 4), (128, 128, 2048, 4), (128, 64, 512, 4),
+             (32, 32, 100, 8), (16, 4, 7, 2)]
+    for tm, tn, K, itemsize in cases:
+        case = f"tile_m={tm}, tile_n={tn}, K={K}, itemsize={itemsize}"
+        flops, nbytes = 2 * tm * tn * K, itemsize * (tm + tn) * K
+        expected = flops / nbytes
+        got = _number(call(fn, tm, tn, K, itemsize, case=case), fn, case, "the intensity")
+        if np.isclose(got, expected, rtol=1e-9):
+            continue
+        fix = None
+        ratio = got / expected if expected else np.nan
+        if np.isclose(ratio, 0.5):
+            fix = ("a multiply-add is 2 FLOPs: the block does 2 * tile_m * tile_n * K of them "
+                   "(a multiply and an add per product).")
+        elif np.isclose(ratio, itemsize) and itemsize != 1:
+            fix = (f"that is FLOPs per ELEMENT loaded; each element is itemsize = {itemsize} "
+                   f"bytes: bytes = itemsize * (tile_m * K + K * tile_n).")
+        elif np.isclose(got, 2 * tm * tn * K / (itemsize * tm * tn * K)) or \
+                np.isclose(got, 2 * tm * tn * K / (itemsize * 2 * tm * tn * K)):
+            fix = ("that counts one load per product, with no re-use. The block loads each "
+                   "element of its strips ONCE: tile_m * K of A plus K * tile_n of B.")
+        elif np.isclose(got, 2 * tm * tn * K / (itemsize * (tm * tn + K))):
+            fix = "the strips are tile_m x K (of A) and K x tile_n (of B): bytes = itemsize * (tile_m * K + K * tile_n)."
+        elif np.isclose(got, 1 / expected):
+            fix = "that is bytes per FLOP: divide FLOPs by bytes, not bytes by FLOPs."
+        fail(fn, case, f"the intensity is {got:.6g} FLOP/byte; expected {flops} FLOPs / "
+                       f"{nbytes} bytes = {expected:.6g}.", fix)
+    passed(fn, len(cases))

@@ -1,0 +1,218 @@
+"""Saving and loading models: :func:`save` and :func:`load`.
+
+Introduced in notebook ``04_mlp_on_digits`` (save the trained MLP) and used again in
+``07_training_a_cnn``.
+
+A checkpoint is one ``.npz`` file (a zip of ``.npy`` arrays) holding:
+
+* every parameter and buffer, under the model's ``state_dict()`` names (``"0.W"``, ...),
+  always as NumPy arrays, so a model saved from the GPU loads on a CPU-only machine;
+* ``"__dlcourse__"``: a JSON text with the architecture (``{"type": "MLP", "config":
+  model.get_config()}``), the dlcourse version, the format version, and a SHA-256 digest.
+
+Why this format:
+
+* **No pickle.** Files are read with ``np.load(..., allow_pickle=False)``, so opening a
+  checkpoint can never run code; the model is rebuilt from JSON with ``build_layer``.
+* **Checked.** The digest covers the architecture and every array's name, dtype, shape and
+  bytes, in sorted order. A truncated or altered file raises :class:`CheckpointError`.
+* **Atomic.** The file is written to a temporary file in the same folder, then moved over the
+  old one with ``os.replace``: a crash or a full disk never leaves half a checkpoint, and the
+  previous file stays as it was.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .backend import to_numpy
+
+__all__ = ["save", "load", "CheckpointError", "FORMAT_VERSION"]
+
+FORMAT_NAME = "dlcourse-checkpoint"
+FORMAT_VERSION = 1
+META_KEY = "__dlcourse__"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is damaged, altered, or does not fit the model it describes."""
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def _digest(architecture: dict, arrays: dict) -> str:
+    """SHA-256 over the architecture (canonical JSON) and, for each array in sorted name
+    order, its name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    h.update(json.dumps(architecture, sort_keys=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"\n{name}|{a.dtype.str}|{a.shape}\n".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _architecture(model) -> dict:
+    from .layers import Layer
+    if not isinstance(model, Layer):
+        hint = (" A Perceptron is two arrays: save them with np.savez(path, w=p.w, b=p.b)."
+                if type(model).__name__ == "Perceptron" else "")
+        raise TypeError(f"dl.save expects a dlcourse model (a Layer such as dl.MLP, dl.CNN or "
+                        f"dl.Sequential), got {type(model).__name__}.{hint}")
+    architecture = {"type": type(model).__name__, "config": model.get_config()}
+    try:
+        json.dumps(architecture)
+    except TypeError as err:
+        raise TypeError(f"{type(model).__name__}.get_config() must return plain JSON values "
+                        f"(numbers, strings, lists, dicts) so the model can be rebuilt: {err}.") from None
+    return architecture
+
+
+def _npz_path(path) -> Path:
+    path = Path(path).expanduser()
+    return path if path.suffix else path.with_suffix(".npz")
+
+
+def save(model, path) -> Path:
+    """Save ``model``'s architecture, parameters and buffers to ``path`` (an ``.npz`` file).
+
+    ``".npz"`` is added when the path has no suffix. The write is atomic: if anything fails,
+    an existing file at ``path`` is left untouched. Returns the path written.
+
+    Example::
+
+        dl.save(model, "mlp_digits.npz")
+        model = dl.load("mlp_digits.npz")
+    """
+    architecture = _architecture(model)
+    arrays = {name: to_numpy(a) for name, a in model.state_dict().items()}   # GPU -> NumPy copies
+    bad = [name for name in arrays if name == META_KEY or name.startswith("__")]
+    if bad:
+        raise ValueError(f"State names may not start with '__' (reserved), got {bad}.")
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+            "dlcourse_version": _version(), "architecture": architecture,
+            "sha256": _digest(architecture, arrays)}
+
+    path = _npz_path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"Cannot save to {path}: the folder {folder} does not exist. "
+                                f"Create it first (os.makedirs) or choose another path.")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{META_KEY: np.array(json.dumps(meta))}, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)          # atomic: readers see the old file or the new one
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _read(path: Path) -> tuple[dict, dict]:
+    """The metadata and arrays of a checkpoint, refusing anything that needs pickle."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            names = list(npz.files)
+            if META_KEY not in names:
+                raise CheckpointError(f"{path} is an .npz file but not a dlcourse checkpoint "
+                                      f"(it has no {META_KEY!r} entry). Was it written by dl.save?")
+            meta_text = npz[META_KEY]
+            arrays = {name: npz[name] for name in names if name != META_KEY}
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No checkpoint at {path}: check the path "
+                                f"(the current folder is {Path.cwd()}).") from None
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "pickle" in str(err).lower():
+            raise CheckpointError(f"{path} holds a pickled (object) array. dlcourse checkpoints "
+                                  f"never do, and unpickling can run code: refusing to load it.") from None
+        raise CheckpointError(f"{path} is not a readable checkpoint ({err}). It may be "
+                              f"truncated (an interrupted copy?) or not an .npz file.") from None
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as err:
+        raise CheckpointError(f"{path} is damaged or incomplete ({type(err).__name__}: "
+                              f"{err}). It may be truncated (an interrupted copy or download), "
+                              f"altered, or not an .npz file at all. Save or copy it again.") from None
+    try:
+        meta = json.loads(str(meta_text))
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: the {META_KEY!r} entry is not valid JSON ({err}).") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{path} is not a dlcourse checkpoint (its metadata has no "
+                              f"format {FORMAT_NAME!r}).")
+    return meta, arrays
+
+
+def load(path, device: str | None = None):
+    """Rebuild a model saved by :func:`save`, with its parameters and buffers.
+
+    Args:
+        path: the ``.npz`` file (``".npz"`` is added when the path has no suffix).
+        device: ``"cpu"``, ``"gpu"`` or ``"auto"``; ``None`` (default) puts the model on the
+            CPU, like a model you just built. A checkpoint saved from either device loads
+            on either.
+
+    Returns:
+        The model, in training mode (call ``model.eval()`` before predicting if it has
+        Dropout or BatchNorm; :func:`dl.evaluate` does this for you).
+
+    Raises:
+        CheckpointError: the file is truncated, altered (SHA-256 mismatch), holds a pickled
+        array, comes from a newer format, or its arrays do not fit its architecture.
+    """
+    from .layers import build_layer
+
+    path = _npz_path(path)
+    meta, arrays = _read(path)
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format version {version!r}, but this "
+                              f"dlcourse ({_version()}) reads up to version {FORMAT_VERSION}. "
+                              f"It was saved by dlcourse {meta.get('dlcourse_version')}: "
+                              f"upgrade dlcourse (pip install -U dlcourse).")
+    architecture = meta.get("architecture")
+    if not (isinstance(architecture, dict) and isinstance(architecture.get("type"), str)
+            and isinstance(architecture.get("config"), dict)):
+        raise CheckpointError(f"{path}: the architecture entry is missing or malformed "
+                              f"(expected {{'type': ..., 'config': {{...}}}}).")
+    if _digest(architecture, arrays) != meta.get("sha256"):
+        raise CheckpointError(f"{path} failed its SHA-256 check: its arrays or architecture "
+                              f"are not the ones that were saved (the file was altered or "
+                              f"damaged). Save the model again, or copy the file again.")
+
+    kind = architecture["type"]
+    try:
+        model = build_layer(kind, architecture["config"])
+    except Exception as err:   # unknown layer type, or a config the constructor rejects
+        raise CheckpointError(f"{path}: cannot rebuild a {kind} from the saved config "
+                              f"({type(err).__name__}: {err}). If it is your own Layer class, "
+                              f"define (import) it before loading.") from None
+    floats = {a.dtype for a in arrays.values() if np.issubdtype(a.dtype, np.floating)}
+    if len(floats) == 1:       # models are built in float32; a float64 model stays float64
+        (dtype,) = floats
+        if model.dtype is not None and model.dtype != dtype:
+            model.astype(dtype)
+    try:
+        model.load_state_dict(arrays)
+    except (KeyError, ValueError) as err:
+        message = err.args[0] if err.args else str(err)
+        raise CheckpointError(f"{path}: the saved arrays do not fit the saved {kind} "
+                              f"architecture: {message}") from None
+    if device is not None:
+        model.to(device)
+    return model

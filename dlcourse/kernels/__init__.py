@@ -1,0 +1,51 @@
+"""Hand-written CUDA kernels, each beside the NumPy reference it must match.
+
+Introduced in notebook ``08_cuda_kernels``. The CUDA sources are the ``.cu`` files in this
+folder — read them: every one explains its idea (threads, blocks and grids; coalescing; shared
+memory; tiling; register blocking; fusion) in its header. The Python wrappers are small: they
+check their inputs, name the launch geometry, and launch.
+
+    import dlcourse.kernels as K
+    K.list_kernels()                       # works everywhere, no GPU needed
+    print(K.source("matmul_tiled.cu"))     # the CUDA source
+    print(K.launch_config("tiled", 4096, 4096, 4096))
+    C = K.matmul_tiled(A, B)               # A, B: float32 CuPy arrays
+    C_ref = K.reference.matmul(A, B)       # the NumPy answer it must match
+
+Importing this package never imports CuPy; the kernels are compiled (by CuPy with NVRTC) the
+first time they are called, and only there is a GPU needed. ``dlcourse.conv`` calls
+:func:`im2col` / :func:`col2im` when its input is on the GPU (:func:`available` says whether it
+can).
+
+The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
+``matmul_regblock``. Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``,
+``softmax_cross_entropy``. Convolution (unfold.py): ``im2col``, ``col2im``. References:
+``dlcourse.kernels.reference``. Benchmarks: ``benchmarks/gpu_suite.py``.
+"""
+from __future__ import annotations
+
+from ..backend import gpu_available
+from . import reference
+from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, launch_config,
+                     list_kernels, source)
+from .fused import bias_relu_backward, bias_relu_forward, softmax_cross_entropy
+from .matmul import (MATMUL_KERNELS, matmul_coalesced, matmul_naive, matmul_regblock,
+                     matmul_tiled)
+from .unfold import col2im, im2col
+
+#: Explicit names for callers that want to say "the GPU version".
+im2col_gpu = im2col
+col2im_gpu = col2im
+
+__all__ = [
+    "available", "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
+    "LaunchConfig", "launch_config",
+    "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
+    "bias_relu_forward", "bias_relu_backward", "softmax_cross_entropy",
+    "im2col", "col2im", "im2col_gpu", "col2im_gpu", "reference",
+]
+
+
+def available() -> bool:
+    """True when the kernels can run: CuPy is installed and a CUDA device answers."""
+    return gpu_available()

@@ -1,0 +1,188 @@
+"""Where the CUDA sources live, how they are compiled, and the input checks every wrapper shares.
+
+Nothing here imports CuPy at module level: listing kernels and reading their sources works on a
+machine without a GPU. Compilation happens on first use, through ``cupy.RawModule`` (CuPy hands
+the source to NVRTC, NVIDIA's runtime compiler, and caches the binary on disk), and the loaded
+module is cached here so each ``.cu`` file is compiled at most once per process.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..backend import device_of, require_cupy
+
+KERNEL_DIR = Path(__file__).parent
+#: Options passed to NVRTC (and to nvcc in the compile test, so both see the same language).
+NVRTC_OPTIONS = ("-std=c++17",)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One ``.cu`` file and the kernels it provides.
+
+    ``kernels`` are the names a wrapper asks for: plain ``extern "C"`` names, or, for templates,
+    *name expressions* such as ``"im2col_kernel<float>"`` that NVRTC instantiates and CuPy
+    looks up (``RawModule(name_expressions=...)``).
+    """
+    file: str
+    kernels: tuple[str, ...]
+    summary: str
+
+    @property
+    def templated(self) -> bool:
+        return any("<" in k for k in self.kernels)
+
+    @property
+    def path(self) -> Path:
+        return KERNEL_DIR / self.file
+
+
+SOURCES: dict[str, Source] = {s.file: s for s in (
+    Source("matmul_naive.cu", ("matmul_naive",),
+           "matmul rung 1: one thread per output, x along rows (uncoalesced baseline)"),
+    Source("matmul_coalesced.cu", ("matmul_coalesced",),
+           "matmul rung 2: one thread per output, x along columns (coalesced)"),
+    Source("matmul_tiled.cu", ("matmul_tiled",),
+           "matmul rung 3: 32x32 shared-memory tiles"),
+    Source("matmul_regblock.cu", ("matmul_regblock",),
+           "matmul rung 4: 128x128x8 block tile, 8x8 register micro-tile, float4 loads"),
+    Source("bias_relu.cu",
+           ("bias_relu_forward<float>", "bias_relu_forward<double>",
+            "bias_relu_backward<float>", "bias_relu_backward<double>"),
+           "fused bias + ReLU forward, and backward with a deterministic column sum for db"),
+    Source("softmax_xent.cu",
+           ("softmax_xent<float, int>", "softmax_xent<float, long long>",
+            "softmax_xent<double, int>", "softmax_xent<double, long long>"),
+           "fused softmax cross-entropy: per-row loss and gradient, one block per row"),
+    Source("im2col.cu",
+           ("im2col_kernel<float>", "im2col_kernel<double>",
+            "col2im_kernel<float>", "col2im_kernel<double>"),
+           "im2col (gather into rows) and col2im (its adjoint, gathered: no atomics)"),
+)}
+
+#: C++ spelling of the dtypes the templated kernels are instantiated for.
+CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+         np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+
+
+def list_kernels() -> list[str]:
+    """Every kernel name (or template name expression), over all ``.cu`` files."""
+    return [k for s in SOURCES.values() for k in s.kernels]
+
+
+def source(file: str) -> str:
+    """The CUDA source text of one file, e.g. ``source("matmul_tiled.cu")``."""
+    if file not in SOURCES:
+        raise KeyError(f"No kernel source {file!r}. The sources are: {', '.join(SOURCES)}.")
+    return SOURCES[file].path.read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def _module(file: str):
+    cupy = require_cupy()
+    info = SOURCES[file]
+    name_expressions = info.kernels if info.templated else None
+    return cupy.RawModule(code=source(file), options=NVRTC_OPTIONS,
+                          name_expressions=name_expressions)
+
+
+def get_kernel(file: str, name: str):
+    """The compiled kernel ``name`` from ``file`` (compiled on first use, then cached)."""
+    return _module(file).get_function(name)
+
+
+# --------------------------------------------------------------------------------------
+# Input checks shared by the wrappers. Errors say what was expected, what was given, and
+# the likely fix.
+# --------------------------------------------------------------------------------------
+def check_gpu_array(fn: str, name: str, a, *, ndim: int | None = None, dtypes=None,
+                    contiguous: bool = True):
+    """Check that ``a`` is a CuPy array the kernel can take; return it."""
+    if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+        raise TypeError(f"{fn}: {name} must be a CuPy array, got {type(a).__name__}.")
+    if device_of(a) != "gpu":
+        raise TypeError(f"{fn}: {name} is a NumPy array, but this is a CUDA kernel. Move it to "
+                        f"the GPU with dl.to_device({name}, 'gpu'), or use the NumPy version in "
+                        f"dlcourse.kernels.reference on the CPU.")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{fn}: {name} must be {ndim}-D, got shape {tuple(a.shape)} "
+                         f"({a.ndim}-D).")
+    if dtypes is not None and a.dtype not in [np.dtype(d) for d in dtypes]:
+        wanted = " or ".join(np.dtype(d).name for d in dtypes)
+        raise TypeError(f"{fn}: {name} must have dtype {wanted}, got {a.dtype}. This kernel "
+                        f"is compiled for {wanted} only; convert with "
+                        f"{name}.astype(cupy.{np.dtype(dtypes[0]).name}).")
+    if contiguous and not a.flags.c_contiguous:
+        raise ValueError(f"{fn}: {name} must be C-contiguous (row-major, no gaps): the kernel "
+                         f"computes addresses as row * cols + col. It is a strided view "
+                         f"(a transpose or a slice?); make a compact copy with "
+                         f"cupy.ascontiguousarray({name}).")
+    return a
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --------------------------------------------------------------------------------------
+# Launch geometry: every wrapper asks launch_config() for its grid, block and shared memory,
+# so a learner can print the numbers without launching anything.
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How a kernel is launched: ``kernel[grid, block](args, shared_mem=shared_mem)``.
+
+    grid:  number of blocks along (x, y, z);   block: threads per block along (x, y, z);
+    shared_mem: *dynamic* shared memory in bytes passed at launch (0 for all our kernels);
+    static_shared_mem: bytes of ``__shared__`` arrays the kernel declares itself.
+    """
+    name: str
+    file: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int = 0
+    static_shared_mem: int = 0
+    note: str = ""
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    def __str__(self):
+        s = (f"{self.name}: grid={self.grid} block={self.block} "
+             f"({self.num_blocks} blocks x {self.threads_per_block} threads), "
+             f"shared_mem={self.shared_mem} B dynamic + {self.static_shared_mem} B static")
+        return s + (f" — {self.note}" if self.note else "")
+
+
+_GEOMETRY: dict = {}
+
+
+def geometry(name: str):
+    """Register the function that computes ``name``'s launch geometry from its sizes."""
+    def register(fn):
+        _GEOMETRY[name] = fn
+        return fn
+    return register
+
+
+def launch_config(name: str, *sizes) -> LaunchConfig:
+    """The launch geometry of kernel ``name`` for the given sizes.
+
+    ``launch_config("naive" | "coalesced" | "tiled" | "regblock", M, N, K)`` for C = A @ B;
+    ``launch_config("bias_relu", N, F[, itemsize])``;
+    ``launch_config("softmax_cross_entropy", N, C[, itemsize])`` (itemsize: 4 for float32, 8 for
+    float64; it only changes the shared memory reported);
+    ``launch_config("im2col" | "col2im", N, C, H, W, KH, KW, stride, padding)``.
+    """
+    if name not in _GEOMETRY:
+        raise KeyError(f"No kernel named {name!r}; the names are: {', '.join(_GEOMETRY)}.")
+    return _GEOMETRY[name](*sizes)

@@ -1,0 +1,117 @@
+"""Fused kernels: several array operations done in one pass over memory.
+
+Introduced in notebook ``08_cuda_kernels``. Sources: ``bias_relu.cu`` and ``softmax_xent.cu``.
+NumPy references: ``dlcourse.kernels.reference.bias_relu_forward_ref``,
+``bias_relu_backward_ref`` and ``softmax_cross_entropy_ref``.
+
+Elementwise operations do a flop or two per number they load, so memory bandwidth sets their
+speed; doing ``x + b`` and ``max(., 0)`` in one kernel halves the bytes moved. The benchmark
+(``benchmarks/gpu_suite.py``) measures exactly that against the device's copy bandwidth.
+All wrappers take float32 or float64 C-contiguous CuPy arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import require_cupy
+from ._build import CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
+
+__all__ = ["bias_relu_forward", "bias_relu_backward", "softmax_cross_entropy"]
+
+FLOATS = (np.float32, np.float64)
+
+
+@geometry("bias_relu")
+def _bias_relu_geometry(N, F, itemsize=4):
+    block = (32, 8, 1)   # bias_relu.cu relies on this shape (BR_BX, BR_BY)
+    grid_x = ceil_div(F, 32)
+    # Enough blocks to fill every SM several times over; each walks its rows grid-stride.
+    grid_y = max(1, min(ceil_div(N, 8), max(1, 4096 // grid_x), 65535))
+    return LaunchConfig("bias_relu", "bias_relu.cu", grid=(grid_x, grid_y, 1), block=block,
+                        static_shared_mem=8 * 33 * itemsize,   # backward's sums[8][33]
+                        note="x over columns (coalesced), y splits the rows")
+
+
+@geometry("softmax_cross_entropy")
+def _softmax_geometry(N, C, itemsize=4):
+    threads = 32
+    while threads < min(C, 256):   # a power of two from 32 to 256, about the row length
+        threads *= 2
+    return LaunchConfig("softmax_cross_entropy", "softmax_xent.cu", grid=(min(N, 2**20), 1, 1),
+                        block=(threads, 1, 1), static_shared_mem=2 * 32 * itemsize,
+                        note="one block per row (grid-stride when N > 2**20)")
+
+
+def bias_relu_forward(x, b):
+    """y = max(x + b, 0) in one kernel. x: (N, F), b: (F,), same float dtype. Returns y: (N, F)."""
+    fn = "bias_relu_forward"
+    check_gpu_array(fn, "x", x, ndim=2, dtypes=FLOATS)
+    check_gpu_array(fn, "b", b, ndim=1, dtypes=(x.dtype,))
+    N, F = x.shape
+    if b.shape[0] != F:
+        raise ValueError(f"{fn}: b has {b.shape[0]} entries but x has F={F} columns; the bias "
+                         f"needs one entry per column (feature).")
+    cupy = require_cupy()
+    y = cupy.empty_like(x)
+    if x.size == 0:
+        return y
+    cfg = launch_config("bias_relu", N, F, x.dtype.itemsize)
+    kernel = get_kernel(cfg.file, f"bias_relu_forward<{CTYPE[x.dtype]}>")
+    kernel(cfg.grid, cfg.block, (x, b, y, np.int64(N), np.int32(F)), shared_mem=cfg.shared_mem)
+    return y
+
+
+def bias_relu_backward(dout, y):
+    """Backward of y = max(x + b, 0). dout, y: (N, F) (y is the forward output).
+
+    Returns (dx, db): dx = dout * (y > 0) of shape (N, F), and db = dx.sum(axis=0) of shape
+    (F,). db is summed without atomics (per-block partial sums, then one small sum), so the
+    result is the same, bit for bit, on every run.
+    """
+    fn = "bias_relu_backward"
+    check_gpu_array(fn, "dout", dout, ndim=2, dtypes=FLOATS)
+    check_gpu_array(fn, "y", y, ndim=2, dtypes=(dout.dtype,))
+    if dout.shape != y.shape:
+        raise ValueError(f"{fn}: dout has shape {tuple(dout.shape)} but y has shape "
+                         f"{tuple(y.shape)}; dout is the gradient of y, so they must match.")
+    N, F = y.shape
+    cupy = require_cupy()
+    dx = cupy.empty_like(y)
+    if y.size == 0:
+        return dx, cupy.zeros(F, dtype=y.dtype)
+    cfg = launch_config("bias_relu", N, F, y.dtype.itemsize)
+    partial = cupy.empty((cfg.grid[1], F), dtype=y.dtype)   # one row of sums per block-row
+    kernel = get_kernel(cfg.file, f"bias_relu_backward<{CTYPE[y.dtype]}>")
+    kernel(cfg.grid, cfg.block, (dout, y, dx, partial, np.int64(N), np.int32(F)),
+           shared_mem=cfg.shared_mem)
+    return dx, partial.sum(axis=0)
+
+
+def softmax_cross_entropy(logits, labels):
+    """Mean softmax cross-entropy and its gradient, in one kernel (one block per row).
+
+    logits: (N, C) float32/float64; labels: (N,) int32/int64 class indices in [0, C).
+    Returns (loss, dlogits): loss is a 0-d CuPy array (the mean over rows — call float(loss)
+    when you need a Python number; that waits for the GPU), dlogits = (softmax - onehot) / N
+    of shape (N, C). A label outside [0, C) makes that row's loss, and so the mean, NaN.
+    """
+    fn = "softmax_cross_entropy"
+    check_gpu_array(fn, "logits", logits, ndim=2, dtypes=FLOATS)
+    check_gpu_array(fn, "labels", labels, ndim=1, dtypes=(np.int32, np.int64))
+    N, C = logits.shape
+    if labels.shape[0] != N:
+        raise ValueError(f"{fn}: labels has {labels.shape[0]} entries for N={N} rows of "
+                         f"logits; give one class index per row.")
+    if C == 0 or max(N, C) > 2**31 - 1:
+        raise ValueError(f"{fn}: need at least one class and N, C < 2**31; got N={N}, C={C}.")
+    cupy = require_cupy()
+    dlogits = cupy.empty_like(logits)
+    if N == 0:
+        return cupy.asarray(float("nan"), dtype=logits.dtype), dlogits
+    loss_rows = cupy.empty(N, dtype=logits.dtype)
+    cfg = launch_config("softmax_cross_entropy", N, C, logits.dtype.itemsize)
+    kernel = get_kernel(cfg.file, f"softmax_xent<{CTYPE[logits.dtype]}, {CTYPE[labels.dtype]}>")
+    inv_N = logits.dtype.type(1.0 / N)
+    kernel(cfg.grid, cfg.block, (logits, labels, loss_rows, dlogits, np.int32(N), np.int32(C),
+                                 inv_N), shared_mem=cfg.shared_mem)
+    return loss_rows.mean(), dlogits

@@ -1,0 +1,155 @@
+"""The matmul ladder: four CUDA kernels for C = A @ B, each one idea faster than the last.
+
+Introduced in notebook ``08_cuda_kernels``. The kernels are the ``matmul_*.cu`` files beside
+this module; read each file's header before its wrapper here.
+
+====================  ======================================================  ==============
+wrapper               idea                                                    source
+====================  ======================================================  ==============
+matmul_naive          one thread per element of C, threadIdx.x down a column  matmul_naive.cu
+matmul_coalesced      the same, threadIdx.x along a row: coalesced loads      matmul_coalesced.cu
+matmul_tiled          32x32 tiles of A and B staged in shared memory          matmul_tiled.cu
+matmul_regblock       128x128 block tiles, 8x8 outputs per thread in          matmul_regblock.cu
+                      registers, float4 loads
+====================  ======================================================  ==============
+
+All four take float32, 2-D, C-contiguous CuPy arrays A (M, K) and B (K, N) and return a new
+C (M, N). Any M, N, K work: the kernels check their bounds. ``matmul_regblock`` reads with
+float4 (16-byte) loads, which need K and N to be multiples of 4; when they are not, the wrapper
+copies A and B into zero-padded arrays first (zeros add nothing to the products) and says so
+in its docstring. Their NumPy reference is ``dlcourse.kernels.reference.matmul`` (``A @ B``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import require_cupy
+from ._build import LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
+
+__all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock",
+           "MATMUL_KERNELS"]
+
+INT32_MAX = 2**31 - 1
+
+
+# --------------------------------------------------------------------------------------
+# Launch geometry of each rung (the comments in each .cu file explain the numbers).
+# --------------------------------------------------------------------------------------
+@geometry("naive")
+def _naive_geometry(M, N, K):
+    return LaunchConfig("naive", "matmul_naive.cu", grid=(ceil_div(M, 32), ceil_div(N, 32), 1),
+                        block=(32, 32, 1), note="x runs down the rows of C")
+
+
+@geometry("coalesced")
+def _coalesced_geometry(M, N, K):
+    return LaunchConfig("coalesced", "matmul_coalesced.cu",
+                        grid=(ceil_div(N, 32), ceil_div(M, 32), 1), block=(32, 32, 1),
+                        note="x runs along the rows of C")
+
+
+@geometry("tiled")
+def _tiled_geometry(M, N, K):
+    return LaunchConfig("tiled", "matmul_tiled.cu", grid=(ceil_div(N, 32), ceil_div(M, 32), 1),
+                        block=(32, 32, 1), static_shared_mem=2 * 32 * 32 * 4,
+                        note="one 32x32 tile of C per block")
+
+
+@geometry("regblock")
+def _regblock_geometry(M, N, K):
+    BM, BN, BK, TM, TN = 128, 128, 8, 8, 8
+    return LaunchConfig("regblock", "matmul_regblock.cu",
+                        grid=(ceil_div(N, BN), ceil_div(M, BM), 1),
+                        block=((BM // TM) * (BN // TN), 1, 1),
+                        static_shared_mem=(BM * BK + BK * BN) * 4,
+                        note="one 128x128 tile of C per block, 8x8 per thread")
+
+
+# --------------------------------------------------------------------------------------
+# The wrappers.
+# --------------------------------------------------------------------------------------
+def _check_operands(fn, A, B):
+    """Assert what every rung needs; return (M, N, K)."""
+    check_gpu_array(fn, "A", A, ndim=2, dtypes=(np.float32,))
+    check_gpu_array(fn, "B", B, ndim=2, dtypes=(np.float32,))
+    (M, K), (K2, N) = A.shape, B.shape
+    if K != K2:
+        raise ValueError(f"{fn}: A is {M}x{K} and B is {K2}x{N}; for A @ B the columns of A "
+                         f"must equal the rows of B ({K} != {K2}). Did you mean B.T?")
+    if max(M * K, K * N, M * N) > INT32_MAX:
+        raise ValueError(f"{fn}: these teaching kernels index with 32-bit ints, so each matrix "
+                         f"must have fewer than 2**31 elements; got M={M}, N={N}, K={K}. "
+                         f"Use cupy.matmul for matrices this large.")
+    return M, N, K
+
+
+def _launch(name, A, B, M, N, K):
+    """Allocate C and launch rung ``name`` on it (the shared last step of every wrapper)."""
+    cupy = require_cupy()
+    C = cupy.empty((M, N), dtype=cupy.float32)
+    if M == 0 or N == 0:
+        return C
+    if K == 0:
+        C.fill(0)
+        return C
+    cfg = launch_config(name, M, N, K)
+    kernel = get_kernel(cfg.file, f"matmul_{name}")
+    kernel(cfg.grid, cfg.block, (A, B, C, np.int32(M), np.int32(N), np.int32(K)),
+           shared_mem=cfg.shared_mem)
+    return C
+
+
+def matmul_naive(A, B):
+    """C = A @ B with one thread per element of C, threads of a warp walking DOWN a column
+    (uncoalesced: the teaching baseline). A: (M, K), B: (K, N) float32 CuPy arrays,
+    C-contiguous. Returns C: (M, N). Any M, N, K. See matmul_naive.cu."""
+    M, N, K = _check_operands("matmul_naive", A, B)
+    return _launch("naive", A, B, M, N, K)
+
+
+def matmul_coalesced(A, B):
+    """C = A @ B with one thread per element of C, threads of a warp walking ALONG a row
+    (coalesced loads and stores). A: (M, K), B: (K, N) float32, C-contiguous. Returns C: (M, N).
+    Any M, N, K. See matmul_coalesced.cu."""
+    M, N, K = _check_operands("matmul_coalesced", A, B)
+    return _launch("coalesced", A, B, M, N, K)
+
+
+def matmul_tiled(A, B):
+    """C = A @ B with 32x32 tiles of A and B staged in shared memory. A: (M, K), B: (K, N)
+    float32, C-contiguous. Returns C: (M, N). Any M, N, K (edge tiles are zero-filled).
+    See matmul_tiled.cu."""
+    M, N, K = _check_operands("matmul_tiled", A, B)
+    return _launch("tiled", A, B, M, N, K)
+
+
+def matmul_regblock(A, B):
+    """C = A @ B with 128x128 block tiles, an 8x8 micro-tile of C per thread in registers and
+    float4 (16-byte) loads. A: (M, K), B: (K, N) float32, C-contiguous. Returns C: (M, N).
+
+    Any M works. float4 loads need K % 4 == 0, N % 4 == 0 and 16-byte-aligned data; when that
+    does not hold this wrapper first copies A into (M, K4) and B into (K4, N4) zero-padded
+    arrays (K4, N4 = K, N rounded up to a multiple of 4) and returns the first N columns of the
+    result — correct, at the cost of the copies. See matmul_regblock.cu.
+    """
+    M, N, K = _check_operands("matmul_regblock", A, B)
+    cupy = require_cupy()
+    K4, N4 = ceil_div(K, 4) * 4, ceil_div(N, 4) * 4
+    aligned = A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0
+    if (K4, N4) == (K, N) and aligned:
+        return _launch("regblock", A, B, M, N, K)
+    Ap = cupy.zeros((M, K4), dtype=cupy.float32)
+    Ap[:, :K] = A
+    Bp = cupy.zeros((K4, N4), dtype=cupy.float32)
+    Bp[:K, :N] = B
+    _check_operands("matmul_regblock", Ap, Bp)   # the padded sizes must still fit in int32
+    return cupy.ascontiguousarray(_launch("regblock", Ap, Bp, M, N4, K4)[:, :N])
+
+
+#: The ladder in order, name -> wrapper (the benchmark walks this).
+MATMUL_KERNELS = {
+    "naive": matmul_naive,
+    "coalesced": matmul_coalesced,
+    "tiled": matmul_tiled,
+    "regblock": matmul_regblock,
+}

@@ -1,0 +1,141 @@
+"""NumPy references: what every CUDA kernel in ``dlcourse.kernels`` must compute.
+
+Each function here is written for clarity, not speed, and runs on the CPU (NumPy arrays in,
+NumPy arrays out; CuPy arrays are copied to the host first). The tests check each GPU kernel
+against its reference on random inputs of awkward sizes, and check the references themselves
+against hand-computed cases and identities on every machine.
+
+=========================  ==========================================  =====================
+reference                  kernel(s)                                   source
+=========================  ==========================================  =====================
+matmul                     matmul_naive / _coalesced / _tiled /        matmul_*.cu
+                           _regblock
+bias_relu_forward_ref      bias_relu_forward                           bias_relu.cu
+bias_relu_backward_ref     bias_relu_backward                          bias_relu.cu
+softmax_cross_entropy_ref  softmax_cross_entropy                       softmax_xent.cu
+im2col_ref, col2im_ref     im2col, col2im                              im2col.cu
+=========================  ==========================================  =====================
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import to_numpy
+
+__all__ = ["matmul", "matmul_loops", "bias_relu_forward_ref", "bias_relu_backward_ref",
+           "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref"]
+
+
+# --------------------------------------------------------------------------------------
+# Matrix multiply
+# --------------------------------------------------------------------------------------
+def matmul(A, B):
+    """C = A @ B. A: (M, K), B: (K, N) -> C: (M, N), in float64 for an accurate reference
+    (then cast back to A's dtype)."""
+    A, B = to_numpy(A), to_numpy(B)
+    return (A.astype(np.float64) @ B.astype(np.float64)).astype(A.dtype)
+
+
+def matmul_loops(A, B):
+    """C = A @ B as the three loops every matmul kernel parallelizes: what one CUDA thread
+    of matmul_naive.cu does is the body of the two outer loops. For tiny matrices only."""
+    A, B = to_numpy(A), to_numpy(B)
+    M, K = A.shape
+    _, N = B.shape
+    C = np.zeros((M, N), dtype=np.float64)
+    for i in range(M):            # on the GPU: one thread per (i, j) ...
+        for j in range(N):
+            acc = 0.0
+            for k in range(K):    # ... each running this loop
+                acc += float(A[i, k]) * float(B[k, j])
+            C[i, j] = acc
+    return C.astype(A.dtype)
+
+
+# --------------------------------------------------------------------------------------
+# Bias + ReLU
+# --------------------------------------------------------------------------------------
+def bias_relu_forward_ref(x, b):
+    """y = max(x + b, 0). x: (N, F), b: (F,) -> y: (N, F)."""
+    x, b = to_numpy(x), to_numpy(b)
+    return np.maximum(x + b, 0).astype(x.dtype)
+
+
+def bias_relu_backward_ref(dout, y):
+    """dx = dout * (y > 0), db = dx.sum(axis=0). dout, y: (N, F) -> dx: (N, F), db: (F,)."""
+    dout, y = to_numpy(dout), to_numpy(y)
+    dx = np.where(y > 0, dout, 0).astype(dout.dtype)
+    return dx, dx.sum(axis=0, dtype=np.float64).astype(dout.dtype)
+
+
+# --------------------------------------------------------------------------------------
+# Softmax cross-entropy
+# --------------------------------------------------------------------------------------
+def softmax_cross_entropy_ref(logits, labels):
+    """Mean cross-entropy of softmax(logits) against integer labels, and its gradient.
+
+    logits: (N, C), labels: (N,) ints in [0, C) -> (loss: float, dlogits: (N, C)), where
+    loss = mean_n [log sum_c exp(z[n, c]) - z[n, y[n]]] and dlogits = (softmax(z) - onehot) / N.
+    Stable: the row maximum is subtracted before exp.
+    """
+    z, labels = to_numpy(logits), to_numpy(labels)
+    N, C = z.shape
+    rows = np.arange(N)
+    shifted = z - z.max(axis=1, keepdims=True)                  # every exponent <= 0
+    log_sum = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    log_p = shifted - log_sum                                   # log softmax
+    loss = -log_p[rows, labels].mean()
+    dlogits = np.exp(log_p)
+    dlogits[rows, labels] -= 1
+    return float(loss), (dlogits / N).astype(z.dtype)
+
+
+# --------------------------------------------------------------------------------------
+# im2col / col2im
+# --------------------------------------------------------------------------------------
+def _out_size(H, W, KH, KW, stride, padding):
+    OH = (H + 2 * padding - KH) // stride + 1
+    OW = (W + 2 * padding - KW) // stride + 1
+    if OH < 1 or OW < 1:
+        raise ValueError(f"a {KH}x{KW} window does not fit in a {H}x{W} image with padding "
+                         f"{padding}.")
+    return OH, OW
+
+
+def im2col_ref(x, KH, KW, stride=1, padding=0):
+    """Unfold every KH x KW window of x into a row.
+
+    x: (N, C, H, W) -> cols: (N*OH*OW, C*KH*KW), OH = (H + 2*padding - KH) // stride + 1, with
+    cols[(n*OH + oh)*OW + ow, (c*KH + kh)*KW + kw] = x_padded[n, c, oh*stride + kh, ow*stride + kw].
+
+    One loop over the KH*KW kernel offsets: offset (kh, kw) of every window, for all n, c, oh,
+    ow at once, is the strided slice x_padded[:, :, kh : kh + stride*OH : stride, kw : ...].
+    """
+    x = to_numpy(x)
+    N, C, H, W = x.shape
+    OH, OW = _out_size(H, W, KH, KW, stride, padding)
+    x_pad = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    cols = np.empty((N, OH, OW, C, KH, KW), dtype=x.dtype)    # rows (n, oh, ow), cols (c, kh, kw)
+    for kh in range(KH):
+        for kw in range(KW):
+            patch = x_pad[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride]
+            cols[:, :, :, :, kh, kw] = patch.transpose(0, 2, 3, 1)   # (N, C, OH, OW) -> (N, OH, OW, C)
+    return cols.reshape(N * OH * OW, C * KH * KW)
+
+
+def col2im_ref(cols, x_shape, KH, KW, stride=1, padding=0):
+    """The adjoint of :func:`im2col_ref`: add every entry of cols back to where it came from.
+
+    cols: (N*OH*OW, C*KH*KW), x_shape = (N, C, H, W) -> dx: (N, C, H, W). Overlapping windows
+    add up; entries that came from the padding are dropped.
+    """
+    cols = to_numpy(cols)
+    N, C, H, W = x_shape
+    OH, OW = _out_size(H, W, KH, KW, stride, padding)
+    cols6 = cols.reshape(N, OH, OW, C, KH, KW)
+    dx_pad = np.zeros((N, C, H + 2 * padding, W + 2 * padding), dtype=cols.dtype)
+    for kh in range(KH):
+        for kw in range(KW):
+            dx_pad[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride] += \
+                cols6[:, :, :, :, kh, kw].transpose(0, 3, 1, 2)      # (N, OH, OW, C) -> (N, C, OH, OW)
+    return dx_pad[:, :, padding:padding + H, padding:padding + W].copy()

@@ -1,0 +1,129 @@
+"""im2col and col2im on the GPU: convolution as a matrix product.
+
+Introduced in notebook ``08_cuda_kernels``; source ``im2col.cu``. ``dlcourse.conv`` calls these
+when its input is a CuPy array and uses NumPy otherwise; both follow one contract::
+
+    x: (N, C, H, W)  ->  cols: (N*OH*OW, C*KH*KW),   OH = (H + 2*padding - KH) // stride + 1
+    cols[(n*OH + oh)*OW + ow, (c*KH + kh)*KW + kw] = x_padded[n, c, oh*stride + kh, ow*stride + kw]
+
+and col2im is its adjoint (every entry of cols is *added* back where it came from). The NumPy
+references are ``dlcourse.kernels.reference.im2col_ref`` and ``col2im_ref``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..backend import require_cupy
+from ._build import CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
+
+__all__ = ["im2col", "col2im", "output_shape"]
+
+THREADS = 256
+
+
+def output_shape(H, W, KH, KW, stride=1, padding=0, fn="im2col"):
+    """(OH, OW) for a KH x KW window sliding over an H x W image; errors say what is wrong."""
+    for name, v, lo in (("KH", KH, 1), ("KW", KW, 1), ("stride", stride, 1),
+                        ("padding", padding, 0)):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
+            raise ValueError(f"{fn}: {name} must be an integer >= {lo}, got {v!r}"
+                             + (" (these kernels take one number for both directions)."
+                                if isinstance(v, (tuple, list)) else "."))
+    OH = (H + 2 * padding - KH) // stride + 1
+    OW = (W + 2 * padding - KW) // stride + 1
+    if OH < 1 or OW < 1:
+        raise ValueError(f"{fn}: a {KH}x{KW} window does not fit in a {H}x{W} image with "
+                         f"padding {padding}; use a smaller kernel or more padding.")
+    return OH, OW
+
+
+def _check_int32(fn, N, C, H, W, OH, OW):
+    """The kernels index pixels and windows with 32-bit ints (only the flat index into cols is
+    64-bit): N*C*H*W and N*OH*OW must stay below 2**31."""
+    if max(N * C * H * W, N * OH * OW, C) >= 2**31:
+        raise ValueError(f"{fn}: N*C*H*W = {N * C * H * W} or N*OH*OW = {N * OH * OW} reaches "
+                         f"2**31, past these kernels' 32-bit pixel indices. Split the batch.")
+
+
+def _geometry(name, N, C, H, W, KH, KW, stride, padding):
+    OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=name)
+    total = N * OH * OW * C * KH * KW if name == "im2col" else N * C * H * W
+    return LaunchConfig(name, "im2col.cu", grid=(max(1, min(ceil_div(total, THREADS), 2**20)), 1, 1),
+                        block=(THREADS, 1, 1),
+                        note=f"one thread per {'element of cols' if name == 'im2col' else 'input pixel'}"
+                             f" ({total} in all), grid-stride")
+
+
+@geometry("im2col")
+def _im2col_geometry(N, C, H, W, KH, KW, stride=1, padding=0):
+    return _geometry("im2col", N, C, H, W, KH, KW, stride, padding)
+
+
+@geometry("col2im")
+def _col2im_geometry(N, C, H, W, KH, KW, stride=1, padding=0):
+    return _geometry("col2im", N, C, H, W, KH, KW, stride, padding)
+
+
+def _sizes(*ints):
+    return tuple(np.int32(v) for v in ints)
+
+
+def im2col(x, KH, KW, stride=1, padding=0):
+    """Unfold every KH x KW window of x into a row of cols, on the GPU.
+
+    x: (N, C, H, W) float32 or float64 CuPy array (a non-contiguous x is copied to a compact
+    one first). Returns cols: (N*OH*OW, C*KH*KW), C-contiguous, same dtype.
+    """
+    fn = "im2col"
+    check_gpu_array(fn, "x", x, ndim=4, dtypes=(np.float32, np.float64), contiguous=False)
+    cupy = require_cupy()
+    x = cupy.ascontiguousarray(x)
+    N, C, H, W = x.shape
+    OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=fn)
+    _check_int32(fn, N, C, H, W, OH, OW)
+    cols = cupy.empty((N * OH * OW, C * KH * KW), dtype=x.dtype)
+    if cols.size == 0:
+        return cols
+    cfg = launch_config("im2col", N, C, H, W, KH, KW, stride, padding)
+    kernel = get_kernel(cfg.file, f"im2col_kernel<{CTYPE[x.dtype]}>")
+    kernel(cfg.grid, cfg.block, (x, cols) + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
+           shared_mem=cfg.shared_mem)
+    return cols
+
+
+def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
+    """The adjoint of :func:`im2col`, on the GPU: add every entry of cols back onto the input
+    pixel it was copied from (overlapping windows add up; padding is dropped).
+
+    cols: (N*OH*OW, C*KH*KW) float32 or float64 CuPy array (copied if not C-contiguous);
+    x_shape: (N, C, H, W). Returns dx: (N, C, H, W), same dtype. Deterministic: one thread per
+    input pixel gathers the entries that came from it, so no atomics are needed.
+    """
+    fn = "col2im"
+    check_gpu_array(fn, "cols", cols, ndim=2, dtypes=(np.float32, np.float64), contiguous=False)
+    if len(x_shape) != 4:
+        raise ValueError(f"{fn}: x_shape must be (N, C, H, W), got {tuple(x_shape)}.")
+    cupy = require_cupy()
+    cols = cupy.ascontiguousarray(cols)
+    N, C, H, W = (int(v) for v in x_shape)
+    OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=fn)
+    expected = (N * OH * OW, C * KH * KW)
+    if tuple(cols.shape) != expected:
+        raise ValueError(f"{fn}: for x_shape {(N, C, H, W)}, a {KH}x{KW} kernel, stride "
+                         f"{stride} and padding {padding}, cols must have shape (N*OH*OW, "
+                         f"C*KH*KW) = {expected}, got {tuple(cols.shape)}. Were the same "
+                         f"KH, KW, stride and padding given to im2col?")
+    _check_int32(fn, N, C, H, W, OH, OW)
+    dx = cupy.empty((N, C, H, W), dtype=cols.dtype)
+    if dx.size == 0:
+        return dx
+    if cols.size == 0:
+        dx.fill(0)
+        return dx
+    cfg = launch_config("col2im", N, C, H, W, KH, KW, stride, padding)
+    kernel = get_kernel(cfg.file, f"col2im_kernel<{CTYPE[cols.dtype]}>")
+    kernel(cfg.grid, cfg.block, (cols, dx) + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
+           shared_mem=cfg.shared_mem)
+    return dx

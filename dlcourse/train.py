@@ -1,0 +1,506 @@
+"""The training loop, written once: :func:`fit`, :func:`evaluate`, :func:`confusion_matrix`.
+
+Introduced in notebook ``04_mlp_on_digits``, which first writes the loop by hand::
+
+    for epoch in range(epochs):
+        for xb, yb in dl.data.batches(X, y, batch_size):
+            logits = model.forward(xb)          # (B, K)
+            L = loss.forward(logits, yb)        # a Python float
+            model.backward(loss.backward())     # fills model.grads
+            optimizer.step()                    # updates model.params in place
+
+and then shows that :func:`fit` is that loop plus the things a real run needs:
+
+* data moved to the model's device and cast to its dtype, one batch at a time;
+* ``model.train()`` while training, ``model.eval()`` while evaluating (the mode is restored);
+* a :class:`History` of per-epoch losses, accuracies and times;
+* a progress bar (``tqdm.auto``: a widget in notebooks, text in terminals);
+* a non-finite loss stops the run with :class:`TrainingDiverged`, the model keeping its last
+  parameters whose loss was finite;
+* Ctrl-C stops cleanly and returns the history so far (``history.interrupted`` is True);
+* ``callback(epoch, history)`` after each epoch and ``on_step(step, loss)`` after each step;
+  either may stop training by returning ``False`` or raising :class:`StopTraining`;
+* a seed that makes a CPU run repeatable bit for bit.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from . import backend
+from .backend import device_of, get_array_module, to_numpy
+
+__all__ = ["fit", "evaluate", "confusion_matrix", "History", "TrainingDiverged", "StopTraining"]
+
+
+class StopTraining(Exception):
+    """Raise it from a ``callback`` or ``on_step`` hook to end :func:`fit` cleanly."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or a parameter) became inf or NaN.
+
+    Attributes: ``history`` (the :class:`History` so far), ``epoch`` and ``step`` (1-based,
+    the step counted within its epoch), ``lr`` (the optimizer's learning rate, if it has one).
+    The model keeps the last parameters whose loss was finite.
+    """
+
+    def __init__(self, message, history, epoch, step, lr=None):
+        super().__init__(message)
+        self.history, self.epoch, self.step, self.lr = history, epoch, step, lr
+
+
+# ======================================================================================
+# History
+# ======================================================================================
+@dataclass
+class History:
+    """What happened in :func:`fit`, one entry per completed epoch.
+
+    ``train_loss[e]``: mean loss over epoch e's training batches (in training mode, while the
+    parameters were still changing); ``train_accuracy[e]``: accuracy on those same batches;
+    ``val_loss[e]``, ``val_accuracy[e]``: on the validation set at the end of epoch e
+    (evaluation mode), empty lists without ``validation=``; ``epoch_time[e]``: seconds;
+    ``step_loss``: the loss of every step, for a fine-grained plot.
+
+    ``stop_reason`` is ``None`` when every epoch ran, else ``"callback"``, ``"interrupted"``
+    (Ctrl-C) or ``"diverged"``; ``interrupted`` is True after Ctrl-C.
+    Accuracies are ``None`` when the task is not classification (e.g. ``MSELoss``).
+    """
+
+    train_loss: list = field(default_factory=list)
+    train_accuracy: list = field(default_factory=list)
+    val_loss: list = field(default_factory=list)
+    val_accuracy: list = field(default_factory=list)
+    epoch_time: list = field(default_factory=list)
+    step_loss: list = field(default_factory=list)
+    stop_reason: str | None = None
+    interrupted: bool = False
+
+    @property
+    def epochs(self) -> int:
+        """How many epochs completed."""
+        return len(self.train_loss)
+
+    @property
+    def total_time(self) -> float:
+        return float(sum(self.epoch_time))
+
+    def as_dict(self) -> dict:
+        """Plain lists and numbers (e.g. for ``json.dump``)."""
+        return asdict(self)
+
+    def table(self) -> str:
+        """One line per epoch: losses, accuracies and time."""
+        lines = ["epoch  train_loss  train_acc  val_loss  val_acc   time"]
+        for e in range(self.epochs):
+            lines.append(f"{e + 1:5d}  {_fmt(self.train_loss[e], 10)}  "
+                         f"{_fmt(_get(self.train_accuracy, e), 9)}  "
+                         f"{_fmt(_get(self.val_loss, e), 8)}  {_fmt(_get(self.val_accuracy, e), 7)}"
+                         f"  {self.epoch_time[e]:5.2f}s")
+        if self.stop_reason:
+            lines.append(f"(stopped: {self.stop_reason})")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        if not self.epochs:
+            return f"History(0 epochs, stop_reason={self.stop_reason!r})"
+        last = f"train_loss={self.train_loss[-1]:.4f}"
+        if self.val_accuracy and self.val_accuracy[-1] is not None:
+            last += f", val_accuracy={self.val_accuracy[-1]:.4f}"
+        stop = f", stop_reason={self.stop_reason!r}" if self.stop_reason else ""
+        return f"History({self.epochs} epochs, {last}, {self.total_time:.1f} s{stop})"
+
+
+def _get(values, i):
+    return values[i] if i < len(values) else None
+
+
+def _fmt(value, width):
+    return f"{value:{width}.4f}" if value is not None else " " * (width - 1) + "-"
+
+
+# ======================================================================================
+# Accuracy: which kind of task is this?
+# ======================================================================================
+def _task(loss, out) -> str | None:
+    """``"multiclass"``, ``"binary"`` or ``None`` (not classification), from the loss and
+    the shape of the model's output (N, K)."""
+    name = type(loss).__name__ if loss is not None else None
+    if name == "SigmoidCrossEntropy":
+        return "binary"
+    if name == "SoftmaxCrossEntropy":
+        return "multiclass"
+    if name is None:   # evaluate(loss=None): guess from the output
+        if out.ndim == 2 and out.shape[1] > 1:
+            return "multiclass"
+        return "binary"
+    # another loss (MSELoss): accuracy only for one-hot targets, checked per batch
+    return "multiclass" if out.ndim == 2 and out.shape[1] > 1 else None
+
+
+def _correct(task, out, y):
+    """The number of right predictions in a batch, as a 0-d array on out's device
+    (not a Python int: converting would wait for the GPU at every step)."""
+    if task == "multiclass":
+        pred = out.argmax(axis=1)
+        if y.ndim == 2 and y.shape == out.shape:      # one-hot targets
+            y = y.argmax(axis=1)
+        elif y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+            return None
+        return (pred == y).sum()
+    if task == "binary":
+        pred = out.reshape(-1) > 0                     # logit > 0  <=>  probability > 0.5
+        return (pred == (y.reshape(-1) > 0.5)).sum()
+    return None
+
+
+# ======================================================================================
+# Helpers shared by fit and evaluate
+# ======================================================================================
+def _check_model(model, fn):
+    for attr in ("forward", "backward", "params"):
+        if not hasattr(model, attr):
+            hint = (" The Perceptron learns with its own rule: call model.fit(X, y)."
+                    if type(model).__name__ == "Perceptron" else
+                    " Pass a dlcourse model such as dl.MLP([...]) or dl.Sequential(...).")
+            raise TypeError(f"{fn} needs a model with forward, backward and params, got "
+                            f"{type(model).__name__} (it has no {attr}).{hint}")
+
+
+def _model_device(model) -> str:
+    if hasattr(model, "device"):
+        return model.device
+    arrays = list(model.params.values())
+    return device_of(arrays[0]) if arrays else "cpu"
+
+
+def _model_dtype(model):
+    dtype = getattr(model, "dtype", None)
+    if dtype is None:
+        arrays = list(model.params.values())
+        dtype = arrays[0].dtype if arrays else None
+    return dtype
+
+
+def _prepare(xb, dtype):
+    """Cast a float batch to the model's float dtype (learners often pass float64).
+    Integer data is left alone, so the layer's error about it can speak."""
+    if dtype is not None and np.issubdtype(xb.dtype, np.floating) and xb.dtype != dtype:
+        return xb.astype(dtype)
+    return xb
+
+
+def _check_xy(X, y, fn, name="X, y"):
+    if not hasattr(X, "shape") or not hasattr(y, "shape"):
+        raise TypeError(f"{fn} expects arrays for {name}, got {type(X).__name__} and "
+                        f"{type(y).__name__}. Convert them with np.asarray(...).")
+    if len(X) != len(y):
+        raise ValueError(f"{fn}: {name} have {len(X)} and {len(y)} samples; they must match. "
+                         f"Did you pair X_train with y_val?")
+    if len(X) == 0:
+        raise ValueError(f"{fn}: {name} are empty (0 samples).")
+
+
+def _check_batch_size(batch_size, fn):
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"{fn}(batch_size=...) must be a positive int, got {batch_size!r}.")
+    return int(batch_size)
+
+
+def _is_out_of_memory(err) -> bool:
+    """CuPy's OutOfMemoryError (matched by name: this module never imports CuPy) or NumPy's
+    MemoryError."""
+    return isinstance(err, MemoryError) or any(
+        c.__name__ == "OutOfMemoryError" for c in type(err).__mro__)
+
+
+def _out_of_memory(err, batch_size, where):
+    device = "GPU" if "cupy" in type(err).__module__ else "computer"
+    smaller = max(1, batch_size // 2)
+    return MemoryError(f"The {device} ran out of memory {where} with batch_size={batch_size}. "
+                       f"Try a smaller batch, e.g. batch_size={smaller}, or a smaller model. "
+                       f"({type(err).__name__}: {err})")
+
+
+# ======================================================================================
+# evaluate
+# ======================================================================================
+def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
+    """Loss and accuracy of ``model`` on ``(X, y)``, in evaluation mode (the mode is restored).
+
+    X: (N, ...) NumPy or CuPy array (moved batch by batch to the model's device);
+    y: (N,) integer labels (or targets the loss accepts).
+
+    Returns ``{"loss": float or None, "accuracy": float or None, "n": N}``: ``loss`` is
+    ``None`` when no loss is given; ``accuracy`` is ``None`` when the task is not
+    classification (e.g. ``MSELoss`` on real-valued targets). Binary models (one output) are
+    scored by ``logit > 0``.
+    """
+    _check_model(model, "evaluate")
+    _check_xy(X, y, "evaluate")
+    batch_size = _check_batch_size(batch_size, "evaluate")
+    from .data import batches
+
+    device, dtype = _model_device(model), _model_dtype(model)
+    was_training = getattr(model, "training", True)
+    model.eval()
+    total_loss, correct, task = 0.0, 0, "unknown"
+    try:
+        for xb, yb in batches(X, y, batch_size, shuffle=False, device=device):
+            out = model.forward(_prepare(xb, dtype))
+            if loss is not None:
+                total_loss += loss.forward(out, yb) * len(xb)
+            if task == "unknown":
+                task = _task(loss, out)
+            if task is not None:
+                c = _correct(task, out, yb)
+                if c is None:
+                    task = None
+                else:
+                    correct += int(c)
+    except Exception as err:
+        if _is_out_of_memory(err):
+            raise _out_of_memory(err, batch_size, "in evaluate") from err
+        raise
+    finally:
+        model.train(was_training)
+    N = len(X)
+    return {"loss": total_loss / N if loss is not None else None,
+            "accuracy": correct / N if task is not None else None,
+            "n": N}
+
+
+# ======================================================================================
+# fit
+# ======================================================================================
+def _snapshot(model) -> dict:
+    """A copy of every parameter and buffer: O(number of parameters), far cheaper than a
+    forward pass over a batch."""
+    state = model.state_dict() if hasattr(model, "state_dict") else model.params
+    return {k: v.copy() for k, v in state.items()}
+
+
+def _restore(model, snapshot) -> None:
+    if hasattr(model, "load_state_dict"):
+        model.load_state_dict(snapshot)
+    else:
+        for k, p in model.params.items():
+            p[...] = snapshot[k]
+
+
+def _all_finite(model) -> bool:
+    for p in model.params.values():
+        xp = get_array_module(p)
+        if not bool(xp.isfinite(p).all()):
+            return False
+    return True
+
+
+def _diverged(history, epoch, step, steps, optimizer, what):
+    lr = getattr(optimizer, "lr", None)
+    advice = (f"The learning rate lr={lr:g} is probably too large: try lr={lr / 10:g}."
+              if lr is not None else "Try a smaller learning rate.")
+    history.stop_reason = "diverged"
+    message = (f"Training diverged at epoch {epoch}, step {step} of {steps}: {what}. {advice} "
+               f"The model keeps its last parameters whose loss was finite; "
+               f"the history so far is in err.history.")
+    return TrainingDiverged(message, history, epoch, step, lr)
+
+
+def _keep_going(result) -> bool:
+    return result is not False
+
+
+def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
+        validation=None, seed: int | None = None, progress: bool = True,
+        callback=None, on_step=None) -> History:
+    """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
+
+    Args:
+        model: a dlcourse model (``forward``, ``backward``, ``params``, ``grads``), e.g.
+            ``dl.MLP([64, 128, 10])``. Data go to wherever the model is (``model.to("gpu")``).
+        loss: e.g. ``dl.SoftmaxCrossEntropy()``; ``forward(out, yb)`` returns a float and
+            ``backward()`` returns d(loss)/d(out).
+        optimizer: e.g. ``dl.Adam(model, lr=1e-3)``.
+        X: (N, ...) training inputs, NumPy (or CuPy); float arrays are cast to the
+            model's dtype one batch at a time.
+        y: (N,) integer labels (or the targets the loss takes).
+        epochs: passes over the data.
+        batch_size: samples per step ``B``; the last batch of an epoch may be smaller.
+        validation: ``(X_val, y_val)``, evaluated after every epoch, or ``None``.
+        seed: makes the run repeatable: the batch order and the dropout masks are drawn
+            from generators seeded with it (``dl.manual_seed(seed)`` is called). On the CPU
+            the same seed and the same starting model give bit-for-bit the same result.
+        progress: show a progress bar (``tqdm.auto``).
+        callback: ``callback(epoch, history)`` after each epoch (``epoch`` counts from 1).
+            Returning ``False`` or raising :class:`StopTraining` ends training cleanly.
+        on_step: ``on_step(step, loss)`` after each optimizer step (``step`` counts every
+            step of the run from 1; ``loss`` is the batch's loss). Same way to stop.
+
+    Returns:
+        A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
+
+    Raises:
+        TrainingDiverged: the loss or the parameters became inf or NaN (see its message).
+            The model's parameters and buffers are put back to those of the last step whose
+            loss was finite (a copy is kept before each update: cheap, O(parameters)); the
+            optimizer's state (momentum, Adam's moments) is not, so make a new optimizer.
+        MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
+    """
+    _check_model(model, "fit")
+    _check_xy(X, y, "fit")
+    batch_size = _check_batch_size(batch_size, "fit")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+        raise ValueError(f"fit(epochs=...) must be an int >= 0, got {epochs!r}.")
+    if validation is not None:
+        if not (isinstance(validation, (tuple, list)) and len(validation) == 2):
+            raise TypeError("fit(validation=...) takes a pair (X_val, y_val), got "
+                            f"{type(validation).__name__}.")
+        _check_xy(*validation, "fit", "validation=(X_val, y_val)")
+    from .data import batches
+
+    device, dtype = _model_device(model), _model_dtype(model)
+    if seed is not None:
+        backend.manual_seed(seed)              # dropout masks (and CuPy's generator)
+    order_rng = backend.rng(seed) if seed is not None else None   # one batch order per epoch
+    N = len(X)
+    steps = -(-N // batch_size)                # ceil(N / B)
+    history = History()
+    bar = _progress_bar(progress, epochs * steps)
+    was_training = getattr(model, "training", True)
+    epoch = step = global_step = 0
+    snapshot = None                            # params that gave the last finite loss
+    in_update = False
+    try:
+        for epoch in range(1, epochs + 1):
+            model.train()
+            start = time.perf_counter()
+            loss_sum, correct, task = 0.0, 0, "unknown"
+            order_seed = int(order_rng.integers(2**32)) if order_rng is not None else None
+            if bar is not None:
+                bar.set_description(f"epoch {epoch}/{epochs}", refresh=False)
+            for step, (xb, yb) in enumerate(batches(X, y, batch_size, shuffle=True,
+                                                    seed=order_seed, device=device), start=1):
+                global_step += 1
+                out = model.forward(_prepare(xb, dtype))
+                value = loss.forward(out, yb)
+                if not math.isfinite(value):
+                    if snapshot is not None:   # undo the update that led here
+                        _restore(model, snapshot)
+                    raise _diverged(history, epoch, step, steps, optimizer,
+                                    f"the loss is {value}")
+                model.backward(loss.backward())
+                snapshot = _snapshot(model)
+                in_update = True
+                optimizer.step()
+                in_update = False
+
+                loss_sum += value * len(xb)
+                if task == "unknown":
+                    task = _task(loss, out)
+                if task is not None:
+                    c = _correct(task, out, yb)
+                    if c is None:
+                        task = None
+                    else:
+                        correct = correct + c  # stays on the device until the epoch ends
+                history.step_loss.append(value)
+                if bar is not None:
+                    bar.set_postfix_str(f"loss {loss_sum / min(step * batch_size, N):.4f}"
+                                        + _val_text(history), refresh=False)
+                    bar.update(1)
+                if on_step is not None and not _keep_going(on_step(global_step, value)):
+                    raise StopTraining
+            # The last update of the epoch has not been through a forward pass yet.
+            if not _all_finite(model):
+                _restore(model, snapshot)
+                raise _diverged(history, epoch, step, steps, optimizer,
+                                "a parameter became inf or NaN")
+            history.train_loss.append(loss_sum / N)
+            history.train_accuracy.append(int(correct) / N if task is not None else None)
+            if validation is not None:
+                result = evaluate(model, *validation, loss=loss, batch_size=batch_size)
+                history.val_loss.append(result["loss"])
+                history.val_accuracy.append(result["accuracy"])
+            backend.synchronize()              # GPU work is queued: wait before reading the clock
+            history.epoch_time.append(time.perf_counter() - start)
+            if bar is not None:
+                bar.set_postfix_str(f"loss {history.train_loss[-1]:.4f}" + _val_text(history))
+            if callback is not None and not _keep_going(callback(epoch, history)):
+                raise StopTraining
+    except StopTraining:
+        history.stop_reason = "callback"
+    except KeyboardInterrupt:
+        if in_update and snapshot is not None:   # stopped half-way through an update
+            _restore(model, snapshot)
+        history.stop_reason, history.interrupted = "interrupted", True
+        if bar is not None:
+            bar.close()
+            bar = None
+        print(f"Training interrupted at epoch {epoch}, step {step}: returning the history of "
+              f"the {history.epochs} completed epoch(s).", file=sys.stderr)
+    except Exception as err:
+        if _is_out_of_memory(err):
+            raise _out_of_memory(err, batch_size, f"at epoch {epoch}, step {step}") from err
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        model.train(was_training)
+    return history
+
+
+def _val_text(history) -> str:
+    parts = ""
+    if history.val_loss and history.val_loss[-1] is not None:
+        parts += f", val_loss {history.val_loss[-1]:.4f}"
+    if history.val_accuracy and history.val_accuracy[-1] is not None:
+        parts += f", val_acc {history.val_accuracy[-1]:.4f}"
+    return parts
+
+
+def _progress_bar(progress: bool, total: int):
+    if not progress:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:   # tqdm is a dependency, but a bare environment should still train
+        return None
+    return tqdm(total=total, unit="step", leave=True, dynamic_ncols=True)
+
+
+# ======================================================================================
+# confusion_matrix
+# ======================================================================================
+def confusion_matrix(y_true, y_pred, num_classes: int | None = None) -> np.ndarray:
+    """Counts of (true class, predicted class) pairs: ``cm[i, j]`` is how many samples of
+    class ``i`` were predicted as class ``j``. Rows are true classes, columns predictions;
+    the diagonal holds the right answers.
+
+    y_true, y_pred: (N,) integer labels (NumPy or CuPy; the result is NumPy).
+    num_classes: ``K``; by default one more than the largest label seen.
+    Returns an int64 array (K, K).
+    """
+    t, p = to_numpy(y_true), to_numpy(y_pred)
+    for name, a in (("y_true", t), ("y_pred", p)):
+        if a.ndim != 1:
+            hint = " Use .argmax(axis=1) to turn scores or one-hot rows into labels." if a.ndim == 2 else ""
+            raise ValueError(f"confusion_matrix expects {name} of shape (N,), got {a.shape}.{hint}")
+        if a.size and not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"confusion_matrix expects integer labels, but {name} has dtype "
+                            f"{a.dtype}. Convert with {name}.astype(np.int64), or take "
+                            f".argmax(axis=1) of scores.")
+    if len(t) != len(p):
+        raise ValueError(f"confusion_matrix: y_true has {len(t)} labels but y_pred has {len(p)}.")
+    t, p = t.astype(np.int64), p.astype(np.int64)
+    seen = int(max(t.max(initial=-1), p.max(initial=-1))) + 1
+    K = seen if num_classes is None else int(num_classes)
+    if min(t.min(initial=0), p.min(initial=0)) < 0 or seen > K:
+        raise ValueError(f"confusion_matrix(num_classes={K}) needs labels in 0..{K - 1}, got "
+                         f"values from {min(t.min(initial=0), p.min(initial=0))} to {seen - 1}.")
+    return np.bincount(K * t + p, minlength=K * K).reshape(K, K)

@@ -1,0 +1,703 @@
+"""The playground: a TensorFlow-Playground-like panel that trains *our* MLP, live.
+
+Introduced in notebook ``09_playground``; used from ``04_mlp_on_digits`` and
+``07_training_a_cnn``.
+
+Everything the panel shows is computed by the course's own code: :class:`dlcourse.MLP`,
+:func:`dlcourse.train.fit` with its ``callback`` / ``on_step`` hooks, on the GPU when one is
+usable and on the CPU otherwise. The widgets are a thin layer over plain functions:
+
+* :func:`load_dataset` -- the five data sets, split into train and validation;
+* :func:`build_model` -- an ``MLP`` from the panel's settings;
+* :func:`decision_grid` -- the model's class probabilities on a grid over the plane, i.e.
+  the coloured background of the decision-boundary plot;
+* :func:`probability_image` -- those probabilities as an RGB picture.
+
+How the panel stays responsive: **Train** starts :func:`fit` in a background thread and
+returns at once, so JupyterLab keeps delivering widget messages (the **Stop** click) to the
+kernel. ``on_step`` checks a stop flag after every step and redraws at most every
+``redraw_interval`` seconds. The plot is one matplotlib ``Figure`` (no pyplot) whose artists
+are updated and rendered to PNG bytes, swapped into an ``ipywidgets.Image``. For tests and
+notebooks, ``train(blocking=True)`` runs the same code in the caller's thread.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from .. import data as dldata
+from ..backend import describe_device, get_device, to_device, to_numpy
+from ..losses import SoftmaxCrossEntropy
+from ..models import MLP
+from ..optim import SGD, Adam
+from ..train import StopTraining, TrainingDiverged, fit
+from ._common import FigurePNG, _float_dtype, class_colors, ipywidgets, status_html
+
+__all__ = ["DATASETS", "PlaygroundData", "load_dataset", "build_model", "decision_grid",
+           "probability_image", "Playground", "playground"]
+
+DATASETS = ("blobs", "xor", "circles", "spirals", "digits")
+DATASET_LABELS = {"blobs": "blobs (2-D)", "xor": "XOR (2-D)", "circles": "circles (2-D)",
+                  "spirals": "spirals (2-D, 3 classes)", "digits": "digits (8×8, 10 classes)"}
+ACTIVATION_NAMES = ("relu", "tanh", "sigmoid")
+OPTIMIZERS = ("SGD", "Adam")
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+# The panel calls a run "diverged" when an epoch's mean loss exceeds this many times the
+# loss of guessing uniformly at random, ln K. (dl.fit itself stops on inf/NaN only; with a
+# stable softmax the loss of a too-large step often stays finite but huge.)
+DIVERGENCE_FACTOR = 3.0
+
+
+# ======================================================================================
+# Data
+# ======================================================================================
+@dataclass(eq=False)
+class PlaygroundData:
+    """One data set of the playground. X_*: float32 (N, D); y_*: int64 (N,) in 0..K-1."""
+
+    name: str
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_val: np.ndarray
+    y_val: np.ndarray
+    classes: tuple
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def num_features(self) -> int:
+        return self.X_train.shape[1]
+
+    @property
+    def is_2d(self) -> bool:
+        """True for points in the plane (a decision boundary can be drawn)."""
+        return self.num_features == 2
+
+    def __repr__(self) -> str:
+        return (f"PlaygroundData({self.name!r}, train={self.X_train.shape}, "
+                f"val={self.X_val.shape}, classes={self.num_classes})")
+
+
+_DATA_CACHE: dict = {}
+
+
+def load_dataset(name: str, n: int = 400, seed: int = 0) -> PlaygroundData:
+    """One of :data:`DATASETS`, split into training and validation sets.
+
+    The 2-D sets (``"blobs"``, ``"xor"``, ``"circles"``, ``"spirals"`` -- three arms) are
+    ``n`` points from :mod:`dlcourse.data` made with ``seed``; the first 75 % train, the rest
+    validate.
+    ``"digits"`` is :func:`dlcourse.data.load_digits` (1257 train, 270 validation, 64
+    features, 10 classes). Results are cached: the same arguments give the same arrays.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"Unknown dataset {name!r}: the playground has {', '.join(DATASETS)}.")
+    key = (name, n, seed)
+    if key in _DATA_CACHE:
+        return _DATA_CACHE[key]
+    if name == "digits":
+        d = dldata.load_digits()
+        result = PlaygroundData(name, d.X_train, d.y_train, d.X_val, d.y_val, d.classes)
+    else:
+        maker = {"blobs": dldata.make_blobs, "xor": dldata.make_xor,
+                 "circles": dldata.make_circles, "spirals": dldata.make_spirals}[name]
+        kwargs = {"classes": 3} if name == "spirals" else {}   # 3 arms: harder than 2
+        X, y = maker(n, seed=seed, **kwargs)       # already shuffled
+        X, y = X.astype(np.float32), y.astype(np.int64)
+        cut = int(0.75 * n)
+        K = int(y.max()) + 1
+        result = PlaygroundData(name, X[:cut], y[:cut], X[cut:], y[cut:],
+                                tuple(f"class {k}" for k in range(K)))
+    _DATA_CACHE[key] = result
+    return result
+
+
+# ======================================================================================
+# Model
+# ======================================================================================
+def build_model(num_features: int, num_classes: int, hidden_layers: int = 1, units: int = 8,
+                activation: str = "tanh", seed: int | None = 0) -> MLP:
+    """The panel's network: ``MLP([D] + [units] * hidden_layers + [K])``.
+
+    With ``hidden_layers=0`` it is a single Linear layer (softmax regression): its decision
+    boundaries are straight lines.
+    """
+    if hidden_layers < 0 or units < 1:
+        raise ValueError(f"hidden_layers must be >= 0 and units >= 1, got "
+                         f"hidden_layers={hidden_layers}, units={units}.")
+    sizes = [int(num_features)] + [int(units)] * int(hidden_layers) + [int(num_classes)]
+    return MLP(sizes, activation=activation, seed=seed)
+
+
+def mlp_sizes(num_features, num_classes, hidden_layers, units) -> list:
+    return [int(num_features)] + [int(units)] * int(hidden_layers) + [int(num_classes)]
+
+
+def count_parameters(sizes) -> int:
+    """Weights and biases of an MLP with layer sizes ``[D, H1, ..., K]``."""
+    return sum(d_in * d_out + d_out for d_in, d_out in zip(sizes[:-1], sizes[1:]))
+
+
+def make_optimizer(name: str, model, lr: float):
+    """``"SGD"`` (plain, no momentum, as in TensorFlow Playground) or ``"Adam"``."""
+    if name == "SGD":
+        return SGD(model, lr=lr)
+    if name == "Adam":
+        return Adam(model, lr=lr)
+    raise ValueError(f"optimizer must be 'SGD' or 'Adam', got {name!r}.")
+
+
+# ======================================================================================
+# The decision boundary
+# ======================================================================================
+def grid_extent(X, pad: float = 0.5) -> tuple:
+    """``(x0, x1, y0, y1)``: the bounding box of the points X (N, 2), widened by ``pad``."""
+    X = to_numpy(X)
+    (x0, y0), (x1, y1) = X.min(axis=0) - pad, X.max(axis=0) + pad
+    return float(x0), float(x1), float(y0), float(y1)
+
+
+def decision_grid(model, X, resolution: int = 80, pad: float = 0.5):
+    """The model's class probabilities on a ``resolution × resolution`` grid covering X.
+
+    model: maps (N, 2) -> logits (N, K) (K = 1: one logit of a sigmoid classifier).
+    X: (N, 2) points; the grid spans their bounding box widened by ``pad``.
+
+    Returns ``(probs, extent)``: ``probs`` is a NumPy array (R, R, K) with
+    ``probs[i, j]`` the probabilities at the point ``(xs[j], ys[i])`` -- row ``i`` is the
+    ``i``-th y value from the bottom, as ``imshow(..., origin="lower", extent=extent)`` wants;
+    ``extent = (x0, x1, y0, y1)``. The model runs in evaluation mode (its mode is restored),
+    on its own device.
+    """
+    X = to_numpy(X)
+    if X.ndim != 2 or X.shape[1] != 2:
+        raise ValueError(f"decision_grid needs points in the plane, X of shape (N, 2); got "
+                         f"{X.shape}. A decision boundary can only be drawn for 2-D inputs.")
+    R = int(resolution)
+    x0, x1, y0, y1 = extent = grid_extent(X, pad)
+    gx, gy = np.meshgrid(np.linspace(x0, x1, R), np.linspace(y0, y1, R))   # (R, R) each
+    points = np.stack([gx.ravel(), gy.ravel()], axis=1)                    # (R*R, 2)
+    dtype = _float_dtype(model)
+    device = getattr(model, "device", "cpu")
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        logits = to_numpy(model.forward(to_device(points.astype(dtype), device)))
+    finally:
+        if hasattr(model, "train"):
+            model.train(was_training)
+    logits = logits.astype(np.float64).reshape(len(points), -1)            # (R*R, K)
+    if logits.shape[1] == 1:                                               # sigmoid: p(class 1)
+        p1 = 1.0 / (1.0 + np.exp(-logits))
+        probs = np.concatenate([1.0 - p1, p1], axis=1)
+    else:                                                                  # softmax
+        z = logits - logits.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        probs = e / e.sum(axis=1, keepdims=True)
+    return probs.reshape(R, R, -1), extent
+
+
+def probability_image(probs, colors=None, strength: float = 0.65):
+    """An RGB picture (R, R, 3) in [0, 1] of class probabilities probs (R, R, K).
+
+    Each pixel is the probability-weighted mix of the class colours, faded towards white
+    where the model is unsure: white on the decision boundary, coloured where it is sure.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    K = probs.shape[-1]
+    colors = class_colors(K) if colors is None else np.asarray(colors, dtype=np.float64)
+    mix = probs @ colors                                                   # (R, R, 3)
+    sure = (probs.max(axis=-1, keepdims=True) - 1.0 / K) / (1.0 - 1.0 / K)  # 0 unsure .. 1 sure
+    sure = np.nan_to_num(sure, nan=0.0).clip(0.0, 1.0)
+    alpha = strength * sure
+    return np.clip((1.0 - alpha) * 1.0 + alpha * mix, 0.0, 1.0)
+
+
+# ======================================================================================
+# The panel
+# ======================================================================================
+class Playground:
+    """The interactive panel: controls on the left, the live plot on the right.
+
+    Drive it from code exactly as a learner does with the mouse::
+
+        panel = Playground(dataset="xor", hidden_layers=1)
+        panel.set(units=8, lr=0.03)          # or panel.controls["units"].value = 8
+        history = panel.train(blocking=True) # or panel.train_button.click()
+        panel.history.train_loss             # per-epoch losses, as dl.fit returns them
+
+    Attributes worth knowing: ``controls`` (name -> widget), ``train_button``, ``image``
+    (the plot, PNG bytes in ``image.value``), ``status`` (HTML), ``model``, ``history``,
+    ``error`` (the exception of the last run, or None), ``widget`` (the whole panel).
+    ``blocking`` (default False): whether a click on Train trains in the clicking thread.
+    """
+
+    redraw_interval = 0.2     # seconds between live redraws while training
+    resolution = 60           # decision-grid resolution while training (twice that at the end)
+
+    def __init__(self, dataset: str = "xor", hidden_layers: int = 1, units: int = 4,
+                 activation: str = "tanh", lr: float = 0.03, batch_size: int = 16,
+                 optimizer: str = "Adam", epochs: int = 100, seed: int = 0,
+                 blocking: bool = False):
+        W = ipywidgets()
+        self.blocking = bool(blocking)
+        self.model = None
+        self.history = None
+        self.error = None
+        self.running = False
+        self._stop = threading.Event()
+        self._thread = None
+        self._last_draw = 0.0
+        self._run_info = {}
+
+        style = {"description_width": "92px"}
+        row = W.Layout(width="310px")
+        self.controls = {
+            "dataset": W.Dropdown(options=[(DATASET_LABELS[d], d) for d in DATASETS],
+                                  value=dataset, description="dataset", style=style, layout=row),
+            "hidden_layers": W.IntSlider(value=hidden_layers, min=0, max=6,
+                                         description="hidden layers", continuous_update=False,
+                                         style=style, layout=row),
+            "units": W.IntSlider(value=units, min=1, max=64, description="units / layer",
+                                 continuous_update=False, style=style, layout=row),
+            "activation": W.ToggleButtons(options=ACTIVATION_NAMES, value=activation,
+                                          description="activation", layout=row,
+                                          style={**style, "button_width": "76px"}),
+            "optimizer": W.ToggleButtons(options=OPTIMIZERS, value=optimizer,
+                                         description="optimizer", layout=row,
+                                         style={**style, "button_width": "76px"}),
+            "lr": W.FloatLogSlider(value=lr, base=10, min=-4, max=3, step=0.1,
+                                   description="learning rate", readout_format=".3g",
+                                   continuous_update=False, style=style, layout=row),
+            "batch_size": W.SelectionSlider(options=BATCH_SIZES, value=batch_size,
+                                            description="batch size", continuous_update=False,
+                                            style=style, layout=row),
+            "epochs": W.IntSlider(value=epochs, min=1, max=500, description="epochs",
+                                  continuous_update=False, style=style, layout=row),
+            "seed": W.BoundedIntText(value=seed, min=0, max=99999, description="seed",
+                                     style=style, layout=W.Layout(width="200px")),
+        }
+        self.train_button = W.Button(description="Train", button_style="success", icon="play",
+                                     tooltip="Build a new network from these settings and "
+                                             "train it (click again to stop)",
+                                     layout=W.Layout(width="150px"))
+        self.train_button.add_class("dlcourse-train")
+        self.train_button.on_click(self._on_button)
+        self.device_label = W.HTML(
+            f'<span style="font-size:12px"><b>device</b>: {describe_device()}</span>',
+            layout=W.Layout(width="310px"))
+        self.architecture = W.HTML(layout=W.Layout(width="310px"))
+        self.status = W.HTML(layout=W.Layout(width="100%"))
+        self.status.add_class("dlcourse-status")
+        self.image = W.Image(format="png", layout=W.Layout(width="100%", max_width="672px"))
+        self.image.add_class("dlcourse-playground-plot")
+
+        for name, control in self.controls.items():
+            if name == "dataset":
+                control.observe(self._on_dataset, names="value")
+            else:
+                control.observe(self._on_setting, names="value")
+
+        left = W.VBox([W.HTML("<b>data</b>"), self.controls["dataset"],
+                       W.HTML("<b>network</b>"), self.controls["hidden_layers"],
+                       self.controls["units"], self.controls["activation"],
+                       self.architecture,
+                       W.HTML("<b>training</b>"), self.controls["optimizer"],
+                       self.controls["lr"], self.controls["batch_size"],
+                       self.controls["epochs"], self.controls["seed"],
+                       self.train_button, self.device_label],
+                      layout=W.Layout(width="330px", flex="0 0 330px"))
+        right = W.VBox([self.image, self.status],
+                       layout=W.Layout(flex="1 1 auto", min_width="360px"))
+        self.widget = W.HBox([left, right], layout=W.Layout(width="100%"))
+        self.widget.add_class("dlcourse-playground")
+
+        self._figure = FigurePNG(figsize=(8.4, 3.7), dpi=80)
+        self._build_figure()
+        self._on_dataset(None)
+
+    # -- settings -----------------------------------------------------------------------
+    def config(self) -> dict:
+        """The current settings: control name -> value."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def set(self, **settings) -> "Playground":
+        """Set controls by name, e.g. ``panel.set(dataset="spirals", units=16)``."""
+        if self.running:
+            raise RuntimeError("The playground is training: stop it first (panel.stop(), then "
+                               "panel.wait()) before changing its settings.")
+        unknown = sorted(set(settings) - set(self.controls))
+        if unknown:
+            raise KeyError(f"Playground has no control named {unknown[0]!r}; the controls "
+                           f"are {', '.join(self.controls)}.")
+        for name, value in settings.items():
+            self.controls[name].value = value
+        return self
+
+    def _on_dataset(self, change):
+        if change is None:          # the first call, from __init__: let errors raise
+            return self._show_dataset()
+        try:                        # a widget callback: errors would vanish into a log
+            self._show_dataset()
+        except Exception as err:
+            self.error = err
+            self.status.value = status_html(f"Could not show this data set: "
+                                            f"{type(err).__name__}: {err}", "error",
+                                            traceback.format_exc())
+
+    def _show_dataset(self):
+        self.data = load_dataset(self.controls["dataset"].value)
+        self.model = None
+        self.history = None
+        self.error = None
+        with self._figure.lock:
+            self._setup_data_axes()
+            self._reset_curves(self.controls["epochs"].value)
+        self._update_architecture()
+        d = self.data
+        self.status.value = status_html(
+            f"{DATASET_LABELS[d.name]}: {len(d.X_train)} training and {len(d.X_val)} "
+            f"validation samples, {d.num_classes} classes. Choose a network and press Train.")
+        self.redraw()
+
+    def _on_setting(self, change):
+        self._update_architecture()
+
+    def _update_architecture(self):
+        c, d = self.config(), self.data
+        sizes = mlp_sizes(d.num_features, d.num_classes, c["hidden_layers"], c["units"])
+        act = f" ({c['activation']})" if c["hidden_layers"] else " (no hidden layer: linear)"
+        self.architecture.value = (
+            f'<span style="font-size:12px">network: {" → ".join(map(str, sizes))}{act}, '
+            f'{count_parameters(sizes)} parameters</span>')
+
+    # -- training -----------------------------------------------------------------------
+    def build_model(self, config: dict | None = None):
+        """A fresh MLP from the settings (default: the current ones), on the default device."""
+        c, d = config or self.config(), self.data
+        model = build_model(d.num_features, d.num_classes, c["hidden_layers"], c["units"],
+                            c["activation"], seed=c["seed"])
+        return model.to(get_device())
+
+    def train(self, blocking: bool | None = None):
+        """Build a new model from the settings and train it with :func:`dlcourse.train.fit`.
+
+        ``blocking=True`` trains in the calling thread and returns the :class:`History`;
+        otherwise (the default, what the Train button does) training runs in a background
+        thread and this returns None at once -- :meth:`wait` waits for it.
+        Errors never escape: they are shown in the status line and kept in ``self.error``.
+        """
+        if self.running:
+            self.status.value = status_html("Already training: press Stop first.", "warn")
+            return None
+        blocking = self.blocking if blocking is None else blocking
+        config = self.config()
+        self._stop.clear()
+        self.error = None
+        self._set_running(True)
+        self.status.value = status_html("Starting…")
+        if blocking:
+            self._run(config)
+            return self.history
+        self._thread = threading.Thread(target=self._run, args=(config,),
+                                        name="dlcourse-playground", daemon=True)
+        self._thread.start()
+        return None
+
+    def stop(self) -> None:
+        """Ask the running training to stop after its current step."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None):
+        """Wait for a background training run to finish; returns the history."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.history
+
+    def _on_button(self, button):
+        if self.running:
+            self.stop()
+        else:
+            self.train()
+
+    def _set_running(self, running: bool):
+        self.running = running
+        b = self.train_button
+        b.description, b.icon = ("Stop", "stop") if running else ("Train", "play")
+        b.button_style = "danger" if running else "success"
+        for control in self.controls.values():
+            control.disabled = running
+
+    def _run(self, config):
+        d = self.data
+        start = time.perf_counter()
+        self.history = None
+        try:
+            model = self.model = self.build_model(config)
+            optimizer = make_optimizer(config["optimizer"], model, config["lr"])
+            steps = -(-len(d.X_train) // config["batch_size"])
+            self._run_info = {"epochs": config["epochs"], "steps_per_epoch": steps,
+                              "lr": config["lr"], "epoch": 1, "device": model.device}
+            with self._figure.lock:
+                self._reset_curves(config["epochs"])
+            self._last_draw = 0.0
+            history = fit(model, SoftmaxCrossEntropy(), optimizer, d.X_train, d.y_train,
+                          epochs=config["epochs"], batch_size=config["batch_size"],
+                          validation=(d.X_val, d.y_val), seed=config["seed"], progress=False,
+                          callback=self._on_epoch, on_step=self._on_step)
+            self.history = history
+            self._finished(history, time.perf_counter() - start)
+        except TrainingDiverged as err:
+            self.history, self.error = err.history, err
+            self.status.value = status_html(str(err), "error")
+        except Exception as err:     # shown in words, never lost in a thread or a callback
+            self.error = err
+            self.status.value = status_html(f"Training failed: {type(err).__name__}: {err}",
+                                            "error", traceback.format_exc())
+        finally:
+            try:                     # before the button says Train again: no second run yet
+                self.redraw()
+            except Exception as err:
+                self.status.value += status_html(
+                    f"Could not draw the result: {type(err).__name__}: {err}", "error",
+                    traceback.format_exc())
+            self._set_running(False)
+
+    def _finished(self, history, seconds):
+        if not history.epochs:
+            self.status.value = status_html("Stopped before the first epoch ended.", "info")
+            return
+        where = "GPU" if self._run_info.get("device") == "gpu" else "CPU"
+        text = (f"{history.epochs} epoch{'s' if history.epochs != 1 else ''} in {seconds:.1f} s "
+                f"on the {where}: loss {history.train_loss[0]:.3f} → "
+                f"{history.train_loss[-1]:.3f}, accuracy {history.train_accuracy[-1]:.2f} "
+                f"(train), {history.val_accuracy[-1]:.2f} (validation).")
+        if history.stop_reason == "callback":
+            self.status.value = status_html("Stopped: " + text, "info")
+        elif history.train_loss[-1] > 0.9 * math.log(self.data.num_classes):
+            self.status.value = status_html(
+                text + " The loss is no better than guessing: the network has not learned. "
+                "Try more epochs, another learning rate, or a bigger network.", "warn")
+        else:
+            self.status.value = status_html("Done: " + text, "ok")
+
+    def _on_step(self, step, loss):
+        if self._stop.is_set():
+            raise StopTraining
+        self._run_info["epoch"] = (step - 1) // self._run_info["steps_per_epoch"] + 1
+        self._run_info["step_loss"] = loss
+        if time.perf_counter() - self._last_draw >= self.redraw_interval:
+            self.redraw(live=True)
+
+    def _on_epoch(self, epoch, history):
+        self.history = history
+        chance = math.log(self.data.num_classes)
+        loss = history.train_loss[-1]
+        if loss > DIVERGENCE_FACTOR * chance:
+            lr = self._run_info["lr"]
+            history.stop_reason = "diverged"
+            raise TrainingDiverged(
+                f"Training diverged at epoch {epoch}: the loss is {loss:.3g}, more than "
+                f"{DIVERGENCE_FACTOR:g} times {chance:.3f}, the loss of guessing at random "
+                f"(ln {self.data.num_classes}). The learning rate lr={lr:.3g} is probably too "
+                f"large: each step overshoots the minimum. Try lr={lr / 10:.3g}.",
+                history, epoch, self._run_info["steps_per_epoch"], lr)
+        if self._stop.is_set():
+            raise StopTraining
+
+    # -- drawing ------------------------------------------------------------------------
+    def _build_figure(self):
+        fig = self._figure.fig
+        self.ax_data = fig.add_axes([0.025, 0.03, 0.40, 0.82])
+        self.ax_loss = fig.add_axes([0.545, 0.60, 0.435, 0.35])
+        self.ax_acc = fig.add_axes([0.545, 0.14, 0.435, 0.35])
+        ax = self.ax_loss
+        ax.set_yscale("log")
+        ax.set_ylabel("loss (log scale)")
+        ax.grid(True, alpha=0.3)
+        (self.line_loss,) = ax.plot([], [], color="C0", label="train")
+        (self.line_val_loss,) = ax.plot([], [], color="C1", label="validation")
+        self.line_chance_loss = ax.axhline(np.log(2), color="grey", ls="--", lw=1,
+                                           label="guessing (ln K)")
+        ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
+        ax = self.ax_acc
+        ax.set_ylabel("accuracy")
+        ax.set_xlabel("epoch")
+        ax.set_ylim(0, 1.03)
+        ax.grid(True, alpha=0.3)
+        (self.line_acc,) = ax.plot([], [], color="C0", label="train")
+        (self.line_val_acc,) = ax.plot([], [], color="C1", label="validation")
+        self.line_chance_acc = ax.axhline(0.5, color="grey", ls="--", lw=1, label="guessing (1/K)")
+        ax.legend(loc="lower right", fontsize=7, framealpha=0.8)
+        for ax in (self.ax_loss, self.ax_acc):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+    def _setup_data_axes(self):
+        """(Re)create the left plot's artists for the current data set. Called when the data
+        set changes, never while training."""
+        ax, d = self.ax_data, self.data
+        ax.cla()
+        K = d.num_classes
+        if d.is_2d:
+            self._extent = grid_extent(d.X_train)
+            blank = np.ones((2, 2, 3))
+            self.boundary = ax.imshow(blank, extent=self._extent, origin="lower",
+                                      interpolation="bilinear", aspect="auto", zorder=0)
+            colors = class_colors(K)[d.y_train]
+            ax.scatter(d.X_train[:, 0], d.X_train[:, 1], c=colors, s=16, edgecolors="white",
+                       linewidths=0.6, zorder=2)
+            ax.set_xlim(self._extent[:2])
+            ax.set_ylim(self._extent[2:])
+            ax.set_xticks([])
+            ax.set_yticks([])
+            self.mosaic_texts = []
+        else:                       # digits: a mosaic of validation images with predictions
+            rows, cols, side = 4, 8, int(round(np.sqrt(d.num_features)))
+            gap, label = 1, 4                 # pixels between digits; above each, its label
+            n = rows * cols
+            mosaic = np.ones((rows * (side + label), cols * (side + gap) - gap))
+            for i in range(n):
+                r, c = divmod(i, cols)
+                top, left = r * (side + label) + label, c * (side + gap)
+                mosaic[top:top + side, left:left + side] = 1.0 - d.X_val[i].reshape(side, side)
+            ax.imshow(mosaic, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+            self.boundary = None
+            self.mosaic_texts = [
+                ax.text((i % cols) * (side + gap) + side / 2 - 0.5,
+                        (i // cols) * (side + label) + label - 0.8, "", ha="center",
+                        va="bottom", fontsize=10, fontweight="bold", color="grey")
+                for i in range(n)]
+            ax.set_xticks([])
+            ax.set_yticks([])
+        self.title = ax.set_title(self._data_title(), fontsize=10)
+        self.line_chance_loss.set_ydata([np.log(K)] * 2)
+        self.line_chance_acc.set_ydata([1.0 / K] * 2)
+
+    def _data_title(self, extra: str = "") -> str:
+        d = self.data
+        if d.is_2d:
+            base = "training points; background: the network's prediction"
+        else:
+            base = "predicted labels (green: right, red: wrong)"
+        return base + (f"\n{extra}" if extra else "")
+
+    def _reset_curves(self, epochs: int):
+        for line in (self.line_loss, self.line_val_loss, self.line_acc, self.line_val_acc):
+            line.set_data([], [])
+        for ax in (self.ax_loss, self.ax_acc):
+            ax.set_xlim(0.5, max(epochs, 2) + 0.5)
+        K = self.data.num_classes
+        self.ax_loss.set_ylim(np.log(K) / 20, np.log(K) * 4)
+
+    def redraw(self, live: bool = False) -> bytes:
+        """Update the plot from the current model and history; returns the PNG bytes (also
+        put into ``self.image.value``). ``live=True`` (from the training loop): a coarser
+        decision grid, and the status line shows the progress."""
+        with self._figure.lock:
+            self._draw_model(self.resolution if live else 2 * self.resolution)
+            self._draw_curves()
+            png = self._figure.png()
+        self.image.value = png
+        self._last_draw = time.perf_counter()
+        if live:
+            info = self._run_info
+            text = f"Training on the {'GPU' if info.get('device') == 'gpu' else 'CPU'}… " \
+                   f"epoch {info.get('epoch', 1)}/{info.get('epochs', '?')}"
+            if "step_loss" in info:
+                text += f", loss of the last batch {info['step_loss']:.4f}"
+            if self.history is not None and self.history.val_accuracy:
+                text += f", validation accuracy {self.history.val_accuracy[-1]:.2f}"
+            self.status.value = status_html(text + ". Click Stop to stop.")
+        return png
+
+    def _draw_model(self, resolution):
+        d, model = self.data, self.model
+        extra = ""
+        if self.history is not None and self.history.epochs:
+            extra = (f"epoch {self.history.epochs}: validation accuracy "
+                     f"{self.history.val_accuracy[-1]:.2f}")
+        self.title.set_text(self._data_title(extra))
+        if model is None:
+            if self.boundary is not None:
+                self.boundary.set_data(np.ones((2, 2, 3)))
+            for t in self.mosaic_texts:
+                t.set_text("")
+            return
+        if d.is_2d:
+            probs, extent = decision_grid(model, d.X_train, resolution=resolution)
+            self.boundary.set_data(probability_image(probs))
+            self.boundary.set_extent(extent)
+        else:
+            n = len(self.mosaic_texts)
+            X = to_device(d.X_val[:n], model.device)
+            pred = to_numpy(model.predict(X))
+            for t, p, y in zip(self.mosaic_texts, pred, d.y_val[:n]):
+                t.set_text(d.classes[int(p)])
+                t.set_color("#1b8e20" if p == y else "#d01010")
+
+    def _draw_curves(self):
+        h = self.history
+        if h is None or not h.epochs:
+            for line in (self.line_loss, self.line_val_loss, self.line_acc, self.line_val_acc):
+                line.set_data([], [])
+            return
+        e = np.arange(1, h.epochs + 1)
+        marker = "o" if h.epochs <= 30 else ""     # a single epoch is a dot, not a line
+        for line in (self.line_loss, self.line_val_loss, self.line_acc, self.line_val_acc):
+            line.set_marker(marker)
+            line.set_markersize(3)
+        self.line_loss.set_data(e, h.train_loss)
+        self.line_val_loss.set_data(e[:len(h.val_loss)], h.val_loss)
+        if h.train_accuracy and h.train_accuracy[0] is not None:
+            self.line_acc.set_data(e, h.train_accuracy)
+            self.line_val_acc.set_data(e[:len(h.val_accuracy)], h.val_accuracy)
+        finite = [v for v in list(h.train_loss) + list(h.val_loss)
+                  if v is not None and np.isfinite(v) and v > 0]
+        if finite:
+            K = self.data.num_classes
+            lo = min(min(finite) / 1.5, np.log(K) / 20)
+            hi = max(max(finite) * 1.5, np.log(K) * 4)
+            self.ax_loss.set_ylim(lo, hi)
+        right = max(self._run_info.get("epochs", h.epochs), h.epochs, 2)
+        for ax in (self.ax_loss, self.ax_acc):
+            ax.set_xlim(0.5, right + 0.5)
+
+    # -- display ------------------------------------------------------------------------
+    def snapshot(self):
+        """The current plot as an ``IPython.display.Image`` (a static picture that stays in
+        the saved notebook)."""
+        from IPython.display import Image
+        return Image(data=self.image.value, format="png")
+
+    def _repr_mimebundle_(self, **kwargs):
+        # The widget view, plus the text a saved notebook shows before the cell runs again.
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = ("[dlcourse playground panel: it appears here when this "
+                                "cell runs in JupyterLab with ipywidgets]")
+        return bundle
+
+    def __repr__(self) -> str:
+        c = self.config()
+        return (f"Playground(dataset={c['dataset']!r}, hidden_layers={c['hidden_layers']}, "
+                f"units={c['units']}, activation={c['activation']!r}, lr={c['lr']:.3g}, "
+                f"optimizer={c['optimizer']!r}, epochs={c['epochs']}, history={self.history!r})")
+
+
+def playground(**settings) -> Playground:
+    """Make the playground panel. It shows itself when it is the last line of a cell::
+
+        dl.widgets.playground(dataset="spirals", hidden_layers=2, units=16)
+
+    Keyword arguments set the initial controls (see :class:`Playground`).
+    """
+    return Playground(**settings)

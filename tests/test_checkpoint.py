@@ -1,0 +1,239 @@
+"""dl.save / dl.load: round trips, damaged and altered files, no pickle, atomic writes."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dlcourse import backend
+from dlcourse import checkpoint as ckpt
+from dlcourse.checkpoint import CheckpointError, load, save
+from dlcourse.layers import Linear, ReLU, Sequential
+from dlcourse.losses import SoftmaxCrossEntropy
+from dlcourse.models import CNN, MLP, Perceptron
+from dlcourse.optim import Adam
+from dlcourse.train import fit
+
+
+def assert_same_state(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sorted(sa) == sorted(sb)
+    for k in sa:
+        assert sa[k].dtype == sb[k].dtype, k
+        assert np.array_equal(backend.to_numpy(sa[k]), backend.to_numpy(sb[k])), k
+
+
+@pytest.fixture
+def trained_cnn():
+    """A CNN with BatchNorm and Dropout after a few steps, so the running statistics
+    (buffers) are not their initial values."""
+    gen = np.random.default_rng(0)
+    X = gen.random((32, 1, 8, 8), dtype=np.float32)
+    y = gen.integers(0, 4, 32)
+    model = CNN(1, 8, 4, channels=(3, 5), batchnorm=True, dropout=0.2, seed=0)
+    fit(model, SoftmaxCrossEntropy(), Adam(model, lr=0.01), X, y, epochs=1, batch_size=8,
+        seed=0, progress=False)
+    return model, X
+
+
+def test_mlp_round_trip(tmp_path):
+    model = MLP([4, 8, 3], activation="tanh", dropout=0.1, seed=0)
+    path = save(model, tmp_path / "mlp.npz")
+    assert path == tmp_path / "mlp.npz" and path.is_file()
+    loaded = load(path)
+    assert type(loaded) is MLP and loaded.get_config() == model.get_config()
+    assert_same_state(model, loaded)
+    x = np.random.default_rng(1).random((5, 4), dtype=np.float32)
+    assert np.array_equal(model.eval().forward(x), loaded.eval().forward(x))
+    assert loaded.device == "cpu"
+
+
+def test_cnn_with_batchnorm_round_trip_keeps_the_buffers(tmp_path, trained_cnn):
+    model, X = trained_cnn
+    assert not np.all(model.buffers["1.running_mean"] == 0)   # training moved them
+    loaded = load(save(model, tmp_path / "cnn.npz"))
+    assert type(loaded) is CNN and loaded.get_config() == model.get_config()
+    assert_same_state(model, loaded)
+    assert np.array_equal(model.eval().forward(X), loaded.eval().forward(X))
+
+
+def test_plain_sequential_and_float64_round_trip(tmp_path):
+    model = Sequential(Linear(3, 4, seed=0), ReLU(), Linear(4, 2, seed=1)).astype(np.float64)
+    loaded = load(save(model, tmp_path / "seq.npz"))
+    assert type(loaded) is Sequential and len(loaded) == 3
+    assert loaded.dtype == np.float64
+    assert_same_state(model, loaded)
+
+
+def test_npz_is_added_when_the_path_has_no_suffix(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "model")
+    assert path.name == "model.npz" and path.is_file()
+    assert isinstance(load(tmp_path / "model"), MLP)
+
+
+def test_the_file_holds_the_architecture_and_versions(tmp_path):
+    path = save(MLP([2, 3, 2], seed=0), tmp_path / "m.npz")
+    with np.load(path, allow_pickle=False) as npz:
+        meta = json.loads(str(npz[ckpt.META_KEY]))
+        names = set(npz.files)
+    from dlcourse import __version__
+    assert meta["architecture"] == {"type": "MLP", "config": {"sizes": [2, 3, 2],
+                                                              "activation": "relu",
+                                                              "dropout": 0.0}}
+    assert meta["format_version"] == ckpt.FORMAT_VERSION
+    assert meta["dlcourse_version"] == __version__
+    assert len(meta["sha256"]) == 64
+    assert names == {ckpt.META_KEY, "0.W", "0.b", "2.W", "2.b"}
+
+
+# ======================================================================================
+# Damaged, altered and unsafe files
+# ======================================================================================
+def _rewrite(path, arrays=None, meta=None, **extra):
+    """Write an .npz like save() does, but with whatever arrays and metadata we choose."""
+    with np.load(path, allow_pickle=False) as npz:
+        old_meta = json.loads(str(npz[ckpt.META_KEY]))
+        old = {k: npz[k] for k in npz.files if k != ckpt.META_KEY}
+    arrays = old if arrays is None else arrays
+    meta = old_meta if meta is None else meta
+    np.savez(path, **{ckpt.META_KEY: np.array(json.dumps(meta))}, **arrays, **extra)
+    return old_meta, old
+
+
+def test_a_flipped_byte_is_detected(tmp_path):
+    model = MLP([4, 8, 3], seed=0)
+    path = save(model, tmp_path / "m.npz")
+    raw = bytearray(path.read_bytes())
+    at = raw.find(model.params["0.W"].tobytes()[:32])
+    assert at > 0
+    raw[at + 5] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="damaged"):
+        load(path)
+    assert path.read_bytes() == bytes(raw)      # loading never changes the file
+
+
+def test_an_altered_parameter_fails_the_sha256_check(tmp_path):
+    path = save(MLP([4, 8, 3], seed=0), tmp_path / "m.npz")
+    _, arrays = _rewrite(path)
+    arrays["0.W"] = arrays["0.W"].copy()
+    arrays["0.W"][0, 0] += 1.0                   # a valid zip, one weight changed
+    _rewrite(path, arrays=arrays)
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load(path)
+
+
+def test_an_altered_architecture_fails_the_sha256_check(tmp_path):
+    path = save(MLP([4, 8, 3], seed=0), tmp_path / "m.npz")
+    meta, _ = _rewrite(path)
+    meta["architecture"]["config"]["activation"] = "tanh"
+    _rewrite(path, meta=meta)
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load(path)
+
+
+def test_a_truncated_file_is_refused(tmp_path):
+    path = save(MLP([4, 8, 3], seed=0), tmp_path / "m.npz")
+    raw = path.read_bytes()
+    for cut in (len(raw) // 2, len(raw) - 10, 10):
+        path.write_bytes(raw[:cut])
+        with pytest.raises(CheckpointError, match="damaged or incomplete"):
+            load(path)
+
+
+def test_arrays_that_do_not_fit_the_architecture(tmp_path):
+    path = save(MLP([4, 8, 3], seed=0), tmp_path / "m.npz")
+    other = MLP([4, 5, 3], seed=0)               # same names, other shapes
+    arrays = {k: v for k, v in other.state_dict().items()}
+    meta, _ = _rewrite(path)
+    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)   # a consistent digest
+    _rewrite(path, arrays=arrays, meta=meta)
+    with pytest.raises(CheckpointError, match=r"do not fit.*W should have shape \(4, 8\)"):
+        load(path)
+
+    del arrays["2.b"]                            # and a missing entry
+    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)
+    _rewrite(path, arrays=arrays, meta=meta)
+    with pytest.raises(CheckpointError, match="do not fit"):
+        load(path)
+
+
+def test_an_unknown_layer_type_is_refused(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    meta, arrays = _rewrite(path)
+    meta["architecture"]["type"] = "NoSuchLayer"
+    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)
+    _rewrite(path, meta=meta)
+    with pytest.raises(CheckpointError, match="NoSuchLayer"):
+        load(path)
+
+
+def test_a_pickled_object_array_is_never_loaded(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    _rewrite(path, evil=np.array([{"x": 1}], dtype=object))   # np.savez pickles this
+    with pytest.raises(CheckpointError, match="pickle"):
+        load(path)
+
+
+def test_files_that_are_not_checkpoints(tmp_path):
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, w=np.zeros(3))
+    with pytest.raises(CheckpointError, match="not a dlcourse checkpoint"):
+        load(plain)
+    text = tmp_path / "notes.npz"
+    text.write_text("hello")
+    with pytest.raises(CheckpointError):
+        load(text)
+    with pytest.raises(FileNotFoundError, match="No checkpoint"):
+        load(tmp_path / "missing.npz")
+
+
+def test_a_newer_format_asks_for_an_upgrade(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    meta, _ = _rewrite(path)
+    meta["format_version"] = ckpt.FORMAT_VERSION + 1
+    _rewrite(path, meta=meta)
+    with pytest.raises(CheckpointError, match="upgrade dlcourse"):
+        load(path)
+
+
+# ======================================================================================
+# Atomic writes
+# ======================================================================================
+def test_a_failed_save_leaves_the_old_file_untouched(tmp_path, monkeypatch):
+    path = save(MLP([4, 8, 3], seed=0), tmp_path / "m.npz")
+    original = path.read_bytes()
+
+    def savez_then_fail(file, **arrays):
+        file.write(b"PK\x03\x04 half a zip file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt.np, "savez", savez_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        save(MLP([4, 16, 3], seed=1), path)
+    assert path.read_bytes() == original
+    assert os.listdir(tmp_path) == ["m.npz"]        # no temporary file left behind
+    monkeypatch.undo()
+    assert isinstance(load(path), MLP)
+
+
+def test_save_refuses_what_it_cannot_rebuild(tmp_path):
+    with pytest.raises(TypeError, match="np.savez"):
+        save(Perceptron(2), tmp_path / "p.npz")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        save(MLP([2, 2]), tmp_path / "no" / "such" / "folder.npz")
+    assert os.listdir(tmp_path) == []
+
+
+# ======================================================================================
+# Devices
+# ======================================================================================
+@pytest.mark.skipif(not backend.gpu_available(), reason="needs a usable GPU (CuPy + CUDA)")
+def test_gpu_model_saves_and_loads_on_either_device(tmp_path, trained_cnn):
+    model, X = trained_cnn
+    path = save(model.to("gpu"), tmp_path / "gpu.npz")
+    on_cpu = load(path)
+    on_gpu = load(path, device="gpu")
+    assert on_cpu.device == "cpu" and on_gpu.device == "gpu"
+    assert_same_state(on_cpu, on_gpu)
+    assert_same_state(model, on_cpu)

@@ -1,0 +1,259 @@
+"""The `dlcourse` command: doctor, train, student-notebooks, and its errors (never a traceback)."""
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlcourse import backend, cli
+
+REPO = Path(__file__).resolve().parents[1]
+ACCURACY_LINE = re.compile(r"^test accuracy: [01]\.\d{4}$")
+
+
+def run_module(*args, env=None):
+    """`python -m dlcourse ARGS` in a fresh interpreter, as a learner would type it."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "DLCOURSE_DEVICE": "cpu", **(env or {})}
+    environment.pop("DLCOURSE_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "dlcourse", *args], capture_output=True,
+                          text=True, env=environment, cwd=REPO, timeout=120)
+
+
+def last_line(text):
+    return text.strip().splitlines()[-1]
+
+
+# ======================================================================================
+# doctor
+# ======================================================================================
+def test_doctor_runs_and_says_ready(capsys):
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for word in ("Python", "NumPy", "threads", "scikit-learn", "jupyterlab", "ipywidgets",
+                 "matplotlib", "tqdm", "Result: ready"):
+        assert word in out, word
+    assert ("GPU:" in out) == backend.gpu_available()
+
+
+def test_doctor_fails_on_a_bad_device_setting(capsys, monkeypatch):
+    monkeypatch.setenv("DLCOURSE_DEVICE", "tpu")
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "DLCOURSE_DEVICE" in out and "not ready" in out
+
+
+def test_doctor_reports_a_missing_required_package(capsys, monkeypatch):
+    real = cli._installed
+    monkeypatch.setattr(cli, "_installed",
+                        lambda dist, module: None if dist == "tqdm" else real(dist, module))
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "tqdm is missing" in out and "pip install tqdm" in out
+
+
+def test_doctor_through_python_dash_m():
+    result = run_module("doctor")
+    assert result.returncode == 0, result.stderr
+    assert "Result: ready" in result.stdout
+
+
+# ======================================================================================
+# train
+# ======================================================================================
+def test_train_mlp_on_xor_prints_the_test_accuracy():
+    result = run_module("train", "--model", "mlp", "--dataset", "xor", "--epochs", "2",
+                        "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert ACCURACY_LINE.match(last_line(result.stdout)), result.stdout
+    assert "epoch   2/2" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_short_runs_on_digits_already_reach_90_percent(capsys):
+    for model in ("mlp", "cnn"):
+        assert cli.main(["train", "--model", model, "--epochs", "3", "--no-progress",
+                         "--device", "cpu"]) == 0
+        line = last_line(capsys.readouterr().out)
+        assert ACCURACY_LINE.match(line), line
+        assert float(line.split()[-1]) > 0.9, (model, line)
+
+
+def test_train_defaults_are_the_cnn_on_digits():
+    args = cli.build_parser().parse_args(["train"])
+    assert (args.model, args.dataset, args.optimizer, args.device) == ("cnn", "digits", "adam", "auto")
+    settings = cli._defaults(args)
+    assert settings["channels"] == [32, 64] and settings["epochs"] == 30
+
+
+def test_perceptron_on_blobs_and_on_digits(capsys):
+    assert cli.main(["train", "--model", "perceptron", "--dataset", "blobs", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert last_line(out) == "test accuracy: 1.0000"        # separable: it converges
+    assert cli.main(["train", "--model", "perceptron", "--dataset", "digits", "--epochs", "5",
+                     "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "class 0 vs class 1" in out
+    assert float(last_line(out).split()[-1]) > 0.95
+
+
+def test_train_saves_a_loadable_model(tmp_path, capsys):
+    from dlcourse.checkpoint import load
+    from dlcourse.models import MLP
+    path = tmp_path / "spirals.npz"
+    assert cli.main(["train", "--model", "mlp", "--dataset", "spirals", "--epochs", "1",
+                     "--hidden", "8", "--optimizer", "sgd", "--no-progress", "--device", "cpu",
+                     "--save", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"saved the model to {path}" in out and ACCURACY_LINE.match(last_line(out))
+    model = load(path)
+    assert isinstance(model, MLP) and model.sizes == [2, 8, 2]
+
+
+def test_train_progress_bar_goes_to_stderr(capsys):
+    assert cli.main(["train", "--model", "mlp", "--dataset", "circles", "--epochs", "2",
+                     "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert "epoch 2/2" in captured.err
+    assert ACCURACY_LINE.match(last_line(captured.out))
+
+
+# ======================================================================================
+# Errors: one line, no traceback
+# ======================================================================================
+@pytest.mark.parametrize("args", [
+    ["train", "--model", "transformer"],
+    ["train", "--dataset", "imagenet"],
+    ["train", "--epochs", "0"],
+    ["train", "--epochs", "three"],
+    ["train", "--lr", "-1"],
+    ["train", "--batch-size", "1.5"],
+    ["train", "--hidden", "12,x"],
+    ["fly"],
+    [],
+])
+def test_bad_arguments_exit_2_without_a_traceback(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+
+
+def test_bad_arguments_through_python_dash_m():
+    result = run_module("train", "--model", "nope")
+    assert result.returncode == 2
+    assert "invalid choice" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["train", "--model", "cnn", "--dataset", "xor"], "needs images"),
+    (["train", "--model", "perceptron", "--save", "p.npz"], "--save works"),
+    (["train", "--channels", "8,16,32"], "two sizes"),
+])
+def test_runtime_errors_are_one_line_on_stderr(args, words, capsys):
+    assert cli.main(args) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and lines[0].startswith("dlcourse train: error:")
+
+
+def test_runtime_error_through_python_dash_m():
+    result = run_module("train", "--model", "cnn", "--dataset", "spirals")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unexpected_errors_are_one_line_too(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the disk\nis on fire")
+    monkeypatch.setattr(cli, "_load_data", broken)
+    assert cli.main(["train", "--device", "cpu"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("dlcourse train: error: the disk is on fire (RuntimeError; set "
+                   "DLCOURSE_DEBUG=1 for the traceback)")
+    monkeypatch.setenv("DLCOURSE_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["train", "--device", "cpu"])
+
+
+def test_divergence_is_reported_in_one_line(capsys):
+    with np.errstate(all="ignore"):
+        code = cli.main(["train", "--model", "mlp", "--dataset", "blobs", "--optimizer", "sgd",
+                         "--lr", "1e30", "--epochs", "3", "--no-progress", "--device", "cpu"])
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert "diverged at epoch" in err and "--lr" in err and "\n" not in err
+
+
+@pytest.mark.skipif(backend.gpu_available(), reason="checks the message when there is no GPU")
+def test_asking_for_a_missing_gpu_is_one_line(capsys):
+    assert cli.main(["train", "--device", "gpu"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dlcourse train: error: A GPU was asked for") and "\n" not in err
+
+
+# ======================================================================================
+# student-notebooks
+# ======================================================================================
+def test_student_notebooks_calls_the_writer(tmp_path, monkeypatch, capsys):
+    calls = []
+    fake = types.ModuleType("dlcourse.student")
+    fake.write_student_notebooks = lambda source, outdir: calls.append((source, outdir))
+    monkeypatch.setitem(sys.modules, "dlcourse.student", fake)
+    source = tmp_path / "full"
+    source.mkdir()
+    assert cli.main(["student-notebooks", str(tmp_path / "out"), "--source", str(source)]) == 0
+    assert calls == [(source, tmp_path / "out")]
+    assert cli.main(["student-notebooks", str(tmp_path / "out"),
+                     "--source", str(tmp_path / "missing")]) == 1
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_student_notebooks_without_student_module_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "dlcourse.student", None)   # import fails as if missing
+    assert cli.main(["student-notebooks", str(tmp_path / "out"), "--source", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "student" in err and "\n" not in err
+
+
+def test_offline_download_error_is_one_line_with_a_hint(monkeypatch, capsys):
+    from dlcourse import data
+
+    def offline(**kwargs):
+        raise data.DownloadError("Could not download train-images-idx3-ubyte.gz (no network).")
+    monkeypatch.setattr(data, "load_mnist", offline)
+    assert cli.main(["train", "--model", "mlp", "--dataset", "mnist", "--device", "cpu"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("dlcourse train: error: Could not download train-images-idx3-ubyte.gz "
+                   "(no network). On the command line: --data-path FOLDER.")
+    assert cli.main(["train", "--data-path", "somewhere", "--device", "cpu"]) == 1
+    assert "needs no files" in capsys.readouterr().err
+
+
+def test_small_sets_train_with_one_blas_thread():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    args = cli.build_parser().parse_args(["train"])
+    assert cli._defaults(args)["threads"] == 1
+    args = cli.build_parser().parse_args(["train", "--dataset", "mnist", "--threads", "2"])
+    assert cli._defaults(args)["threads"] == 2
+    args = cli.build_parser().parse_args(["train", "--dataset", "cifar10"])
+    assert cli._defaults(args)["threads"] is None
+    with cli._blas_threads(1):
+        blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+        assert all(p["num_threads"] == 1 for p in blas)
+
+
+def test_nvidia_smi_output_is_understood():
+    query = "NVIDIA GeForce RTX 3060, 550.54.14, 12288 MiB\n"
+    header = "| NVIDIA-SMI 550.54.14   Driver Version: 550.54.14   CUDA Version: 12.4     |"
+    assert cli.parse_nvidia_smi(query, header) == {
+        "name": "NVIDIA GeForce RTX 3060", "driver": "550.54.14", "memory": "12288 MiB",
+        "cuda": "12.4"}
+    assert cli.parse_nvidia_smi("", header) is None
+    assert cli._cupy_wheel("12.4") == "cupy-cuda12x" and cli._cupy_wheel("13.0") == "cupy-cuda13x"
+    assert cli._cupy_wheel(None) is None

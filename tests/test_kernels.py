@@ -1,0 +1,472 @@
+"""Tests for dlcourse.kernels, in three layers:
+
+(a) CPU, always: the NumPy references are right (hand-computed cases, the contract written out
+    as loops, the adjoint identity of im2col/col2im, finite differences for softmax-CE), and the
+    pure-Python parts (kernel registry, launch geometry, input checks) behave.
+(b) compilers, without a GPU: every .cu file compiles with nvcc for sm_90 where nvcc is on
+    the PATH, templates included (each name expression the wrappers ask NVRTC for is
+    instantiated here too); and with NVRTC itself, the compiler CuPy uses, where libnvrtc can
+    be loaded. Catches a syntax error in CI without a GPU.
+(c) GPU, where CuPy and a CUDA device answer: every kernel against its reference on random
+    inputs of awkward sizes (not multiples of any tile), and the learner-facing input errors.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dlcourse.kernels as K
+from dlcourse.backend import gpu_available, gpu_problem
+from dlcourse.kernels import reference as R
+
+# --------------------------------------------------------------------------------------
+# (a) CPU: references and pure-Python parts
+# --------------------------------------------------------------------------------------
+CONV_CASES = [  # (x_shape, KH, KW, stride, padding)
+    ((2, 3, 5, 6), 3, 3, 1, 1),
+    ((1, 2, 7, 7), 3, 2, 2, 0),
+    ((2, 1, 5, 4), 2, 2, 2, 1),
+    ((1, 2, 6, 7), 2, 3, 3, 1),
+    ((3, 2, 4, 4), 1, 1, 1, 0),
+    ((1, 1, 3, 3), 5, 5, 1, 2),
+]
+
+
+def im2col_loops(x, KH, KW, stride, padding):
+    """The contract, written out one element at a time."""
+    N, C, H, W = x.shape
+    OH = (H + 2 * padding - KH) // stride + 1
+    OW = (W + 2 * padding - KW) // stride + 1
+    cols = np.zeros((N * OH * OW, C * KH * KW), dtype=x.dtype)
+    for n, oh, ow, c, kh, kw in itertools.product(range(N), range(OH), range(OW), range(C),
+                                                  range(KH), range(KW)):
+        h, w = oh * stride + kh - padding, ow * stride + kw - padding
+        if 0 <= h < H and 0 <= w < W:
+            cols[(n * OH + oh) * OW + ow, (c * KH + kh) * KW + kw] = x[n, c, h, w]
+    return cols
+
+
+def test_im2col_ref_hand_case():
+    x = np.arange(9.0).reshape(1, 1, 3, 3)        # [[0 1 2] [3 4 5] [6 7 8]]
+    expected = np.array([[0, 1, 3, 4],             # each row: one 2x2 window, read row by row
+                         [1, 2, 4, 5],
+                         [3, 4, 6, 7],
+                         [4, 5, 7, 8]], dtype=float)
+    np.testing.assert_array_equal(R.im2col_ref(x, 2, 2), expected)
+
+
+def test_im2col_ref_hand_case_with_padding_and_stride():
+    x = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])    # padded to 4x4, 2x2 windows, stride 2
+    expected = np.array([[0, 0, 0, 1],
+                         [0, 0, 2, 0],
+                         [0, 3, 0, 0],
+                         [4, 0, 0, 0]], dtype=float)
+    np.testing.assert_array_equal(R.im2col_ref(x, 2, 2, stride=2, padding=1), expected)
+
+
+def test_col2im_ref_counts_windows():
+    # col2im of all ones = how many windows cover each pixel.
+    cols = np.ones((4, 4))
+    counts = R.col2im_ref(cols, (1, 1, 3, 3), 2, 2)
+    np.testing.assert_array_equal(counts[0, 0], [[1, 2, 1], [2, 4, 2], [1, 2, 1]])
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_im2col_ref_matches_contract(case):
+    shape, KH, KW, s, p = case
+    x = np.random.default_rng(0).standard_normal(shape)
+    np.testing.assert_array_equal(R.im2col_ref(x, KH, KW, s, p), im2col_loops(x, KH, KW, s, p))
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_im2col_col2im_ref_are_adjoint(case):
+    # <im2col(x), c> == <x, col2im(c)> for all x, c: col2im is the transpose of im2col.
+    shape, KH, KW, s, p = case
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape)
+    c = rng.standard_normal(R.im2col_ref(x, KH, KW, s, p).shape)
+    lhs = np.sum(R.im2col_ref(x, KH, KW, s, p) * c)
+    rhs = np.sum(x * R.col2im_ref(c, shape, KH, KW, s, p))
+    assert abs(lhs - rhs) <= 1e-10 * max(1.0, abs(lhs)), (lhs, rhs)
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_references_agree_with_dlcourse_conv(case):
+    """The GPU kernels follow the same contract as dlcourse.conv's NumPy path."""
+    conv = pytest.importorskip("dlcourse.conv")
+    if not (hasattr(conv, "im2col") and hasattr(conv, "col2im")):
+        pytest.skip("dlcourse.conv has no im2col/col2im yet")
+    shape, KH, KW, s, p = case
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape)
+    cols = R.im2col_ref(x, KH, KW, s, p)
+    np.testing.assert_allclose(conv.im2col(x, KH, KW, s, p), cols, rtol=0, atol=0)
+    c = rng.standard_normal(cols.shape)
+    np.testing.assert_allclose(conv.col2im(c, shape, KH, KW, s, p),
+                               R.col2im_ref(c, shape, KH, KW, s, p), rtol=1e-12, atol=1e-12)
+
+
+def test_matmul_ref():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((5, 7)).astype(np.float32)
+    B = rng.standard_normal((7, 3)).astype(np.float32)
+    np.testing.assert_allclose(R.matmul(A, B), R.matmul_loops(A, B), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(R.matmul(A, B), A @ B, rtol=1e-5, atol=1e-5)
+    assert R.matmul(A, B).dtype == np.float32
+
+
+def test_bias_relu_refs():
+    x = np.array([[-1.0, 0.5, 2.0], [0.2, -3.0, -0.1]])
+    b = np.array([0.5, -1.0, 0.0])
+    y = R.bias_relu_forward_ref(x, b)
+    np.testing.assert_array_equal(y, [[0.0, 0.0, 2.0], [0.7, 0.0, 0.0]])
+    dout = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    dx, db = R.bias_relu_backward_ref(dout, y)
+    np.testing.assert_array_equal(dx, [[0.0, 0.0, 3.0], [4.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(db, [4.0, 0.0, 3.0])
+
+
+def test_softmax_cross_entropy_ref_against_formula_and_finite_differences():
+    rng = np.random.default_rng(4)
+    z = rng.standard_normal((4, 5))
+    y = np.array([0, 4, 2, 2])
+    loss, dz = R.softmax_cross_entropy_ref(z, y)
+    direct = np.mean([-np.log(np.exp(z[n, y[n]]) / np.exp(z[n]).sum()) for n in range(4)])
+    assert abs(loss - direct) < 1e-12
+    h, num = 1e-6, np.zeros_like(z)
+    for idx in np.ndindex(*z.shape):
+        zp, zm = z.copy(), z.copy()
+        zp[idx] += h
+        zm[idx] -= h
+        num[idx] = (R.softmax_cross_entropy_ref(zp, y)[0] - R.softmax_cross_entropy_ref(zm, y)[0]) / (2 * h)
+    np.testing.assert_allclose(dz, num, atol=1e-8, err_msg=f"analytic\n{dz}\nnumeric\n{num}")
+
+
+def test_softmax_cross_entropy_ref_is_stable():
+    z = np.array([[1000.0, 0.0, -1000.0]], dtype=np.float32)   # exp(1000) overflows
+    loss, dz = R.softmax_cross_entropy_ref(z, np.array([1]))
+    assert np.isfinite(loss) and abs(loss - 1000.0) < 1e-3
+    assert np.all(np.isfinite(dz)) and dz.dtype == np.float32
+
+
+def test_registry_lists_every_source_and_kernel():
+    files = {p.name for p in K.KERNEL_DIR.glob("*.cu")}
+    assert files == set(K.SOURCES), "every .cu file is registered, and nothing else"
+    for info in K.SOURCES.values():
+        text = K.source(info.file)
+        for name in info.kernels:
+            assert name.split("<")[0] in text, (info.file, name)
+    assert "matmul_regblock" in K.list_kernels()
+    with pytest.raises(KeyError, match="sources are"):
+        K.source("nope.cu")
+
+
+@pytest.mark.parametrize("name", ["naive", "coalesced", "tiled", "regblock"])
+@pytest.mark.parametrize("M, N, Kd", [(1, 1, 1), (37, 45, 29), (130, 257, 36), (4096, 4096, 4096)])
+def test_matmul_launch_geometry_covers_C(name, M, N, Kd):
+    cfg = K.launch_config(name, M, N, Kd)
+    assert cfg.threads_per_block <= 1024
+    assert cfg.static_shared_mem + cfg.shared_mem <= 48 * 1024   # the default per-block limit
+    # (size along grid x, size along grid y, rows/columns of C one block covers)
+    along_x, along_y, tile = {"naive": (M, N, 32), "coalesced": (N, M, 32),
+                              "tiled": (N, M, 32), "regblock": (N, M, 128)}[name]
+    gx, gy, gz = cfg.grid
+    assert gz == 1
+    assert gx * tile >= along_x > (gx - 1) * tile     # covers C, and no block lies wholly outside
+    assert gy * tile >= along_y > (gy - 1) * tile
+
+
+def test_other_launch_geometry():
+    cfg = K.launch_config("bias_relu", 65536, 1024)
+    assert cfg.block == (32, 8, 1) and cfg.grid[0] == 32 and cfg.grid[1] <= 65535
+    assert K.launch_config("softmax_cross_entropy", 64, 10).block == (32, 1, 1)
+    assert K.launch_config("softmax_cross_entropy", 64, 1000).block == (256, 1, 1)
+    assert K.launch_config("im2col", 256, 1, 28, 28, 3, 3, 1, 1).block == (256, 1, 1)
+    with pytest.raises(ValueError, match="does not fit"):
+        K.launch_config("im2col", 1, 1, 2, 2, 5, 5, 1, 0)
+    with pytest.raises(KeyError, match="names are"):
+        K.launch_config("fastest", 1, 1, 1)
+
+
+@pytest.mark.parametrize("call", [
+    lambda a: K.matmul_naive(a, a), lambda a: K.matmul_regblock(a, a),
+    lambda a: K.bias_relu_forward(a, a[0]), lambda a: K.softmax_cross_entropy(a, a[0]),
+    lambda a: K.im2col(a[None, None], 2, 2),
+])
+def test_wrappers_reject_numpy_arrays_with_a_hint(call):
+    with pytest.raises(TypeError, match="to_device"):
+        call(np.ones((4, 4), dtype=np.float32))
+
+
+def test_kernels_import_and_references_work_without_cupy():
+    """As on a machine without CuPy (import cupy fails): list, read, configure, reference."""
+    code = ("import sys; sys.modules['cupy'] = None\n"          # makes `import cupy` fail
+            "import numpy as np, dlcourse.kernels as K\n"
+            "assert K.list_kernels() and 'matmul_tiled' in K.source('matmul_tiled.cu')\n"
+            "K.launch_config('tiled', 8, 8, 8)\n"
+            "a = np.ones((2, 3), np.float32); assert (K.reference.matmul(a, a.T) == 3).all()\n"
+            "assert K.available() is False\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+# --------------------------------------------------------------------------------------
+# (b) nvcc: every source compiles, every template instantiation the wrappers use included
+# --------------------------------------------------------------------------------------
+NVCC = shutil.which("nvcc")
+NVCC_ARCH = os.environ.get("DLCOURSE_NVCC_ARCH", "sm_90")
+
+
+def _compile_unit(info) -> str:
+    """A translation unit that includes the .cu file and takes the address of every template
+    instantiation the wrappers ask NVRTC for, which makes nvcc instantiate (and compile) them."""
+    lines = [f'#include "{info.path.as_posix()}"']
+    if info.templated:
+        lines.append("void* dlcourse_compile_test_instances[] = {")
+        lines += [f"    (void*)&{name}," for name in info.kernels]
+        lines.append("};")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def nvcc_builds(tmp_path_factory):
+    """Start nvcc on every source at once (they run in parallel); tests wait on their own."""
+    out = tmp_path_factory.mktemp("nvcc")
+    procs = {}
+    for file, info in K.SOURCES.items():
+        unit = out / f"unit_{file}"
+        unit.write_text(_compile_unit(info))
+        cubin = out / (file + ".cubin")
+        cmd = [NVCC, *K.NVRTC_OPTIONS, f"-arch={NVCC_ARCH}", "--cubin", "-o", str(cubin), str(unit)]
+        procs[file] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True), cubin, cmd)
+    yield procs
+    for proc, _, _ in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on the PATH: the CUDA sources are "
+                                         "compile-checked only where the CUDA toolkit is installed")
+@pytest.mark.parametrize("file", sorted(K.SOURCES))
+def test_cuda_source_compiles_with_nvcc(nvcc_builds, file):
+    proc, cubin, cmd = nvcc_builds[file]
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{output}"
+    binary = cubin.read_bytes()
+    for name in K.SOURCES[file].kernels:   # every kernel made it into the binary
+        assert name.split("<")[0].encode() in binary, (file, name)
+
+
+def _load_nvrtc():
+    """libnvrtc through ctypes, if this machine has it (no GPU needed to compile): from
+    $DLCOURSE_NVRTC, the loader's search path, or the nvidia-cuda-nvrtc wheel."""
+    import ctypes
+    import glob
+    paths = [os.environ.get("DLCOURSE_NVRTC", "")]
+    try:
+        import nvidia   # the namespace package of NVIDIA's pip wheels
+        for root in nvidia.__path__:
+            paths += sorted(glob.glob(os.path.join(root, "**", "libnvrtc.so*"), recursive=True))
+    except ImportError:
+        pass
+    paths += ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
+    for path in filter(None, paths):
+        try:
+            if os.path.dirname(path):   # NVRTC dlopens its builtins by name: load them first
+                for b in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*")):
+                    ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+NVRTC = _load_nvrtc()
+
+
+@pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (install nvidia-cuda-nvrtc or set "
+                                          "DLCOURSE_NVRTC=/path/to/libnvrtc.so)")
+@pytest.mark.parametrize("file", sorted(K.SOURCES))
+def test_cuda_source_compiles_with_nvrtc(file):
+    """The compiler CuPy really uses at run time, with the same options and name expressions
+    (NVRTC has no system headers: an #include <cstdint> passes nvcc but fails here)."""
+    import ctypes
+    info = K.SOURCES[file]
+    prog = ctypes.c_void_p()
+
+    def check(status):
+        if status != 0:
+            size = ctypes.c_size_t()
+            NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            NVRTC.nvrtcGetProgramLog(prog, log)
+            pytest.fail(f"NVRTC error {status} compiling {file}:\n{log.value.decode()}")
+
+    check(NVRTC.nvrtcCreateProgram(ctypes.byref(prog), K.source(file).encode(), file.encode(),
+                                   0, None, None))
+    try:
+        names = info.kernels if info.templated else ()
+        for name in names:
+            check(NVRTC.nvrtcAddNameExpression(prog, name.encode()))
+        opts = [o.encode() for o in K.NVRTC_OPTIONS] + [b"-arch=compute_90"]
+        check(NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts)))
+        for name in names:
+            lowered = ctypes.c_char_p()
+            check(NVRTC.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(lowered)))
+            assert lowered.value.startswith(b"_Z"), (name, lowered.value)
+    finally:
+        NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+# --------------------------------------------------------------------------------------
+# (c) GPU: every kernel against its reference
+# --------------------------------------------------------------------------------------
+_skip_without_gpu = pytest.mark.skipif(not gpu_available(),
+                                       reason=f"needs CuPy and a CUDA GPU: {gpu_problem()}")
+
+
+def needs_gpu(test):
+    """Mark a test `gpu` (see pyproject.toml) and skip it, with the reason, where there is none."""
+    return pytest.mark.gpu(_skip_without_gpu(test))
+
+MATMUL_SHAPES = [(1, 1, 1), (37, 45, 29), (130, 68, 36), (129, 257, 300), (128, 128, 128),
+                 (5, 3, 0), (0, 4, 4)]
+
+
+@pytest.fixture
+def cp():
+    from dlcourse.backend import require_cupy
+    return require_cupy()
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(K.MATMUL_KERNELS))
+@pytest.mark.parametrize("M, N, Kd", MATMUL_SHAPES)
+def test_gpu_matmul_matches_reference(cp, name, M, N, Kd):
+    rng = np.random.default_rng(M * 1000 + N + Kd)
+    A = rng.standard_normal((M, Kd)).astype(np.float32)
+    B = rng.standard_normal((Kd, N)).astype(np.float32)
+    C = K.MATMUL_KERNELS[name](cp.asarray(A), cp.asarray(B))
+    assert C.shape == (M, N) and C.dtype == np.float32 and C.flags.c_contiguous
+    np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
+
+
+@needs_gpu
+def test_gpu_matmul_regblock_misaligned_view(cp):
+    # A view that starts 4 bytes into its buffer cannot be read with float4: the wrapper pads.
+    rng = np.random.default_rng(5)
+    flat = cp.asarray(rng.standard_normal(40 * 36 + 1).astype(np.float32))
+    A = flat[1:].reshape(40, 36)
+    B = cp.asarray(rng.standard_normal((36, 20)).astype(np.float32))
+    np.testing.assert_allclose(K.matmul_regblock(A, B).get(), R.matmul(A.get(), B.get()),
+                               rtol=1e-4, atol=1e-3)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(K.MATMUL_KERNELS))
+def test_gpu_matmul_input_errors(cp, name):
+    fn = K.MATMUL_KERNELS[name]
+    A = cp.ones((8, 4), dtype=cp.float32)
+    with pytest.raises(TypeError, match="float32"):
+        fn(A.astype(cp.float64), A.T.copy())
+    with pytest.raises(ValueError, match="C-contiguous"):
+        fn(A.T, A)                                   # a transpose is a strided view
+    with pytest.raises(ValueError, match="2-D"):
+        fn(A[0], A)
+    with pytest.raises(ValueError, match="B.T"):
+        fn(A, A)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("N, F", [(1, 1), (37, 45), (1000, 3), (2, 300), (3001, 130)])
+def test_gpu_bias_relu(cp, dtype, N, F):
+    rng = np.random.default_rng(N + F)
+    x, b, dout = (rng.standard_normal(s).astype(dtype) for s in ((N, F), (F,), (N, F)))
+    y = K.bias_relu_forward(cp.asarray(x), cp.asarray(b))
+    np.testing.assert_array_equal(y.get(), R.bias_relu_forward_ref(x, b))
+    dx, db = K.bias_relu_backward(cp.asarray(dout), y)
+    rdx, rdb = R.bias_relu_backward_ref(dout, y.get())
+    np.testing.assert_array_equal(dx.get(), rdx)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(db.get(), rdb, rtol=tol, atol=tol * np.sqrt(N))
+    _, db2 = K.bias_relu_backward(cp.asarray(dout), y)
+    np.testing.assert_array_equal(db.get(), db2.get())   # deterministic: no atomics
+
+
+@needs_gpu
+def test_gpu_bias_relu_input_errors(cp):
+    x = cp.ones((4, 3), dtype=cp.float32)
+    with pytest.raises(ValueError, match="one entry per column"):
+        K.bias_relu_forward(x, cp.ones(4, dtype=cp.float32))
+    with pytest.raises(TypeError, match="float32"):
+        K.bias_relu_forward(x, cp.ones(3, dtype=cp.float64))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.bias_relu_forward(cp.ones((3, 4), dtype=cp.float32).T, cp.ones(3, dtype=cp.float32))
+    with pytest.raises(ValueError, match="must match"):
+        K.bias_relu_backward(x, cp.ones((4, 4), dtype=cp.float32))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("label_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("N, C", [(1, 1), (7, 10), (33, 1000), (5, 33), (1025, 257)])
+def test_gpu_softmax_cross_entropy(cp, dtype, label_dtype, N, C):
+    rng = np.random.default_rng(N * C)
+    z = (rng.standard_normal((N, C)) * 20).astype(dtype)
+    y = rng.integers(0, C, N).astype(label_dtype)
+    loss, dz = K.softmax_cross_entropy(cp.asarray(z), cp.asarray(y))
+    ref_loss, ref_dz = R.softmax_cross_entropy_ref(z, y)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert abs(float(loss) - ref_loss) <= tol * max(1.0, abs(ref_loss))
+    np.testing.assert_allclose(dz.get(), ref_dz, rtol=tol, atol=tol / N)
+
+
+@needs_gpu
+def test_gpu_softmax_cross_entropy_stable_and_loud(cp):
+    z = cp.asarray([[1000.0, 0.0, -1000.0]], dtype=cp.float32)
+    loss, dz = K.softmax_cross_entropy(z, cp.asarray([1]))
+    assert abs(float(loss) - 1000.0) < 1e-2 and bool(cp.isfinite(dz).all())
+    loss, _ = K.softmax_cross_entropy(z, cp.asarray([3]))   # label out of range
+    assert np.isnan(float(loss))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        K.softmax_cross_entropy(z, cp.asarray([1.0]))
+    with pytest.raises(ValueError, match="one class index per row"):
+        K.softmax_cross_entropy(z, cp.asarray([1, 2]))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CONV_CASES + [((17, 3, 13, 11), 3, 3, 2, 1)])
+def test_gpu_im2col_col2im(cp, dtype, case):
+    shape, KH, KW, s, p = case
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(dtype)
+    cols = K.im2col(cp.asarray(x), KH, KW, s, p)
+    assert cols.flags.c_contiguous and cols.dtype == dtype
+    np.testing.assert_array_equal(cols.get(), R.im2col_ref(x, KH, KW, s, p))
+    c = rng.standard_normal(cols.shape).astype(dtype)
+    dx = K.col2im(cp.asarray(c), shape, KH, KW, s, p)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(dx.get(), R.col2im_ref(c, shape, KH, KW, s, p), rtol=tol, atol=tol)
+    np.testing.assert_array_equal(dx.get(), K.col2im(cp.asarray(c), shape, KH, KW, s, p).get())
+
+
+@needs_gpu
+def test_gpu_im2col_errors_and_layouts(cp):
+    x = cp.asarray(np.random.default_rng(7).standard_normal((2, 4, 5, 3)).astype(np.float32))
+    xt = x.transpose(0, 3, 1, 2)                     # (2, 3, 4, 5), not C-contiguous: copied
+    np.testing.assert_array_equal(K.im2col(xt, 2, 2, 1, 1).get(), R.im2col_ref(xt.get(), 2, 2, 1, 1))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        K.im2col(x.astype(cp.float16), 2, 2)
+    with pytest.raises(ValueError, match="4-D"):
+        K.im2col(x[0], 2, 2)
+    with pytest.raises(ValueError, match="Were the same"):
+        K.col2im(cp.ones((3, 3), dtype=cp.float32), (2, 4, 5, 3), 2, 2)

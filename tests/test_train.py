@@ -1,0 +1,367 @@
+"""dl.fit, dl.evaluate, dl.confusion_matrix and History, on small synthetic data (fast)."""
+import math
+
+import numpy as np
+import pytest
+
+from dlcourse import data
+from dlcourse.layers import Layer, Linear
+from dlcourse.losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy
+from dlcourse.models import CNN, MLP, Perceptron
+from dlcourse.optim import SGD, Adam
+from dlcourse.train import (History, StopTraining, TrainingDiverged, confusion_matrix,
+                            evaluate, fit)
+
+
+@pytest.fixture(scope="module")
+def xor():
+    X, y = data.make_xor(300, seed=0)
+    return (X[:200], y[:200]), (X[200:], y[200:])
+
+
+def small_mlp(seed=0, dropout=0.0):
+    return MLP([2, 16, 2], dropout=dropout, seed=seed)
+
+
+def params_of(model):
+    return {k: v.copy() for k, v in model.state_dict().items()}
+
+
+# ======================================================================================
+# fit and History
+# ======================================================================================
+def test_fit_learns_xor_and_fills_history(xor):
+    (X, y), val = xor
+    model = small_mlp()
+    history = fit(model, SoftmaxCrossEntropy(), Adam(model, lr=0.05), X, y, epochs=8,
+                  batch_size=32, validation=val, seed=0, progress=False)
+    assert isinstance(history, History)
+    assert history.epochs == 8
+    for name in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "epoch_time"):
+        assert len(getattr(history, name)) == 8, name
+    assert len(history.step_loss) == 8 * math.ceil(200 / 32)
+    assert history.train_loss[-1] < history.train_loss[0]
+    assert history.val_accuracy[-1] > 0.9
+    assert all(t > 0 for t in history.epoch_time)
+    assert history.stop_reason is None and not history.interrupted
+    assert "8 epochs" in repr(history) and "val_accuracy" in repr(history)
+    assert len(history.table().splitlines()) == 9
+    assert history.as_dict()["val_accuracy"] == history.val_accuracy
+
+
+def test_validation_metrics_match_evaluate(xor):
+    (X, y), (Xv, yv) = xor
+    model = small_mlp()
+    loss = SoftmaxCrossEntropy()
+    history = fit(model, loss, Adam(model, lr=0.05), X, y, epochs=2, batch_size=50,
+                  validation=(Xv, yv), progress=False)
+    result = evaluate(model, Xv, yv, loss=loss)
+    assert history.val_loss[-1] == pytest.approx(result["loss"])
+    assert history.val_accuracy[-1] == pytest.approx(result["accuracy"])
+
+
+def test_without_validation_the_val_lists_stay_empty(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+    history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=2, progress=False)
+    assert history.val_loss == [] and history.val_accuracy == [] and history.epochs == 2
+
+
+def test_float64_data_is_cast_to_the_model_dtype(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+    fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X.astype(np.float64), y, epochs=1,
+        progress=False)
+    assert all(p.dtype == np.float32 for p in model.params.values())
+
+
+def test_the_mode_is_train_during_steps_and_restored_after(xor):
+    (X, y), val = xor
+    model = small_mlp(dropout=0.2).eval()
+    modes = []
+    fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=1, batch_size=100,
+        validation=val, progress=False, on_step=lambda step, loss: modes.append(model.training))
+    assert modes == [True, True]
+    assert model.training is False            # as it was before fit
+
+
+def test_progress_bar_runs(xor, capsys):
+    (X, y), val = xor
+    model = small_mlp()
+    history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=2,
+                  validation=val, progress=True)
+    assert history.epochs == 2
+    assert "epoch 2/2" in capsys.readouterr().err
+
+
+def test_seeded_runs_are_bit_for_bit_repeatable(xor):
+    (X, y), val = xor
+    runs = []
+    for _ in range(2):
+        model = small_mlp(seed=3, dropout=0.3)   # dropout: the masks must repeat too
+        history = fit(model, SoftmaxCrossEntropy(), Adam(model, lr=0.01), X, y, epochs=3,
+                      batch_size=16, validation=val, seed=7, progress=False)
+        runs.append((params_of(model), history))
+    (p1, h1), (p2, h2) = runs
+    for k in p1:
+        assert np.array_equal(p1[k], p2[k]), k
+    assert h1.step_loss == h2.step_loss
+    assert h1.val_loss == h2.val_loss and h1.val_accuracy == h2.val_accuracy
+
+    model = small_mlp(seed=3, dropout=0.3)   # another seed: another batch order
+    h3 = fit(model, SoftmaxCrossEntropy(), Adam(model, lr=0.01), X, y, epochs=3,
+             batch_size=16, seed=8, progress=False)
+    assert h3.step_loss != h1.step_loss
+
+
+def test_seeded_cnn_with_batchnorm_is_repeatable():
+    gen = np.random.default_rng(0)
+    X = gen.random((40, 1, 8, 8), dtype=np.float32)
+    y = gen.integers(0, 3, 40)
+    states = []
+    for _ in range(2):
+        model = CNN(1, 8, 3, channels=(2, 4), batchnorm=True, dropout=0.2, seed=1)
+        fit(model, SoftmaxCrossEntropy(), Adam(model, lr=0.01), X, y, epochs=2,
+            batch_size=8, seed=0, progress=False)
+        states.append(params_of(model))
+    for k in states[0]:
+        assert np.array_equal(states[0][k], states[1][k]), k
+
+
+# ======================================================================================
+# Stopping: divergence, callbacks, Ctrl-C, out of memory
+# ======================================================================================
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_huge_learning_rate_raises_training_diverged(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+    with pytest.raises(TrainingDiverged) as info:
+        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=1e30), X, y, epochs=3,
+            batch_size=20, progress=False)
+    err = info.value
+    message = str(err)
+    assert f"epoch {err.epoch}, step {err.step}" in message
+    assert "lr=1e+30" in message and "lr=1e+29" in message   # names lr and suggests lr/10
+    assert err.lr == 1e30
+    assert isinstance(err.history, History) and err.history.stop_reason == "diverged"
+    assert err.history.step_loss and all(math.isfinite(v) for v in err.history.step_loss)
+    for k, p in model.params.items():
+        assert np.isfinite(p).all(), k
+    # the parameters kept are ones whose loss was finite
+    assert math.isfinite(SoftmaxCrossEntropy().forward(model.forward(X), y))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_divergence_on_the_last_step_of_an_epoch_restores_the_parameters():
+    # One step per epoch: that step's loss is finite, but its update makes the
+    # parameters infinite, and no later forward pass sees it.
+    X = np.array([[1.0, 2.0], [-1.0, 0.5]], dtype=np.float32)
+    y = np.array([0, 1])
+    model = MLP([2, 2], seed=0)
+    before = params_of(model)
+    with pytest.raises(TrainingDiverged, match="epoch 1, step 1"):
+        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=1e39), X, y, epochs=1,
+            batch_size=2, progress=False)
+    for k, p in model.state_dict().items():
+        assert np.array_equal(p, before[k]), k
+
+
+def test_a_callback_returning_false_stops_cleanly(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+    seen = []
+
+    def callback(epoch, history):
+        seen.append((epoch, history.epochs))
+        return epoch < 2
+
+    history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=10,
+                  callback=callback, progress=False)
+    assert seen == [(1, 1), (2, 2)]
+    assert history.epochs == 2 and history.stop_reason == "callback"
+
+
+def test_stop_training_from_on_step(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+    steps = []
+
+    def on_step(step, loss):
+        steps.append(step)
+        assert isinstance(loss, float)
+        if step == 5:
+            raise StopTraining
+
+    history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=10,
+                  batch_size=50, on_step=on_step, progress=False)
+    assert steps == [1, 2, 3, 4, 5]
+    assert history.stop_reason == "callback" and history.epochs == 1
+    assert len(history.step_loss) == 5
+
+
+def test_ctrl_c_keeps_the_history_so_far(xor, capsys):
+    (X, y), val = xor
+    model = small_mlp()
+
+    def callback(epoch, history):
+        if epoch == 2:
+            raise KeyboardInterrupt
+
+    history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=10,
+                  validation=val, callback=callback, progress=True)
+    assert history.interrupted and history.stop_reason == "interrupted"
+    assert history.epochs == 2 and len(history.val_accuracy) == 2
+    err = capsys.readouterr().err
+    assert "interrupted at epoch 2" in err
+    assert model.training   # mode restored
+
+
+def test_ctrl_c_in_the_middle_of_an_update_restores_the_parameters(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+
+    class Interrupted(SGD):
+        def step(self):
+            if self.steps == 3:
+                self.steps += 1
+                before.update(params_of(self.model))
+                for p in self.model.params.values():
+                    p += 1.0                     # half-way: some change was made ...
+                raise KeyboardInterrupt          # ... then Ctrl-C
+            super().step()
+
+    before = {}
+    history = fit(model, SoftmaxCrossEntropy(), Interrupted(model, lr=0.1), X, y,
+                  epochs=3, batch_size=20, progress=False)
+    assert history.interrupted and len(history.step_loss) == 3
+    for k, p in model.state_dict().items():
+        assert np.array_equal(p, before[k]), k
+
+
+def test_out_of_memory_is_reraised_with_a_batch_size_hint(xor):
+    (X, y), _ = xor
+
+    class OutOfMemoryError(Exception):   # stands for cupy.cuda.memory.OutOfMemoryError
+        pass
+
+    class Hungry(Linear):
+        def forward(self, x):
+            raise OutOfMemoryError("Out of memory allocating 1,000,000,000 bytes")
+
+    model = Hungry(2, 2)
+    with pytest.raises(MemoryError, match=r"batch_size=64.*batch_size=32"):
+        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, batch_size=64,
+            progress=False)
+
+
+# ======================================================================================
+# Bad input speaks to the learner
+# ======================================================================================
+def test_fit_refuses_the_perceptron_with_a_hint(xor):
+    (X, y), _ = xor
+    with pytest.raises(TypeError, match=r"model.fit\(X, y\)"):
+        fit(Perceptron(2), SoftmaxCrossEntropy(), None, X, y, progress=False)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_size=0), "batch_size"),
+    (dict(epochs=-1), "epochs"),
+    (dict(validation=[1, 2, 3]), "validation"),
+])
+def test_fit_checks_its_arguments(xor, kwargs, match):
+    (X, y), _ = xor
+    model = small_mlp()
+    with pytest.raises((ValueError, TypeError), match=match):
+        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, progress=False, **kwargs)
+
+
+def test_fit_checks_that_x_and_y_match(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+    with pytest.raises(ValueError, match="200 and 199"):
+        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y[:-1], progress=False)
+
+
+# ======================================================================================
+# evaluate
+# ======================================================================================
+def test_evaluate_gives_loss_and_accuracy_and_restores_the_mode(xor):
+    (X, y), _ = xor
+    model = small_mlp()
+    loss = SoftmaxCrossEntropy()
+    result = evaluate(model, X, y, loss=loss, batch_size=7)   # batches of unequal size
+    model.eval()
+    logits = model.forward(X)
+    assert result["n"] == 200
+    assert result["loss"] == pytest.approx(SoftmaxCrossEntropy().forward(logits, y), rel=1e-5)
+    assert result["accuracy"] == pytest.approx(float((logits.argmax(1) == y).mean()))
+    model.train()
+    evaluate(model, X, y)
+    assert model.training
+    assert evaluate(model, X, y)["loss"] is None
+
+
+def test_evaluate_binary_and_regression(xor):
+    (X, y), _ = xor
+    model = Linear(2, 1, seed=0)
+    result = evaluate(model, X, y, loss=SigmoidCrossEntropy())
+    expected = float(((model.forward(X).reshape(-1) > 0) == (y == 1)).mean())
+    assert result["accuracy"] == pytest.approx(expected)
+    targets = np.random.default_rng(0).standard_normal((200, 1)).astype(np.float32)
+    result = evaluate(model, X, targets, loss=MSELoss())
+    assert result["accuracy"] is None and result["loss"] > 0
+
+
+def test_fit_with_a_sigmoid_loss_reports_binary_accuracy(xor):
+    (X, y), val = xor
+    model = MLP([2, 16, 1], seed=0)
+    history = fit(model, SigmoidCrossEntropy(), Adam(model, lr=0.05), X, y, epochs=10,
+                  validation=val, progress=False)
+    assert history.val_accuracy[-1] > 0.9
+
+
+# ======================================================================================
+# confusion_matrix
+# ======================================================================================
+def test_confusion_matrix_rows_are_true_columns_predicted():
+    cm = confusion_matrix([0, 0, 1, 2, 2, 2], [0, 1, 1, 2, 0, 2])
+    expected = np.array([[1, 1, 0],
+                         [0, 1, 0],
+                         [1, 0, 2]])
+    assert cm.dtype.kind == "i" and np.array_equal(cm, expected)
+    assert confusion_matrix([1], [1], num_classes=4).shape == (4, 4)
+    assert cm.sum() == 6 and np.trace(cm) == 4
+
+
+@pytest.mark.parametrize("y_true, y_pred, kwargs, error, match", [
+    ([0, 1], [0.0, 1.0], {}, TypeError, "integer"),
+    ([0, 1], [0], {}, ValueError, "2 labels but y_pred has 1"),
+    ([0, 5], [0, 1], dict(num_classes=3), ValueError, "0..2"),
+    ([[1, 0]], [0], {}, ValueError, "argmax"),
+])
+def test_confusion_matrix_errors(y_true, y_pred, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        confusion_matrix(np.array(y_true), np.array(y_pred), **kwargs)
+
+
+# ======================================================================================
+# plots (matplotlib without a screen)
+# ======================================================================================
+def test_plots_draw(xor):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dlcourse.plots import plot_confusion_matrix, plot_history
+    (X, y), val = xor
+    model = small_mlp()
+    history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=2,
+                  validation=val, progress=False)
+    fig = plot_history(history)
+    assert len(fig.axes) == 2
+    fig2 = plot_confusion_matrix(confusion_matrix(val[1], model.predict(val[0]), 2),
+                                 classes=["a", "b"], normalize=True)
+    assert fig2.axes
+    plt.close("all")
+    with pytest.raises(ValueError, match="square"):
+        plot_confusion_matrix(np.zeros((2, 3)))
