@@ -1,7 +1,10 @@
 """One training step (forward, loss, backward, SGD update; float32) of dlcourse against the
 same model in PyTorch, on the CPU, with the same number of threads, in one run.
 
-    python benchmarks/cpu_step.py [--threads N] [--repeat 30] [--json OUT.json]
+    python benchmarks/cpu_step.py [--threads N] [--rounds 8] [--json OUT.json]
+
+The two libraries are timed in alternating blocks of steps, so that a busy spell of a shared
+machine slows both alike; the ratio is the median of the per-round ratios.
 
 Targets (issue 2): MLP 784-512-512-10 at batch 256 within 1.3x of PyTorch; the CNN
 conv(1→16)-ReLU-pool-conv(16→32)-ReLU-pool-Linear(32·7·7→10) on 1×28×28 at batch 64 within
@@ -21,72 +24,49 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import dlcourse as dl  # noqa: E402
+from steps import dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
 TARGETS = {"mlp": 1.3, "cnn": 2.0}
 
 
-def median_time(step, repeat, warmup=5):
+def block_time(step, n, settle=0.5, warmup=3):
+    """Median seconds of n consecutive calls of step, after ``settle`` idle seconds (the other
+    library's worker threads, OpenBLAS or OpenMP, spin a while after their last call and
+    would otherwise steal the cores) and ``warmup`` untimed calls (caches are cold again)."""
+    time.sleep(settle)
     for _ in range(warmup):
         step()
     times = []
-    for _ in range(repeat):
+    for _ in range(n):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def dlcourse_step(kind, batch):
-    rng = np.random.default_rng(0)
-    if kind == "mlp":
-        model = dl.MLP([784, 512, 512, 10], seed=0)
-        x = rng.standard_normal((batch, 784), dtype=np.float32)
-    else:
-        model = dl.CNN(1, (28, 28), 10, seed=0)
-        x = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, 10, batch)
-    loss = dl.SoftmaxCrossEntropy()
-    opt = dl.SGD(model, lr=0.01, momentum=0.9)
-
-    def step():
-        loss.forward(model.forward(x), y)
-        model.backward(loss.backward(), input_grad=False)   # as dl.fit does: no dL/dx needed
-        opt.step()
-    return step
-
-
-def torch_step(kind, batch):
-    import torch
-    from torch import nn
-    torch.manual_seed(0)
-    if kind == "mlp":
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))
-        x = torch.randn(batch, 784)
-    else:
-        model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
-        x = torch.randn(batch, 1, 28, 28)
-    y = torch.randint(0, 10, (batch,))
-    lossf = nn.CrossEntropyLoss()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = lossf(model(x), y)
-        loss.backward()
-        opt.step()
-        loss.item()   # dlcourse returns the loss as a float too
-    return step
+def compare(step_dl, step_pt, rounds, block=15, warmup=5):
+    """Time the two steps in alternating blocks, ``rounds`` times, so that a slow spell of a
+    shared machine hits both alike. Returns (dlcourse s, PyTorch s, ratio): medians over the
+    rounds, the ratio taken within each round."""
+    for _ in range(warmup):
+        step_dl()
+        if step_pt is not None:
+            step_pt()
+    t_dl, t_pt, ratios = [], [], []
+    for _ in range(rounds):
+        t_dl.append(block_time(step_dl, block))
+        if step_pt is not None:
+            t_pt.append(block_time(step_pt, block))
+            ratios.append(t_dl[-1] / t_pt[-1])
+    med = statistics.median
+    return med(t_dl), (med(t_pt) if t_pt else None), (med(ratios) if ratios else None)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=8,
+                    help="alternating blocks of 15 steps of each library (default 8)")
     ap.add_argument("--json", help="also write the results to this JSON file")
     args = ap.parse_args(argv)
 
@@ -108,12 +88,12 @@ def main(argv=None):
                "torch": torch_version, "cases": {}}
     ok = True
     for kind, batch in (("mlp", 256), ("cnn", 64)):
-        t_dl = median_time(dlcourse_step(kind, batch), args.repeat)
+        t_dl, t_pt, ratio = compare(dlcourse_step(kind, batch),
+                                    torch_step(kind, batch) if torch is not None else None,
+                                    args.rounds)
         line = f"{kind.upper():4s} batch {batch:4d}: dlcourse {t_dl * 1e3:7.2f} ms"
         case = {"batch": batch, "dlcourse_ms": t_dl * 1e3}
         if torch is not None:
-            t_pt = median_time(torch_step(kind, batch), args.repeat)
-            ratio = t_dl / t_pt
             met = ratio <= TARGETS[kind]
             ok &= met
             line += (f"  PyTorch {t_pt * 1e3:7.2f} ms  ratio {ratio:4.2f}x  "

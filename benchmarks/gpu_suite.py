@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 import dlcourse as dl                      # noqa: E402
 from dlcourse import kernels as K          # noqa: E402
 from dlcourse.backend import gpu_available, gpu_problem, require_cupy  # noqa: E402
+from steps import dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
 SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu")
 
@@ -341,66 +342,6 @@ def section_elementwise(cp, cfg, out):
 # ======================================================================================
 # 3./4. Training steps
 # ======================================================================================
-def _data(kind, batch, seed=0):
-    rng = np.random.default_rng(seed)
-    shape = (batch, 784) if kind == "mlp" else (batch, 1, 28, 28)
-    return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, 10, batch)
-
-
-def dl_step(kind, batch, device, fused_loss=False):
-    """One dlcourse training step (forward, loss, backward, SGD with momentum) as a function.
-
-    fused_loss=True uses the fused softmax-CE kernel instead of dl.SoftmaxCrossEntropy: the
-    same maths, but no host synchronization (dl's loss returns a Python float), which is what
-    a CUDA graph needs.
-    """
-    model = dl.MLP([784, 512, 512, 10], seed=0) if kind == "mlp" else \
-        dl.CNN(in_channels=1, image_size=(28, 28), num_classes=10, seed=0)
-    model.to(device)
-    x, y = _data(kind, batch)
-    x, y = dl.to_device(x, device), dl.to_device(y, device)
-    loss = dl.SoftmaxCrossEntropy()
-    opt = dl.SGD(model, lr=0.01, momentum=0.9)
-
-    def step():
-        logits = model.forward(x)
-        if fused_loss:
-            value, dlogits = K.softmax_cross_entropy(logits, y)
-        else:
-            value = loss.forward(logits, y)
-            dlogits = loss.backward()
-        model.backward(dlogits, input_grad=False)   # a step needs no dL/dx
-        opt.step()
-        return value
-    step.model, step.opt = model, opt
-    return step
-
-
-def torch_step(torch, kind, batch):
-    from torch import nn
-    torch.manual_seed(0)
-    if kind == "mlp":
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))
-    else:
-        model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
-    model = model.cuda()
-    x, y = _data(kind, batch)
-    x, y = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
-    lossf = nn.CrossEntropyLoss()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = lossf(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.item()   # dlcourse's loss is a Python float too: both wait for the GPU
-    return step
-
-
 def _load_torch(args):
     if args.no_torch:
         return None, "skipped (--no-torch)"
@@ -425,7 +366,7 @@ def section_training(cp, cfg, out, torch, torch_note):
     for kind, batch in cases:
         key = f"{kind}_b{batch}"
         entry = out["cases"][key] = {"model": kind, "batch": batch}
-        step = dl_step(kind, batch, "gpu")
+        step = dlcourse_step(kind, batch, "gpu")
         first = float(step())
         if not np.isfinite(first):
             entry["error"] = f"dlcourse loss is {first}"
@@ -434,7 +375,7 @@ def section_training(cp, cfg, out, torch, torch_note):
         entry["dlcourse"] = time_cuda(cp, step, cfg["target_s"])
         msg = f"  {kind.upper()} batch {batch:5d}: dlcourse {entry['dlcourse']['median_ms']:8.3f} ms"
         if torch is not None:
-            tstep = torch_step(torch, kind, batch)
+            tstep = torch_step(kind, batch, "cuda")
             entry["torch"] = time_torch(torch, tstep, cfg["target_s"])
             entry["dlcourse_over_torch"] = entry["dlcourse"]["median_ms"] / entry["torch"]["median_ms"]
             msg += (f"   PyTorch {entry['torch']['median_ms']:8.3f} ms   "
@@ -455,10 +396,10 @@ def _cuda_graph_line(cp, cfg):
     batch = cfg["graph_batch"]
     entry = {"model": "mlp", "batch": batch}
     try:
-        eager = dl_step("mlp", batch, "gpu", fused_loss=True)
+        eager = dlcourse_step("mlp", batch, "gpu", fused_loss=True)
         entry["eager_fused_loss"] = time_cuda(cp, eager, cfg["target_s"])
 
-        step = dl_step("mlp", batch, "gpu", fused_loss=True)
+        step = dlcourse_step("mlp", batch, "gpu", fused_loss=True)
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
             for _ in range(3):      # warm up on this stream: kernels compiled, pool filled
@@ -503,7 +444,7 @@ def section_cpu_vs_gpu(cp, cfg, out):
     out["model"] = "mlp 784-512-512-10"
     out["cases"] = {}
     for batch in cfg["cpu_batches"]:
-        g_step, c_step = dl_step("mlp", batch, "gpu"), dl_step("mlp", batch, "cpu")
+        g_step, c_step = dlcourse_step("mlp", batch, "gpu"), dlcourse_step("mlp", batch, "cpu")
         g = time_cuda(cp, g_step, cfg["target_s"])
         c = time_cpu(c_step, cfg["target_s"])
         entry = out["cases"][str(batch)] = {

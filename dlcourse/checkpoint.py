@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from ._io import atomic_write
 from .backend import to_numpy
 
 __all__ = ["save", "load", "CheckpointError", "FORMAT_VERSION"]
@@ -107,19 +106,8 @@ def save(model, path) -> Path:
     if not folder.is_dir():
         raise FileNotFoundError(f"Cannot save to {path}: the folder {folder} does not exist. "
                                 f"Create it first (os.makedirs) or choose another path.")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{META_KEY: np.array(json.dumps(meta))}, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)          # atomic: readers see the old file or the new one
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as f:      # readers see the old file or the new one, never half
+        np.savez(f, **{META_KEY: np.array(json.dumps(meta))}, **arrays)
     return path
 
 

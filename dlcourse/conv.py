@@ -47,7 +47,8 @@ def _pad(x, padding):
         return x
     xp = get_array_module(x)
     N, C, H, W = x.shape
-    out = xp.zeros((N, C, H + 2 * padding, W + 2 * padding), dtype=x.dtype)
+    # zeros_like keeps x's memory layout (a conv output is channel-major): no transposing copy
+    out = xp.zeros_like(x, shape=(N, C, H + 2 * padding, W + 2 * padding))
     out[:, :, padding:padding + H, padding:padding + W] = x
     return out
 
@@ -187,7 +188,10 @@ def _col2im_t(cols_t, x_shape, KH, KW, stride, padding):
     for kh in range(KH):          # a loop over kernel offsets only: KH*KW strided adds
         for kw in range(KW):
             dx_pad[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride] += cols6[:, kh, kw]
-    return dx_pad[:, :, padding:padding + H, padding:padding + W].transpose(1, 0, 2, 3)  # (N, C, H, W)
+    dx = dx_pad[:, :, padding:padding + H, padding:padding + W]
+    if padding:
+        dx = dx.copy()            # compact, so the layer below reads it in one sweep
+    return dx.transpose(1, 0, 2, 3)                                    # (N, C, H, W)
 
 
 # ======================================================================================
@@ -282,9 +286,9 @@ class MaxPool2d(Layer):
         xp = get_array_module(x)
         # A running maximum over the KH*KW window offsets: each offset (kh, kw) is one strided
         # slice of x holding that position of every window, of the output's shape (N, C, OH, OW).
-        best = x[:, :, 0:s * OH:s, 0:s * OW:s].copy()
+        best = x[:, :, 0:s * OH:s, 0:s * OW:s].copy(order="K")   # in x's memory layout
         itype = np.int8 if KH * KW <= 127 else np.int32
-        idx = xp.zeros(best.shape, dtype=itype)         # which offset holds the maximum
+        idx = xp.zeros_like(best, dtype=itype)          # which offset holds the maximum
         for k in range(1, KH * KW):
             kh, kw = divmod(k, KW)
             v = x[:, :, kh:kh + s * OH:s, kw:kw + s * OW:s]
@@ -292,18 +296,19 @@ class MaxPool2d(Layer):
             xp.maximum(best, v, out=best)
             # "idx = k where better": k grows, so it is the larger of idx and k*better
             xp.maximum(idx, better.astype(itype) * itype(k), out=idx)
-        self.cache = (x.shape, idx)
+        self.cache = (x, idx)
         return best
 
     def backward(self, dout):
-        (N, C, H, W), idx = self.cache
+        x, idx = self.cache
+        N, C, H, W = x.shape
         KH, KW = self.kernel_size
         s = self.stride
         _, _, OH, OW = dout.shape
         xp = get_array_module(dout)
         # Windows that tile x exactly (no overlap, nothing left over) write every pixel once.
         tiles = s == KH == KW and s * OH == H and s * OW == W
-        dx = (xp.empty if tiles else xp.zeros)((N, C, H, W), dtype=dout.dtype)
+        dx = (xp.empty_like if tiles else xp.zeros_like)(x, dtype=dout.dtype)   # x's layout
         for k in range(KH * KW):      # loop over window offsets only, never over pixels
             kh, kw = divmod(k, KW)
             target = dx[:, :, kh:kh + s * OH:s, kw:kw + s * OW:s]

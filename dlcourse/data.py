@@ -30,7 +30,6 @@ import io
 import os
 import sys
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -39,6 +38,7 @@ from urllib.request import Request, urlopen
 
 import numpy as np
 
+from ._io import atomic_write
 from .backend import get_array_module, rng, to_device
 
 __all__ = [
@@ -499,10 +499,8 @@ def _recorded_sha256(dest: Path) -> str | None:
 
 def _write_sidecar(dest: Path, sha256: str) -> None:
     """Write ``<sha256>  <name>`` (the ``sha256sum`` format), atomically."""
-    side = _sidecar(dest)
-    tmp = side.with_name(side.name + f".{os.getpid()}.part")
-    tmp.write_text(f"{sha256}  {dest.name}\n")
-    os.replace(tmp, side)
+    with atomic_write(_sidecar(dest), "w") as f:
+        f.write(f"{sha256}  {dest.name}\n")
 
 
 def _mismatch(found: _Digests, sha256: str | None, md5: str | None, recorded: str | None):
@@ -564,24 +562,18 @@ def _download(url, dest: Path, sha256, md5, progress, by_hand) -> Path:
               f"downloading it again.", file=sys.stderr)
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            found = _fetch(url, out, with_md5=bool(md5), progress=progress, label=dest.name,
-                           by_hand=by_hand)
+    # Written to a temporary file beside dest, which becomes dest only once it is verified.
+    with atomic_write(dest) as out:
+        found = _fetch(url, out, with_md5=bool(md5), progress=progress, label=dest.name,
+                       by_hand=by_hand)
         problem = _mismatch(found, sha256, md5, None)
         if problem is not None:
             raise ChecksumError(
                 f"The file downloaded from {url} has {problem}. It was deleted and nothing "
                 f"was saved as {dest}. The download may have been corrupted (try again), or "
                 f"the mirror now serves a different file. You can also {by_hand}.")
-        os.replace(tmp, dest)                            # the atomic step
-        _write_sidecar(dest, found.sha256)
-        return dest
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    _write_sidecar(dest, found.sha256)
+    return dest
 
 
 def _fetch(url: str, out, with_md5: bool, progress: bool, label: str,

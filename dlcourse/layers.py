@@ -235,11 +235,18 @@ class Flatten(Layer):
         if x.ndim < 2:
             raise ValueError(f"Flatten expects a batch axis and at least one more, got shape "
                              f"{shape_str(x.shape)}.")
-        self.cache = x.shape
+        self.cache = x
         return x.reshape(x.shape[0], -1)
 
     def backward(self, dout):
-        return dout.reshape(self.cache)
+        x = self.cache
+        if x.flags.c_contiguous:
+            return dout.reshape(x.shape)
+        # Give dx the memory layout of x (a conv output is channel-major): the layers below
+        # then read their gradient in the same order as their own arrays.
+        dx = get_array_module(dout).empty_like(x, dtype=dout.dtype)
+        dx[...] = dout.reshape(x.shape)
+        return dx
 
 
 class Dropout(Layer):
@@ -448,7 +455,11 @@ class Sequential(Layer):
             raise KeyError(f"The state has entries this model does not: {sorted(extra)}.")
         for i, layer in enumerate(self.layers):
             prefix = f"{i}."
-            layer.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+            try:
+                layer.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+            except (KeyError, ValueError) as err:
+                raise type(err)(f"layer {i} ({type(layer).__name__}, keys {prefix}*): "
+                                f"{err.args[0] if err.args else err}") from None
 
     def get_config(self):
         return {"layers": [{"type": type(l).__name__, "config": l.get_config()} for l in self.layers]}

@@ -22,9 +22,9 @@ cell, a block between the same markers becomes "YOUR ANSWER HERE" (nbgrader's pl
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from ._io import atomic_write
 
 __all__ = ["write_student_notebooks", "make_student_notebook", "student_source",
            "SolutionMarkerError", "BEGIN", "END", "HINT", "GENERIC_HINT"]
@@ -116,17 +116,8 @@ def make_student_notebook(nb, name: str = "the notebook"):
 
 
 def _write_atomic(nbformat, nb, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            nbformat.write(nb, f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        nbformat.write(nb, f)
 
 
 def write_student_notebooks(source_dir, outdir) -> list[Path]:

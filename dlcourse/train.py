@@ -159,6 +159,26 @@ def _correct(task, out, y):
     return None
 
 
+class _Tally:
+    """Right predictions counted over batches; the task is found from the first batch."""
+
+    def __init__(self, loss):
+        self.loss, self.task, self.correct = loss, "unknown", 0
+
+    def add(self, out, y):
+        if self.task == "unknown":
+            self.task = _task(self.loss, out)
+        if self.task is not None:
+            c = _correct(self.task, out, y)
+            if c is None:
+                self.task = None
+            else:
+                self.correct = self.correct + c   # stays on the device until accuracy() reads it
+
+    def accuracy(self, n):
+        return int(self.correct) / n if self.task is not None else None
+
+
 # ======================================================================================
 # Helpers shared by fit and evaluate
 # ======================================================================================
@@ -249,20 +269,13 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
     device, dtype = _model_device(model), _model_dtype(model)
     was_training = getattr(model, "training", True)
     model.eval()
-    total_loss, correct, task = 0.0, 0, "unknown"
+    total_loss, tally = 0.0, _Tally(loss)
     try:
         for xb, yb in batches(X, y, batch_size, shuffle=False, device=device):
             out = model.forward(_prepare(xb, dtype))
             if loss is not None:
                 total_loss += loss.forward(out, yb) * len(xb)
-            if task == "unknown":
-                task = _task(loss, out)
-            if task is not None:
-                c = _correct(task, out, yb)
-                if c is None:
-                    task = None
-                else:
-                    correct += int(c)
+            tally.add(out, yb)
     except Exception as err:
         if _is_out_of_memory(err):
             raise _out_of_memory(err, batch_size, "in evaluate") from err
@@ -271,7 +284,7 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
         model.train(was_training)
     N = len(X)
     return {"loss": total_loss / N if loss is not None else None,
-            "accuracy": correct / N if task is not None else None,
+            "accuracy": tally.accuracy(N),
             "n": N}
 
 
@@ -380,7 +393,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         for epoch in range(1, epochs + 1):
             model.train()
             start = time.perf_counter()
-            loss_sum, correct, task = 0.0, 0, "unknown"
+            loss_sum, tally = 0.0, _Tally(loss)
             order_seed = int(order_rng.integers(2**32)) if order_rng is not None else None
             if bar is not None:
                 bar.set_description(f"epoch {epoch}/{epochs}", refresh=False)
@@ -401,14 +414,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 in_update = False
 
                 loss_sum += value * len(xb)
-                if task == "unknown":
-                    task = _task(loss, out)
-                if task is not None:
-                    c = _correct(task, out, yb)
-                    if c is None:
-                        task = None
-                    else:
-                        correct = correct + c  # stays on the device until the epoch ends
+                tally.add(out, yb)
                 history.step_loss.append(value)
                 if bar is not None:
                     bar.set_postfix_str(f"loss {loss_sum / min(step * batch_size, N):.4f}"
@@ -422,7 +428,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 raise _diverged(history, epoch, step, steps, optimizer,
                                 "a parameter became inf or NaN")
             history.train_loss.append(loss_sum / N)
-            history.train_accuracy.append(int(correct) / N if task is not None else None)
+            history.train_accuracy.append(tally.accuracy(N))
             if validation is not None:
                 result = evaluate(model, *validation, loss=loss, batch_size=batch_size)
                 history.val_loss.append(result["loss"])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dlcourse import data
-from dlcourse.layers import Layer, Linear
+from dlcourse.layers import Linear
 from dlcourse.losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy
 from dlcourse.models import CNN, MLP, Perceptron
 from dlcourse.optim import SGD, Adam

@@ -165,6 +165,11 @@ def expect_close(got: np.ndarray, expected, fn, case: str, what: str, *, rtol: f
         diff = np.where(np.isnan(diff), np.inf, diff)
         i = np.unravel_index(int(np.argmax(diff)), diff.shape)
         at = f" at index {tuple(int(k) for k in i)}" if got.ndim else ""
+        if got.size > 24:   # too big to print whole (a 4-D conv output): name the worst entry
+            bad = int((~np.isclose(got, expected, rtol=rtol, atol=atol)).sum())
+            fail(fn, case, f"{what} is not what it should be: {bad} of {got.size} entries differ; "
+                           f"the largest difference is{at}: expected {float(expected[i]):.6g}, "
+                           f"got {float(got[i]):.6g}.", fix)
         largest = f" (largest difference {float(diff[i]):.3g}{at})"
     else:
         largest = ""

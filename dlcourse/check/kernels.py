@@ -116,11 +116,10 @@ def grid_size(fn) -> None:
             fix = (f"{n} // {block} = {n // block} blocks give only {n // block * block} threads, "
                    f"so the last {n - n // block * block} element(s) get none. Round UP: "
                    f"(n + block - 1) // block.")
-        elif got == n // block + 1:
-            fix = (f"n // block + 1 launches one block too many when n is a multiple of block "
-                   f"({n} = {n // block} x {block}). Round up instead: (n + block - 1) // block.")
-        elif got == (n + block) // block:
-            fix = "add block - 1, not block, before dividing: (n + block - 1) // block."
+        elif got == n // block + 1:   # also what (n + block) // block gives
+            fix = (f"n // block + 1 (or (n + block) // block) launches one block too many when n "
+                   f"is a multiple of block ({n} = {n // block} x {block}). Round up instead: "
+                   f"(n + block - 1) // block.")
         fail(fn, case, f"the grid has {got} block(s); expected {expected} "
                        f"({expected} x {block} = {expected * block} threads >= {n} elements).", fix)
     passed(fn, len(cases))

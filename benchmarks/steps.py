@@ -1,0 +1,83 @@
+"""The training steps the benchmark scripts time: dlcourse's and PyTorch's, for the same two
+models on the same random data (float32): one step is forward, loss, backward, SGD update.
+
+* MLP 784-512-512-10 on (N, 784);
+* CNN conv(1→16, 3×3, pad 1)-ReLU-maxpool 2-conv(16→32, 3×3, pad 1)-ReLU-maxpool 2-
+  Linear(32·7·7→10) on (N, 1, 28, 28).
+
+Both losses come back as Python floats, so both steps wait for a GPU to finish.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import dlcourse as dl  # noqa: E402
+
+KINDS = ("mlp", "cnn")
+
+
+def data(kind, batch, seed=0):
+    """Random inputs and labels: x (batch, 784) or (batch, 1, 28, 28) float32, y (batch,)."""
+    rng = np.random.default_rng(seed)
+    shape = (batch, 784) if kind == "mlp" else (batch, 1, 28, 28)
+    return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, 10, batch)
+
+
+def dlcourse_step(kind, batch, device="cpu", fused_loss=False):
+    """One dlcourse training step as a function of no arguments (returns the loss).
+
+    fused_loss=True uses the fused softmax-CE CUDA kernel instead of dl.SoftmaxCrossEntropy:
+    the same maths without the host synchronization of a Python-float loss, which is what a
+    CUDA graph needs. The step skips dL/dx of the input, as dl.fit and PyTorch do.
+    """
+    model = dl.MLP([784, 512, 512, 10], seed=0) if kind == "mlp" else \
+        dl.CNN(in_channels=1, image_size=(28, 28), num_classes=10, seed=0)
+    model.to(device)
+    x, y = (dl.to_device(a, device) for a in data(kind, batch))
+    loss = dl.SoftmaxCrossEntropy()
+    opt = dl.SGD(model, lr=0.01, momentum=0.9)
+    if fused_loss:
+        import dlcourse.kernels as K
+
+    def step():
+        logits = model.forward(x)
+        if fused_loss:
+            value, dlogits = K.softmax_cross_entropy(logits, y)
+        else:
+            value = loss.forward(logits, y)
+            dlogits = loss.backward()
+        model.backward(dlogits, input_grad=False)
+        opt.step()
+        return value
+    step.model, step.opt = model, opt
+    return step
+
+
+def torch_step(kind, batch, device="cpu"):
+    """The same step in PyTorch (``device`` "cpu" or "cuda")."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    if kind == "mlp":
+        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10))
+    else:
+        model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+    model = model.to(device)
+    x, y = (torch.from_numpy(a).to(device) for a in data(kind, batch))
+    lossf = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step

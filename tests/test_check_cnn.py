@@ -1,0 +1,161 @@
+"""The lesson 04-07 exercise checks: a right answer passes, and each common wrong answer gets
+the message that names its mistake."""
+import numpy as np, pytest
+import dlcourse.check as C
+from dlcourse.check.cnn import ExerciseError
+from dlcourse.conv import conv2d_forward_naive, conv2d_backward_naive, maxpool_backward_naive, im2col
+
+def expect_fail(check, fn, *words):
+    with pytest.raises(ExerciseError) as e:
+        check(fn)
+    msg = str(e.value)
+    print("\n---", fn.__name__, "->", msg)
+    for w in words:
+        assert w in msg, (w, msg)
+
+# ---- minibatches
+def mb_good(X, y, batch_size, shuffle=True, seed=None):
+    N = len(X)
+    order = np.random.default_rng(seed).permutation(N) if shuffle else np.arange(N)
+    for s in range(0, N, batch_size):
+        idx = order[s:s+batch_size]
+        yield X[idx], y[idx]
+def mb_nolast(X, y, batch_size, shuffle=True, seed=None):
+    N = len(X); order = np.random.default_rng(seed).permutation(N) if shuffle else np.arange(N)
+    for s in range(0, N - batch_size + 1, batch_size):
+        idx = order[s:s+batch_size]; yield X[idx], y[idx]
+def mb_unpaired(X, y, batch_size, shuffle=True, seed=None):
+    N = len(X); r = np.random.default_rng(seed)
+    o1 = r.permutation(N) if shuffle else np.arange(N); o2 = r.permutation(N) if shuffle else np.arange(N)
+    for s in range(0, N, batch_size):
+        yield X[o1[s:s+batch_size]], y[o2[s:s+batch_size]]
+def mb_noshuffle(X, y, batch_size, shuffle=True, seed=None):
+    for s in range(0, len(X), batch_size): yield X[s:s+batch_size], y[s:s+batch_size]
+def mb_unseeded(X, y, batch_size, shuffle=True, seed=None):
+    N = len(X); order = np.random.default_rng().permutation(N) if shuffle else np.arange(N)
+    for s in range(0, N, batch_size):
+        idx = order[s:s+batch_size]; yield X[idx], y[idx]
+def mb_todo(X, y, batch_size, shuffle=True, seed=None):
+    raise NotImplementedError("use rng.permutation")
+def test_minibatches():
+    C.iterate_minibatches(mb_good)
+    expect_fail(C.iterate_minibatches, mb_nolast, "last, smaller batch")
+    expect_fail(C.iterate_minibatches, mb_unpaired, "SAME indices")
+    expect_fail(C.iterate_minibatches, mb_noshuffle, "still came in order")
+    expect_fail(C.iterate_minibatches, mb_unseeded, "different orders")
+    expect_fail(C.iterate_minibatches, mb_todo, "not implemented yet: use rng.permutation")
+
+def acc_good(logits, y): return float((logits.argmax(axis=1) == y).mean())
+def acc_count(logits, y): return int((logits.argmax(axis=1) == y).sum())
+def test_accuracy():
+    C.accuracy(acc_good)
+    expect_fail(C.accuracy, acc_count, "COUNT")
+
+def sgd_good(params, grads, velocity, lr, momentum):
+    for k in params:
+        velocity[k] *= momentum; velocity[k] += grads[k]; params[k] -= lr * velocity[k]
+def sgd_rebind(params, grads, velocity, lr, momentum):
+    for k in params:
+        velocity[k] = momentum * velocity[k] + grads[k]; params[k] = params[k] - lr * velocity[k]
+def sgd_plain(params, grads, velocity, lr, momentum):
+    for k in params: params[k] -= lr * grads[k]
+def sgd_ema(params, grads, velocity, lr, momentum):
+    for k in params:
+        velocity[k] = momentum * velocity[k] + (1-momentum)*grads[k]; params[k] -= lr * velocity[k]
+def test_sgd():
+    C.sgd_momentum_step(sgd_good)
+    expect_fail(C.sgd_momentum_step, sgd_rebind, "NEW array")
+    expect_fail(C.sgd_momentum_step, sgd_plain, "plain SGD")
+    expect_fail(C.sgd_momentum_step, sgd_cs, "other common")
+    expect_fail(C.sgd_momentum_step, sgd_ema, "averaged")
+
+def fwd_good(X, W1, b1, W2, b2): return np.maximum(X @ W1 + b1, 0) @ W2 + b2
+def fwd_loop(X, W1, b1, W2, b2): return np.stack([np.maximum(X[i] @ W1 + b1, 0) @ W2 + b2 for i in range(len(X))])
+def fwd_loop2(X, W1, b1, W2, b2): return np.array([np.maximum(x @ W1 + b1, 0) @ W2 + b2 for x in X])
+def fwd_norelu(X, W1, b1, W2, b2): return (X @ W1 + b1) @ W2 + b2
+def test_fwd():
+    C.mlp_forward_batched(fwd_good)
+    expect_fail(C.mlp_forward_batched, fwd_loop, "one sample at a time")
+    expect_fail(C.mlp_forward_batched, fwd_loop2, "one sample at a time")
+    expect_fail(C.mlp_forward_batched, fwd_norelu, "ReLU is missing")
+
+def cos_good(H, K, stride=1, padding=0): return (H + 2*padding - K)//stride + 1
+def cos_noplus(H, K, stride=1, padding=0): return (H + 2*padding - K)//stride
+def cos_div(H, K, stride=1, padding=0): return (H + 2*padding - K)/stride + 1
+def cos_pad1(H, K, stride=1, padding=0): return (H + padding - K)//stride + 1
+def test_cos():
+    C.conv_output_size(cos_good)
+    expect_fail(C.conv_output_size, cos_noplus, "+ 1")
+    expect_fail(C.conv_output_size, cos_div, "//")
+    expect_fail(C.conv_output_size, cos_pad1, "BOTH")
+
+def conv_good(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W, b, stride, padding)
+def conv_flip(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W[:, :, ::-1, ::-1], b, stride, padding)
+def conv_nob(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W, 0*b, stride, padding)
+def conv_nopad(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W, b, stride, 0)
+def test_conv():
+    C.conv2d_naive(conv_good)
+    expect_fail(C.conv2d_naive, conv_flip, "flipped")
+    expect_fail(C.conv2d_naive, conv_nob, "bias")
+    expect_fail(C.conv2d_naive, conv_nopad, "OH =")
+
+def i2c_good(x, KH, KW): return im2col(x, KH, KW)
+def i2c_T(x, KH, KW): return im2col(x, KH, KW).T
+def i2c_cols(x, KH, KW):
+    N, C, H, W = x.shape; OH, OW = H-KH+1, W-KW+1
+    return np.array([x[n, :, i:i+KH, j:j+KW].transpose(1,2,0).reshape(-1) for n in range(N) for i in range(OH) for j in range(OW)])
+def i2c_rows(x, KH, KW):
+    N, C, H, W = x.shape; OH, OW = H-KH+1, W-KW+1
+    return np.array([x[n, :, i:i+KH, j:j+KW].reshape(-1) for i in range(OH) for j in range(OW) for n in range(N)])
+def test_i2c():
+    C.im2col_simple(i2c_good)
+    expect_fail(C.im2col_simple, i2c_T, "transpose")
+    expect_fail(C.im2col_simple, i2c_cols, "c, then kh")
+    expect_fail(C.im2col_simple, i2c_rows, "n, then i")
+
+def cb_good(dout, x, W, stride=1, padding=0): return conv2d_backward_naive(dout, x, W, stride, padding)
+def cb_pad(dout, x, W, stride=1, padding=0):
+    dx, dW, db = conv2d_backward_naive(dout, x, W, stride, padding)
+    return np.pad(dx, ((0,0),(0,0),(padding,)*2,(padding,)*2)), dW, db
+def cb_db(dout, x, W, stride=1, padding=0):
+    dx, dW, db = conv2d_backward_naive(dout, x, W, stride, padding); return dx, dW, dout.sum(axis=(0,))
+def test_cb():
+    C.conv2d_backward(cb_good)
+    expect_fail(C.conv2d_backward, cb_pad, "crop")
+    expect_fail(C.conv2d_backward, cb_db, "db")
+
+def mp_good(dout, x, K, stride): return maxpool_backward_naive(dout, x, K, K, stride)
+def mp_over(dout, x, K, stride):
+    from dlcourse.check.cnn import _maxpool_wrong; return _maxpool_wrong(dout, x, K, stride)[2]
+def mp_spread(dout, x, K, stride):
+    from dlcourse.check.cnn import _maxpool_wrong; return _maxpool_wrong(dout, x, K, stride)[0]
+def test_mp():
+    C.maxpool_backward(mp_good)
+    expect_fail(C.maxpool_backward, mp_over, "ADD")
+    expect_fail(C.maxpool_backward, mp_spread, "every pixel")
+
+def cp_good(a, b, k): return b*a*k*k + b
+def cp_nob(a, b, k): return b*a*k*k
+def test_cp():
+    C.conv_params(cp_good); expect_fail(C.conv_params, cp_nob, "biases")
+
+def bn_good(x, gamma, beta, eps=1e-5):
+    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
+    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v+eps) + beta.reshape(1,-1,1,1)
+def bn_ddof(x, gamma, beta, eps=1e-5):
+    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True, ddof=1)
+    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v+eps) + beta.reshape(1,-1,1,1)
+def bn_inst(x, gamma, beta, eps=1e-5):
+    m = x.mean(axis=(2,3), keepdims=True); v = x.var(axis=(2,3), keepdims=True)
+    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v+eps) + beta.reshape(1,-1,1,1)
+def bn_bcast(x, gamma, beta, eps=1e-5):
+    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
+    return gamma*(x-m)/np.sqrt(v+eps) + beta
+def test_bn():
+    C.batchnorm_forward(bn_good)
+    expect_fail(C.batchnorm_forward, bn_ddof, "biased")
+    expect_fail(C.batchnorm_forward, bn_inst, "each image")
+    expect_fail(C.batchnorm_forward, bn_bcast, "broadcast")
+def sgd_cs(params, grads, velocity, lr, momentum):
+    for k in params:
+        velocity[k] *= momentum; velocity[k] -= lr*grads[k]; params[k] += velocity[k]
