@@ -404,9 +404,7 @@ def _load_data(name: str, flat: bool, progress: bool, path=None):
     if name == "digits":
         return tuple(data.load_digits(flat=flat))
     if name in POINT_SETS:
-        make = {"blobs": data.make_blobs, "xor": data.make_xor, "circles": data.make_circles,
-                "spirals": data.make_spirals}[name]
-        X, y = make(POINTS_N, seed=POINTS_SEED)          # already in shuffled order
+        X, y = data.POINT_SETS[name](POINTS_N, seed=POINTS_SEED)          # already in shuffled order
         a, b = int(0.6 * POINTS_N), int(0.8 * POINTS_N)
         return (X[:a], y[:a]), (X[a:b], y[a:b]), (X[b:], y[b:])
     load = {"mnist": data.load_mnist, "fashion-mnist": data.load_fashion_mnist,

@@ -43,7 +43,7 @@ from .backend import get_array_module, rng, to_device
 
 __all__ = [
     "Dataset", "DataFormatError", "DownloadError", "ChecksumError",
-    "load_digits", "make_blobs", "make_xor", "make_circles", "make_spirals",
+    "load_digits", "make_blobs", "make_xor", "make_circles", "make_spirals", "POINT_SETS",
     "load_mnist", "load_fashion_mnist", "load_cifar10",
     "read_idx", "read_cifar10_bin", "download", "data_dir",
     "Standardizer", "one_hot", "batches",
@@ -334,6 +334,11 @@ def make_spirals(n: int = 300, *, classes: int = 2, noise: float = 0.2,
         X_parts.append(np.stack([r * np.sin(theta), r * np.cos(theta)], axis=1))
         y_parts.append(np.full(m, k))
     return _shuffled(np.concatenate(X_parts), np.concatenate(y_parts), gen)
+
+
+#: The 2-D point sets by name: ``POINT_SETS[name](n, seed=...)`` gives ``(X, y)``.
+POINT_SETS = {"blobs": make_blobs, "xor": make_xor, "circles": make_circles,
+              "spirals": make_spirals}
 
 
 # ======================================================================================

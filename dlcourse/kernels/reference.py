@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import to_numpy
+from ..conv import output_size
+from ..losses import log_softmax
 
 __all__ = ["matmul", "matmul_loops", "bias_relu_forward_ref", "bias_relu_backward_ref",
            "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref"]
@@ -81,9 +83,7 @@ def softmax_cross_entropy_ref(logits, labels):
     z, labels = to_numpy(logits), to_numpy(labels)
     N, C = z.shape
     rows = np.arange(N)
-    shifted = z - z.max(axis=1, keepdims=True)                  # every exponent <= 0
-    log_sum = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    log_p = shifted - log_sum                                   # log softmax
+    log_p = log_softmax(z)                                      # stable: row max subtracted
     loss = -log_p[rows, labels].mean()
     dlogits = np.exp(log_p)
     dlogits[rows, labels] -= 1
@@ -93,15 +93,6 @@ def softmax_cross_entropy_ref(logits, labels):
 # --------------------------------------------------------------------------------------
 # im2col / col2im
 # --------------------------------------------------------------------------------------
-def _out_size(H, W, KH, KW, stride, padding):
-    OH = (H + 2 * padding - KH) // stride + 1
-    OW = (W + 2 * padding - KW) // stride + 1
-    if OH < 1 or OW < 1:
-        raise ValueError(f"a {KH}x{KW} window does not fit in a {H}x{W} image with padding "
-                         f"{padding}.")
-    return OH, OW
-
-
 def im2col_ref(x, KH, KW, stride=1, padding=0):
     """Unfold every KH x KW window of x into a row.
 
@@ -113,7 +104,7 @@ def im2col_ref(x, KH, KW, stride=1, padding=0):
     """
     x = to_numpy(x)
     N, C, H, W = x.shape
-    OH, OW = _out_size(H, W, KH, KW, stride, padding)
+    OH, OW = output_size(H, W, KH, KW, stride, padding)
     x_pad = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     cols = np.empty((N, OH, OW, C, KH, KW), dtype=x.dtype)    # rows (n, oh, ow), cols (c, kh, kw)
     for kh in range(KH):
@@ -131,7 +122,7 @@ def col2im_ref(cols, x_shape, KH, KW, stride=1, padding=0):
     """
     cols = to_numpy(cols)
     N, C, H, W = x_shape
-    OH, OW = _out_size(H, W, KH, KW, stride, padding)
+    OH, OW = output_size(H, W, KH, KW, stride, padding)
     cols6 = cols.reshape(N, OH, OW, C, KH, KW)
     dx_pad = np.zeros((N, C, H + 2 * padding, W + 2 * padding), dtype=cols.dtype)
     for kh in range(KH):

@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 
 from ..backend import require_cupy
+from ..conv import output_size
 from ._build import CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
 __all__ = ["im2col", "col2im", "output_shape"]
@@ -31,12 +32,10 @@ def output_shape(H, W, KH, KW, stride=1, padding=0, fn="im2col"):
             raise ValueError(f"{fn}: {name} must be an integer >= {lo}, got {v!r}"
                              + (" (these kernels take one number for both directions)."
                                 if isinstance(v, (tuple, list)) else "."))
-    OH = (H + 2 * padding - KH) // stride + 1
-    OW = (W + 2 * padding - KW) // stride + 1
-    if OH < 1 or OW < 1:
-        raise ValueError(f"{fn}: a {KH}x{KW} window does not fit in a {H}x{W} image with "
-                         f"padding {padding}; use a smaller kernel or more padding.")
-    return OH, OW
+    try:
+        return output_size(H, W, KH, KW, stride, padding)   # the formula, written once
+    except ValueError as err:
+        raise ValueError(f"{fn}: {err}") from None
 
 
 def _check_int32(fn, N, C, H, W, OH, OW):

@@ -108,8 +108,7 @@ def load_dataset(name: str, n: int = 400, seed: int = 0) -> PlaygroundData:
         d = dldata.load_digits()
         result = PlaygroundData(name, d.X_train, d.y_train, d.X_val, d.y_val, d.classes)
     else:
-        maker = {"blobs": dldata.make_blobs, "xor": dldata.make_xor,
-                 "circles": dldata.make_circles, "spirals": dldata.make_spirals}[name]
+        maker = dldata.POINT_SETS[name]
         kwargs = {"classes": 3} if name == "spirals" else {}   # 3 arms: harder than 2
         X, y = maker(n, seed=seed, **kwargs)       # already shuffled
         X, y = X.astype(np.float32), y.astype(np.int64)
