@@ -225,7 +225,7 @@ def test_cnn_explorer_rejects_a_model_for_other_images():
 # The lesson's exercise checks
 # --------------------------------------------------------------------------------------
 def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
-    from dlcourse.widgets import check
+    from dlcourse import check
 
     check.decision_grid(lambda m, X, R, pad: widgets.decision_grid(m, X, R, pad)[0])
     with pytest.raises(AssertionError, match="rows and columns are swapped"):

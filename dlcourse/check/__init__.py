@@ -8,4 +8,4 @@ confirmation when everything passes.
 from .basics import *  # noqa: F401,F403  (lessons 00-03)
 from .cnn import *     # noqa: F401,F403  (lessons 04-07)
 from .kernels import *  # noqa: F401,F403  (lesson 08)
-from ..widgets.check import *  # noqa: F401,F403  (lesson 09)
+from .playground import *  # noqa: F401,F403  (lesson 09)

@@ -10,16 +10,15 @@
 The panels need ``ipywidgets`` (in the ``[course]`` extra); ``import dlcourse`` does not import
 it, and neither does importing this package: the widgets are made when a panel is.
 The logic sits in plain functions (:func:`decision_grid`, :func:`feature_maps`, ...) that work
-without any widget; :mod:`dlcourse.widgets.check` holds the lesson's exercise checks.
+without any widget; the lesson's exercise checks are in :mod:`dlcourse.check` with the others.
 """
-from . import check  # exercise checks of lesson 09 (no widgets involved)
 from .cnn_explorer import (CNNExplorer, cnn_explorer, conv_filters, feature_maps,
                            layer_outputs, train_digits_cnn)
 from ._common import class_colors
 from .playground import (DATASETS, Playground, PlaygroundData, build_model, count_parameters,
                          decision_grid, load_dataset, playground, probability_image)
 
-__all__ = ["check", "playground", "Playground", "cnn_explorer", "CNNExplorer", "DATASETS",
+__all__ = ["playground", "Playground", "cnn_explorer", "CNNExplorer", "DATASETS",
            "PlaygroundData", "load_dataset", "build_model", "count_parameters",
            "decision_grid", "probability_image", "class_colors", "train_digits_cnn", "conv_filters",
            "layer_outputs", "feature_maps"]
