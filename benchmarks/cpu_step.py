@@ -1,14 +1,15 @@
 """One training step (forward, loss, backward, SGD update; float32) of dlcourse against the
 same model in PyTorch, on the CPU, with the same number of threads, in one run.
 
-    python benchmarks/cpu_step.py [--threads N] [--rounds 8] [--json OUT.json]
+    python benchmarks/cpu_step.py [--threads N] [--rounds 8] [--variant default|fused] [--json OUT.json]
 
 The two libraries are timed in alternating blocks of steps, so that a busy spell of a shared
 machine slows both alike; the ratio is the median of the per-round ratios.
 
 Targets (issue 2): MLP 784-512-512-10 at batch 256 within 1.3x of PyTorch; the CNN
 conv(1→16)-ReLU-pool-conv(16→32)-ReLU-pool-Linear(32·7·7→10) on 1×28×28 at batch 64 within
-2.0x. PyTorch is optional: without it only dlcourse's times are printed.
+2.0x. PyTorch is optional: without it only dlcourse's times are printed. ``--variant fused``
+times ``dl.fuse(model)`` (bias + ReLU in place, one pass fewer) instead of the model as it is.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steps import dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
+from steps import VARIANTS, dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
 TARGETS = {"mlp": 1.3, "cnn": 2.0}
 
@@ -67,6 +68,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=8,
                     help="alternating blocks of 15 steps of each library (default 8)")
+    ap.add_argument("--variant", default="default", choices=[v for v in VARIANTS if v != "plain"],
+                    help="dlcourse as it is (default) or dl.fuse'd (fused)")
     ap.add_argument("--json", help="also write the results to this JSON file")
     args = ap.parse_args(argv)
 
@@ -83,12 +86,13 @@ def main(argv=None):
               "(pip install torch==2.13.0 for the comparison).")
 
     print(f"CPU: {platform.processor() or platform.machine()}, {args.threads} threads, "
-          f"NumPy {np.__version__}, PyTorch {torch_version}")
+          f"NumPy {np.__version__}, PyTorch {torch_version}, dlcourse variant: {args.variant}")
     results = {"date": date.today().isoformat(), "threads": args.threads, "numpy": np.__version__,
+               "variant": args.variant,
                "torch": torch_version, "cases": {}}
     ok = True
     for kind, batch in (("mlp", 256), ("cnn", 64)):
-        t_dl, t_pt, ratio = compare(dlcourse_step(kind, batch),
+        t_dl, t_pt, ratio = compare(dlcourse_step(kind, batch, variant=args.variant),
                                     torch_step(kind, batch) if torch is not None else None,
                                     args.rounds)
         line = f"{kind.upper():4s} batch {batch:4d}: dlcourse {t_dl * 1e3:7.2f} ms"

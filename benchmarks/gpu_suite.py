@@ -8,9 +8,11 @@ What it measures (every figure on the GPU it runs on, and each result checked be
    share of cuBLAS FP32 (``cp.matmul`` with TF32 OFF), plus cuBLAS with TF32 ON, measured in a
    separate process because CuPy reads ``CUPY_TF32`` once, at import.
 2. elementwise: the fused kernels on >= 64M elements as a fraction of the device's measured
-   device-to-device copy bandwidth, and each fused kernel against the same chain unfused.
+   device-to-device copy bandwidth, and each fused kernel against the same chain unfused; the
+   bandwidth of host<->device copies (pageable and pinned host memory).
 3. training: one SGD step of the MLP 784-512-512-10 (batch 64 and 1024) and the CNN (batch 256),
-   dlcourse on the GPU against PyTorch on the same GPU (TF32 off in both); and the MLP step at
+   dlcourse on the GPU against PyTorch on the same GPU (TF32 off in both), dlcourse three ways
+   (steps.VARIANTS: as it is, with no hand-written kernels, and dl.fuse'd); and the MLP step at
    batch 64 replayed as a CUDA graph, if capture works.
 4. gpu vs cpu: the same MLP step at batch 32 ... 4096, dlcourse on the GPU and on the CPU.
 
@@ -50,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 import dlcourse as dl                      # noqa: E402
 from dlcourse import kernels as K          # noqa: E402
 from dlcourse.backend import gpu_available, gpu_problem, require_cupy  # noqa: E402
-from steps import dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
+from steps import VARIANTS, dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
 SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu")
 
@@ -261,7 +263,7 @@ def section_elementwise(cp, cfg, out):
         if unfused_of is not None and "median_ms" in out["kernels"].get(unfused_of, {}):
             entry["fused_speedup"] = t["median_ms"] / out["kernels"][unfused_of]["median_ms"]
             out["kernels"][unfused_of]["fused_speedup"] = entry["fused_speedup"]
-            extra = f"   (fused is {entry['fused_speedup']:.2f}x faster)"
+            extra = f"   (speed-up from fusion: {entry['fused_speedup']:.2f}x)"
         say(f"  {name:36s} {t['median_ms']:8.3f} ms {gbs:8.0f} GB/s {gbs / copy_gbs:6.1%}{extra}")
         return t
 
@@ -293,6 +295,31 @@ def section_elementwise(cp, cfg, out):
          check_bwd)
     line("dout * (y > 0), then sum (unfused)", unfused_bwd, 3 * n * f4, lambda: None,
          unfused_of="bias_relu_backward (fused)")
+
+    # The same pair with the bias along rows: Conv2d's output matrix (channels, N*OH*OW).
+    C = 64
+    xr, doutr = x.reshape(C, -1), dout.reshape(C, -1)
+    br = rs.standard_normal(C, dtype=cp.float32)
+    yr_ref = cp.maximum(xr + br[:, None], 0)
+    say(f"  (rows: bias along the rows of a ({C}, {n // C}) matrix, as in Conv2d's output)")
+    line("bias_relu_rows_forward (fused)", lambda: K.bias_relu_rows_forward(xr, br), 2 * n * f4,
+         lambda: close(K.bias_relu_rows_forward(xr, br), yr_ref))
+    line("x + b[:, None], then maximum (unfused)", lambda: cp.maximum(xr + br[:, None], 0),
+         2 * n * f4, lambda: None, unfused_of="bias_relu_rows_forward (fused)")
+
+    def check_rows_bwd():
+        dx, db = K.bias_relu_rows_backward(doutr, yr_ref)
+        dx_ref = doutr * (yr_ref > 0)
+        return close(dx, dx_ref) or close(db, dx_ref.sum(axis=1), 1e-4)
+
+    def unfused_rows_bwd():
+        dx = doutr * (yr_ref > 0)
+        return dx, dx.sum(axis=1)
+
+    line("bias_relu_rows_backward (fused)", lambda: K.bias_relu_rows_backward(doutr, yr_ref),
+         3 * n * f4, check_rows_bwd)
+    line("dout * (y > 0), then row sums (unfused)", unfused_rows_bwd, 3 * n * f4, lambda: None,
+         unfused_of="bias_relu_rows_backward (fused)")
 
     # softmax cross-entropy over F classes: reads the logits, writes the gradient.
     labels = rs.randint(0, F, size=Nr, dtype=cp.int64)
@@ -337,6 +364,43 @@ def section_elementwise(cp, cfg, out):
     line("col2im (gather, no atomics)", lambda: K.col2im(c, xc.shape, 3, 3, 1, 1),
          cols.nbytes + xc.nbytes, lambda: None)
     cp.get_default_memory_pool().free_all_blocks()
+    out["host_device"] = _host_device_copies(cp, x.nbytes, target)
+
+
+def _host_device_copies(cp, nbytes, target):
+    """Bandwidth of copies between host memory and the GPU over the bus (PCIe or NVLink):
+    host to device from ordinary (pageable) and from pinned (page-locked) host memory, and
+    device to host into pinned memory. Each copy is checked once, then timed."""
+    import cupyx
+    n = nbytes // 4
+    pageable = np.arange(n, dtype=np.float32)
+    pinned = cupyx.empty_pinned(n, dtype=np.float32)
+    pinned[...] = pageable
+    dev = cp.empty(n, dtype=cp.float32)
+    back = cupyx.empty_pinned(n, dtype=np.float32)
+    copies = {"host_to_device_pageable": lambda: dev.set(pageable),
+              "host_to_device_pinned": lambda: dev.set(pinned),
+              "device_to_host_pinned": lambda: dev.get(out=back)}
+    result = {"bytes": int(pageable.nbytes)}
+    for name, copy in copies.items():
+        if name.startswith("host"):
+            dev.fill(0)              # the copy must fill it
+        else:
+            dev.set(pageable)        # the copy must bring this back
+        back[...] = 0
+        copy()
+        cp.cuda.Device().synchronize()
+        ok = bool((dev == cp.asarray(pageable)).all()) if name.startswith("host") else \
+            bool(np.array_equal(back, pageable))
+        if not ok:
+            result[name] = {"error": "the copy did not arrive intact"}
+            say(f"  {name}: WRONG RESULT; not timed")
+            continue
+        t = time_cuda(cp, copy, target)
+        result[name] = dict(t, bandwidth_gbs=pageable.nbytes / (t["median_ms"] / 1e3) / 1e9)
+        say(f"  {name.replace('_', ' '):36s} {t['median_ms']:8.3f} ms "
+            f"{result[name]['bandwidth_gbs']:8.1f} GB/s   ({pageable.nbytes / 2**20:.0f} MiB)")
+    return result
 
 
 # ======================================================================================
@@ -361,29 +425,58 @@ def section_training(cp, cfg, out, torch, torch_note):
     if torch_note:
         say(f"  note: {torch_note}")
         out["torch_note"] = torch_note
+    out["launch_overhead"] = _launch_overhead(cp)
+    out["variants"] = dict(VARIANTS)
     out["cases"] = {}
     cases = [("mlp", b) for b in cfg["mlp_batches"]] + [("cnn", cfg["cnn_batch"])]
     for kind, batch in cases:
         key = f"{kind}_b{batch}"
         entry = out["cases"][key] = {"model": kind, "batch": batch}
-        step = dlcourse_step(kind, batch, "gpu")
-        first = float(step())
-        if not np.isfinite(first):
-            entry["error"] = f"dlcourse loss is {first}"
-            say(f"  {key}: dlcourse loss is {first}; not timed")
-            continue
-        entry["dlcourse"] = time_cuda(cp, step, cfg["target_s"])
-        msg = f"  {kind.upper()} batch {batch:5d}: dlcourse {entry['dlcourse']['median_ms']:8.3f} ms"
         if torch is not None:
-            tstep = torch_step(kind, batch, "cuda")
-            entry["torch"] = time_torch(torch, tstep, cfg["target_s"])
-            entry["dlcourse_over_torch"] = entry["dlcourse"]["median_ms"] / entry["torch"]["median_ms"]
-            msg += (f"   PyTorch {entry['torch']['median_ms']:8.3f} ms   "
-                    f"dlcourse/PyTorch {entry['dlcourse_over_torch']:5.2f}x")
-        say(msg)
-        del step
+            entry["torch"] = time_torch(torch, torch_step(kind, batch, "cuda"), cfg["target_s"])
+        first_losses = {}
+        for variant in VARIANTS:     # "default" first: its figure is entry["dlcourse"]
+            step = dlcourse_step(kind, batch, "gpu", variant=variant)
+            first = first_losses[variant] = float(step())
+            name = "dlcourse" if variant == "default" else f"dlcourse_{variant}"
+            if not np.isfinite(first) or abs(first - first_losses["default"]) > 1e-4 * abs(first):
+                entry[name] = {"error": f"first loss {first} (default variant: {first_losses['default']})"}
+                say(f"  {key} {variant}: first loss {first} differs from the default's; not timed")
+                continue
+            entry[name] = time_cuda(cp, step, cfg["target_s"])
+            msg = (f"  {kind.upper()} batch {batch:5d} {variant:8s}: dlcourse "
+                   f"{entry[name]['median_ms']:8.3f} ms")
+            if "torch" in entry:
+                ratio = entry[name]["median_ms"] / entry["torch"]["median_ms"]
+                entry[name]["over_torch"] = ratio
+                if variant == "default":
+                    entry["dlcourse_over_torch"] = ratio
+                msg += (f"   PyTorch {entry['torch']['median_ms']:8.3f} ms   "
+                        f"dlcourse/PyTorch {ratio:5.2f}x")
+            say(msg)
+            del step
     out["cuda_graph"] = _cuda_graph_line(cp, cfg)
     cp.get_default_memory_pool().free_all_blocks()
+
+
+def _launch_overhead(cp, n=2000):
+    """Host time per launch of a tiny kernel (``x += 1`` on one number): what every array
+    operation costs the CPU however little work it gives the GPU. A step made of L launches
+    cannot take less than L times this, which is why small batches do not get faster."""
+    x = cp.zeros(1, dtype=cp.float32)
+    for _ in range(10):
+        x += 1
+    cp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x += 1
+    cp.cuda.Device().synchronize()
+    per_launch = (time.perf_counter() - t0) / n
+    if float(x[0]) != 10 + n:
+        return {"error": f"x is {float(x[0])} after {10 + n} increments"}
+    say(f"  launch overhead: {per_launch * 1e6:.1f} µs of host time per launch of a tiny kernel "
+        f"(x += 1, {n} launches in a row)")
+    return {"us_per_launch": per_launch * 1e6, "launches": n}
 
 
 def _cuda_graph_line(cp, cfg):
@@ -485,6 +578,9 @@ def environment(cp, torch):
     try:
         env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                            text=True, timeout=10).stdout.strip() or None
+        env["git_uncommitted_changes"] = bool(subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+            text=True, timeout=10).stdout.strip())
     except Exception:
         env["git_commit"] = None
     return env
@@ -544,11 +640,12 @@ def plot(results, path):
     cases = {k: v for k, v in tr.get("cases", {}).items() if "dlcourse" in v}
     if cases:
         xs = np.arange(len(cases))
-        dl_ms = [v["dlcourse"]["median_ms"] for v in cases.values()]
-        ax.bar(xs - 0.2, dl_ms, 0.4, label="dlcourse (CuPy)")
-        t_ms = [v["torch"]["median_ms"] if "torch" in v else np.nan for v in cases.values()]
-        if not all(np.isnan(t_ms)):
-            ax.bar(xs + 0.2, t_ms, 0.4, label="PyTorch")
+        bars = [("dlcourse_plain", "dlcourse, plain CuPy"), ("dlcourse", "dlcourse (im2col kernels)"),
+                ("dlcourse_fused", "dlcourse, dl.fuse'd"), ("torch", "PyTorch")]
+        for i, (key, label) in enumerate(bars):
+            ms = [(v.get(key) or {}).get("median_ms", np.nan) for v in cases.values()]
+            if not all(np.isnan(ms)):
+                ax.bar(xs + 0.2 * (i - 1.5), ms, 0.2, label=label)
         g = tr.get("cuda_graph", {})
         if "graph" in g:
             ax.axhline(g["graph"]["median_ms"], ls="--", color="gray",

@@ -27,16 +27,29 @@ def data(kind, batch, seed=0):
     return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, 10, batch)
 
 
-def dlcourse_step(kind, batch, device="cpu", fused_loss=False):
+VARIANTS = {
+    "default": "the library as it is (on the GPU: Conv2d's im2col/col2im are CUDA kernels)",
+    "plain": "no hand-written kernels: plain CuPy (dl.use_kernels(model, False))",
+    "fused": "dl.fuse(model): Linear/Conv2d + ReLU fused into one kernel, and im2col kernels",
+}
+
+
+def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"):
     """One dlcourse training step as a function of no arguments (returns the loss).
 
-    fused_loss=True uses the fused softmax-CE CUDA kernel instead of dl.SoftmaxCrossEntropy:
-    the same maths without the host synchronization of a Python-float loss, which is what a
-    CUDA graph needs. The step skips dL/dx of the input, as dl.fit and PyTorch do.
+    variant: one of VARIANTS. fused_loss=True uses the fused softmax-CE CUDA kernel instead of
+    dl.SoftmaxCrossEntropy: the same maths without the host synchronization of a Python-float
+    loss, which is what a CUDA graph needs. The step skips dL/dx of the input, as dl.fit and
+    PyTorch do.
     """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}.")
     model = dl.MLP([784, 512, 512, 10], seed=0) if kind == "mlp" else \
         dl.CNN(in_channels=1, image_size=(28, 28), num_classes=10, seed=0)
     model.to(device)
+    if variant == "fused":
+        model = dl.fuse(model)
+    dl.use_kernels(model, variant != "plain")
     x, y = (dl.to_device(a, device) for a in data(kind, batch))
     loss = dl.SoftmaxCrossEntropy()
     opt = dl.SGD(model, lr=0.01, momentum=0.9)

@@ -12,9 +12,10 @@ from .backend import (DeviceError, describe_device, device_info, device_of, get_
                       to_device, to_numpy)
 from . import check, data, plots
 from .conv import Conv2d, MaxPool2d, col2im, im2col
+from .fusion import Conv2dReLU, LinearReLU, fuse, use_kernels
 from .gradcheck import gradcheck
-from .layers import (BatchNorm2d, Dropout, Flatten, Layer, Linear, ReLU, Sequential, Sigmoid,
-                     Tanh)
+from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReLU, Sequential,
+                     Sigmoid, Tanh)
 from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softmax, softmax
 from .models import CNN, MLP, Perceptron
 from .optim import SGD, Adam
@@ -22,6 +23,27 @@ from .train import History, StopTraining, TrainingDiverged, confusion_matrix, ev
 from .checkpoint import CheckpointError, load, save
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # backend
+    "DeviceError", "describe_device", "device_info", "device_of", "get_array_module",
+    "get_device", "gpu_available", "manual_seed", "set_device", "synchronize", "to_device",
+    "to_numpy",
+    # submodules
+    "check", "data", "plots",
+    # layers, losses, models, optimizers
+    "Conv2d", "MaxPool2d", "col2im", "im2col", "gradcheck",
+    "BatchNorm2d", "Dropout", "Flatten", "Identity", "Layer", "Linear", "ReLU", "Sequential",
+    "Sigmoid", "Tanh",
+    # fused layers (lesson 08)
+    "Conv2dReLU", "LinearReLU", "fuse", "use_kernels",
+    "MSELoss", "SigmoidCrossEntropy", "SoftmaxCrossEntropy", "log_softmax", "softmax",
+    "CNN", "MLP", "Perceptron",
+    "SGD", "Adam",
+    # training and checkpoints
+    "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
+    "CheckpointError", "load", "save",
+]
 
 
 def __getattr__(name):

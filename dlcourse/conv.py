@@ -153,9 +153,11 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
     return _col2im_t(cols.T, x_shape, KH, KW, stride, padding)
 
 
-def _gpu_kernels(x):
-    """The CUDA kernels module when x is on the GPU and the kernels load, else None."""
-    if get_array_module(x) is np:
+def gpu_kernels(x, enabled=True):
+    """The CUDA kernels module (dlcourse.kernels) when x is on the GPU, ``enabled`` is true and
+    the kernels can run; else None, and the caller takes its NumPy/CuPy path. Every branch from
+    a layer to a hand-written kernel goes through here."""
+    if not enabled or get_array_module(x) is np:
         return None
     try:
         from . import kernels
@@ -164,22 +166,22 @@ def _gpu_kernels(x):
     return kernels if getattr(kernels, "available", lambda: False)() else None
 
 
-def _im2col_t(x, KH, KW, stride, padding):
+def _im2col_t(x, KH, KW, stride, padding, use_kernels=True):
     """im2col transposed: (C*KH*KW, N*OH*OW), the fastest layout for NumPy to build."""
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
-    k = _gpu_kernels(x)
+    k = gpu_kernels(x, use_kernels)
     if k is not None:   # the one branch to a GPU kernel
         return k.im2col(x, KH, KW, stride, padding).T
     windows = _windows(_pad(x, padding), KH, KW, stride, OH, OW)
     return windows.reshape(C * KH * KW, N * OH * OW)   # the one copy
 
 
-def _col2im_t(cols_t, x_shape, KH, KW, stride, padding):
+def _col2im_t(cols_t, x_shape, KH, KW, stride, padding, use_kernels=True):
     N, C, H, W = x_shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
     xp = get_array_module(cols_t)
-    k = _gpu_kernels(cols_t)
+    k = gpu_kernels(cols_t, use_kernels)
     if k is not None:
         return k.col2im(xp.ascontiguousarray(cols_t.T), x_shape, KH, KW, stride, padding)
     cols6 = cols_t.reshape(C, KH, KW, N, OH, OW)
@@ -206,7 +208,13 @@ class Conv2d(Layer):
 
     Forward: cols = im2col(x) (C_in*KH*KW, N*OH*OW); out = W_mat @ cols + b.
     Backward: dW = dout_mat @ cols.T, dcols = W_mat.T @ dout_mat, dx = col2im(dcols).
+
+    On the GPU, im2col and col2im are the CUDA kernels of ``dlcourse.kernels`` (lesson 08);
+    set ``layer.use_kernels = False`` (or ``dl.use_kernels(model, False)``) to time the plain
+    CuPy version instead.
     """
+
+    use_kernels = True   # on the GPU: im2col/col2im by the hand-written kernels
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride: int = 1,
                  padding: int = 0, dtype=np.float32, seed=None):
@@ -224,37 +232,56 @@ class Conv2d(Layer):
         self.params = {"W": Wt.astype(dtype), "b": np.zeros(self.out_channels, dtype=dtype)}
 
     def forward(self, x):
-        Wt, b = self.params["W"], self.params["b"]
+        out = self.forward_no_bias(x)                                 # (F, N*OH*OW)
+        out += self.params["b"].reshape(-1, 1)
+        return self.as_image(out)
+
+    def forward_no_bias(self, x):
+        """W_mat @ im2col(x), without the bias, as the matrix (F, N*OH*OW) (see as_image).
+        Caches what backward needs."""
+        Wt = self.params["W"]
         check_input(self, x, 4, "(N, C_in, H, W)", params_like=Wt)
         N, C, H, W = x.shape
         F, _, KH, KW = Wt.shape
         if C != self.in_channels:
             raise ValueError(f"Conv2d(in_channels={self.in_channels}) got x of shape {shape_str(x.shape)}: "
                              f"axis 1 (channels) must be {self.in_channels}.")
-        OH, OW = output_size(H, W, KH, KW, self.stride, self.padding)
-        cols_t = _im2col_t(x, KH, KW, self.stride, self.padding)      # (C*KH*KW, N*OH*OW)
-        out = Wt.reshape(F, -1) @ cols_t                               # (F, N*OH*OW)
-        out += b.reshape(F, 1)
+        cols_t = _im2col_t(x, KH, KW, self.stride, self.padding, self.use_kernels)  # (C*KH*KW, N*OH*OW)
         self.cache = (x.shape, cols_t)
-        return out.reshape(F, N, OH, OW).transpose(1, 0, 2, 3)        # a view: (N, F, OH, OW)
+        return Wt.reshape(F, -1) @ cols_t
+
+    def as_image(self, out):
+        """The (F, N*OH*OW) output matrix seen as (N, F, OH, OW): a view, no copy."""
+        N, _, H, W = self.cache[0]
+        F, _, KH, KW = self.params["W"].shape
+        OH, OW = output_size(H, W, KH, KW, self.stride, self.padding)
+        return out.reshape(F, N, OH, OW).transpose(1, 0, 2, 3)
+
+    def as_matrix(self, dout):
+        """The inverse of as_image: (N, F, OH, OW) -> (F, N*OH*OW) (a view when dout is
+        channel-major in memory, as the gradients of this library's layers are)."""
+        return dout.transpose(1, 0, 2, 3).reshape(self.params["W"].shape[0], -1)
 
     def backward(self, dout):
-        dout_mat = self.backward_params(dout)
+        return self.backward_input(self.backward_params(dout))
+
+    def backward_params(self, dout, db=None):
+        """Fill grads only (dW: (F, C, KH, KW), db: (F,)); returns dout as (F, N*OH*OW).
+        ``db``, when given, is the bias gradient already summed (a fused layer's)."""
+        _, cols_t = self.cache
+        Wt = self.params["W"]
+        dout_mat = self.as_matrix(dout)                                # (F, N*OH*OW)
+        dW = (cols_t @ dout_mat.T).T                                   # (F, C*KH*KW)
+        self.grads = {"W": dW.reshape(Wt.shape), "b": dout_mat.sum(axis=1) if db is None else db}
+        return dout_mat
+
+    def backward_input(self, dout_mat):
+        """dx = col2im(W_mat.T @ dout_mat): (N, C, H, W), from dout as (F, N*OH*OW)."""
         x_shape = self.cache[0]
         Wt = self.params["W"]
         F, C, KH, KW = Wt.shape
         dcols_t = Wt.reshape(F, -1).T @ dout_mat                       # (C*KH*KW, N*OH*OW)
-        return _col2im_t(dcols_t, x_shape, KH, KW, self.stride, self.padding)
-
-    def backward_params(self, dout):
-        """Fill grads only (dW: (F, C, KH, KW), db: (F,)); returns dout as (F, N*OH*OW)."""
-        _, cols_t = self.cache
-        Wt = self.params["W"]
-        F = Wt.shape[0]
-        dout_mat = dout.transpose(1, 0, 2, 3).reshape(F, -1)           # (F, N*OH*OW)
-        dW = (cols_t @ dout_mat.T).T                                   # (F, C*KH*KW)
-        self.grads = {"W": dW.reshape(Wt.shape), "b": dout_mat.sum(axis=1)}
-        return dout_mat
+        return _col2im_t(dcols_t, x_shape, KH, KW, self.stride, self.padding, self.use_kernels)
 
     def get_config(self):
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,

@@ -144,25 +144,30 @@ class Linear(Layer):
         self.params = {"W": W.astype(dtype), "b": np.zeros(self.out_features, dtype=dtype)}
 
     def forward(self, x):
-        W, b = self.params["W"], self.params["b"]
+        out = self.forward_no_bias(x)           # x @ W: (N, out_features)
+        out += self.params["b"]
+        return out
+
+    def forward_no_bias(self, x):
+        """x @ W: (N, out_features), without the bias. Caches x for backward."""
+        W = self.params["W"]
         check_input(self, x, 2, "(N, in_features)", params_like=W)
         if x.shape[1] != self.in_features:
             raise ValueError(f"Linear(in_features={self.in_features}) got x of shape "
                              f"{shape_str(x.shape)}: the last axis must be {self.in_features}."
                              + (" Did you forget Flatten?" if x.shape[1] > self.in_features else ""))
         self.cache = x
-        out = x @ W
-        out += b
-        return out
+        return x @ W
 
     def backward(self, dout):
         self.backward_params(dout)
         return dout @ self.params["W"].T        # dx: (N, in_features)
 
-    def backward_params(self, dout):
-        """Fill grads only: dW = x.T @ dout (in, out), db = sum of dout over the batch (out,)."""
+    def backward_params(self, dout, db=None):
+        """Fill grads only: dW = x.T @ dout (in, out), db = sum of dout over the batch (out,).
+        ``db``, when given, is the bias gradient already summed (a fused layer's)."""
         x = self.cache
-        self.grads = {"W": x.T @ dout, "b": dout.sum(axis=0)}
+        self.grads = {"W": x.T @ dout, "b": dout.sum(axis=0) if db is None else db}
 
     def get_config(self):
         return {"in_features": self.in_features, "out_features": self.out_features}
@@ -171,6 +176,17 @@ class Linear(Layer):
 # ======================================================================================
 # Activations
 # ======================================================================================
+class Identity(Layer):
+    """``y = x``; the gradient passes unchanged. Any shape. It holds the place of a layer that
+    another has absorbed (``dl.fuse`` puts one where each fused ReLU was)."""
+
+    def forward(self, x):
+        return x
+
+    def backward(self, dout):
+        return dout
+
+
 class ReLU(Layer):
     """``y = max(x, 0)``; the gradient passes where the input was positive. Any shape."""
 

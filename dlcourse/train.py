@@ -46,7 +46,8 @@ class TrainingDiverged(RuntimeError):
 
     Attributes: ``history`` (the :class:`History` so far), ``epoch`` and ``step`` (1-based,
     the step counted within its epoch), ``lr`` (the optimizer's learning rate, if it has one).
-    The model keeps the last parameters whose loss was finite.
+    The model and the optimizer are put back to their state at the last step whose loss was
+    finite, so you can lower ``optimizer.lr`` and call :func:`fit` again.
     """
 
     def __init__(self, message, history, epoch, step, lr=None):
@@ -291,19 +292,28 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
 # ======================================================================================
 # fit
 # ======================================================================================
-def _snapshot(model) -> dict:
-    """A copy of every parameter and buffer: O(number of parameters), far cheaper than a
-    forward pass over a batch."""
+def _snapshot(model, optimizer) -> tuple:
+    """A copy of every parameter and buffer of the model, and of the optimizer's state
+    (``optimizer.state``: momentum, Adam's moments; ``optimizer.steps``: the step count that
+    Adam's bias correction uses): O(number of parameters), far cheaper than a forward pass
+    over a batch."""
     state = model.state_dict() if hasattr(model, "state_dict") else model.params
-    return {k: v.copy() for k, v in state.items()}
+    params = {k: v.copy() for k, v in state.items()}
+    buffers = {k: v.copy() for k, v in getattr(optimizer, "state", {}).items()}
+    return params, buffers, getattr(optimizer, "steps", None)
 
 
-def _restore(model, snapshot) -> None:
+def _restore(model, optimizer, snapshot) -> None:
+    params, buffers, steps = snapshot
     if hasattr(model, "load_state_dict"):
-        model.load_state_dict(snapshot)
+        model.load_state_dict(params)
     else:
         for k, p in model.params.items():
-            p[...] = snapshot[k]
+            p[...] = params[k]
+    if hasattr(optimizer, "state"):
+        optimizer.state = buffers   # buffers made after the snapshot go: they start again at 0
+    if steps is not None:
+        optimizer.steps = steps
 
 
 def _all_finite(model) -> bool:
@@ -320,7 +330,8 @@ def _diverged(history, epoch, step, steps, optimizer, what):
               if lr is not None else "Try a smaller learning rate.")
     history.stop_reason = "diverged"
     message = (f"Training diverged at epoch {epoch}, step {step} of {steps}: {what}. {advice} "
-               f"The model keeps its last parameters whose loss was finite; "
+               f"The model and the optimizer are back to their state at the last step whose "
+               f"loss was finite; "
                f"the history so far is in err.history.")
     return TrainingDiverged(message, history, epoch, step, lr)
 
@@ -360,9 +371,10 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
 
     Raises:
         TrainingDiverged: the loss or the parameters became inf or NaN (see its message).
-            The model's parameters and buffers are put back to those of the last step whose
-            loss was finite (a copy is kept before each update: cheap, O(parameters)); the
-            optimizer's state (momentum, Adam's moments) is not, so make a new optimizer.
+            The model's parameters and buffers, and the optimizer's state (momentum, Adam's
+            moments and step count), are put back to those of the last step whose loss was
+            finite (a copy is kept before each update: cheap, O(parameters)). So you can
+            lower ``optimizer.lr`` and call ``fit`` again with the same optimizer.
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
     _check_model(model, "fit")
@@ -387,7 +399,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     bar = _progress_bar(progress, epochs * steps)
     was_training = getattr(model, "training", True)
     epoch = step = global_step = 0
-    snapshot = None                            # params that gave the last finite loss
+    snapshot = None                            # model and optimizer at the last finite loss
     in_update = False
     try:
         for epoch in range(1, epochs + 1):
@@ -404,11 +416,11 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 value = loss.forward(out, yb)
                 if not math.isfinite(value):
                     if snapshot is not None:   # undo the update that led here
-                        _restore(model, snapshot)
+                        _restore(model, optimizer, snapshot)
                     raise _diverged(history, epoch, step, steps, optimizer,
                                     f"the loss is {value}")
                 model.backward(loss.backward())
-                snapshot = _snapshot(model)
+                snapshot = _snapshot(model, optimizer)
                 in_update = True
                 optimizer.step()
                 in_update = False
@@ -424,7 +436,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                     raise StopTraining
             # The last update of the epoch has not been through a forward pass yet.
             if not _all_finite(model):
-                _restore(model, snapshot)
+                _restore(model, optimizer, snapshot)
                 raise _diverged(history, epoch, step, steps, optimizer,
                                 "a parameter became inf or NaN")
             history.train_loss.append(loss_sum / N)
@@ -443,7 +455,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         history.stop_reason = "callback"
     except KeyboardInterrupt:
         if in_update and snapshot is not None:   # stopped half-way through an update
-            _restore(model, snapshot)
+            _restore(model, optimizer, snapshot)
         history.stop_reason, history.interrupted = "interrupted", True
         if bar is not None:
             bar.close()

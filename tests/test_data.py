@@ -185,6 +185,41 @@ def test_spirals_three_classes():
     assert np.abs(X).max() <= 1.0 + 1e-6
 
 
+@pytest.mark.parametrize("kwargs, first_rows, first_labels", [
+    ({}, [[6.675857548543718e-06, 0.02684563584625721],
+          [0.10073741525411606, -0.7245743870735168],
+          [-0.48648810386657715, 0.227166548371315]], [0, 0, 1, 1, 1, 1]),
+    ({"n": 300, "classes": 3}, [[0.0022002155892550945, 0.04034408926963806],
+                                [0.05180185288190842, -0.0747062936425209],
+                                [-0.258573442697525, 0.15800991654396057]], [0, 1, 2, 1, 2, 1]),
+])
+def test_spirals_default_turns_keep_the_points_of_earlier_versions(kwargs, first_rows,
+                                                                   first_labels):
+    # Values recorded before turns= existed: stored notebook outputs depend on them.
+    X, y = data.make_spirals(**kwargs, seed=0)
+    np.testing.assert_array_equal(X[:3], np.array(first_rows, dtype=np.float32))
+    assert y[:6].tolist() == first_labels
+
+
+@pytest.mark.parametrize("turns", [0.25, 2 / np.pi, 1.5, 3])
+def test_spirals_turns_set_the_angle_each_arm_sweeps(turns):
+    X, y = data.make_spirals(400, noise=0.0, turns=turns, seed=0)
+    for k in (0, 1):
+        arm = X[y == k].astype(np.float64)
+        arm = arm[np.argsort(np.hypot(arm[:, 0], arm[:, 1]))][1:]   # out from the centre,
+        r = np.hypot(arm[:, 0], arm[:, 1])                           # minus r=0 (no angle)
+        theta = np.unwrap(np.arctan2(arm[:, 0], arm[:, 1]))          # x = r sin, y = r cos
+        swept = theta[-1] - theta[0]
+        np.testing.assert_allclose(swept, 2 * np.pi * turns * (r[-1] - r[0]), atol=1e-4)
+
+
+@pytest.mark.parametrize("turns", [0, -1.0, float("nan"), float("inf"), "2", None, True])
+def test_spirals_bad_turns_say_what_is_expected(turns):
+    with pytest.raises(ValueError, match="positive finite number") as info:
+        data.make_spirals(10, turns=turns)
+    assert f"got {turns!r}" in str(info.value) and "turns=1.5" in str(info.value)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: data.make_blobs(0), "n >= 2"),
     (lambda: data.make_xor(10, noise=-1), "noise"),

@@ -130,6 +130,12 @@ def test_bias_relu_refs():
     dx, db = R.bias_relu_backward_ref(dout, y)
     np.testing.assert_array_equal(dx, [[0.0, 0.0, 3.0], [4.0, 0.0, 0.0]])
     np.testing.assert_array_equal(db, [4.0, 0.0, 3.0])
+    # The row layout (a convolution's output matrix) is the same maths on the transpose.
+    y_rows = R.bias_relu_rows_forward_ref(x.T, b)
+    np.testing.assert_array_equal(y_rows, y.T)
+    dx_rows, db_rows = R.bias_relu_rows_backward_ref(dout.T, y_rows)
+    np.testing.assert_array_equal(dx_rows, dx.T)
+    np.testing.assert_array_equal(db_rows, db)
 
 
 def test_softmax_cross_entropy_ref_against_formula_and_finite_differences():
@@ -185,6 +191,10 @@ def test_matmul_launch_geometry_covers_C(name, M, N, Kd):
 def test_other_launch_geometry():
     cfg = K.launch_config("bias_relu", 65536, 1024)
     assert cfg.block == (32, 8, 1) and cfg.grid[0] == 32 and cfg.grid[1] <= 65535
+    rows = K.launch_config("bias_relu_rows", 16, 256 * 28 * 28)
+    assert rows.block == (256, 1, 1) and rows.grid[1] == 16 and rows.num_blocks <= 4096
+    assert K.launch_config("bias_relu_rows", 3, 10).grid == (1, 3, 1)   # short rows: one block
+    assert K.launch_config("bias_relu_rows", 10000, 10**6).grid[0] == 1
     assert K.launch_config("softmax_cross_entropy", 64, 10).block == (32, 1, 1)
     assert K.launch_config("softmax_cross_entropy", 64, 1000).block == (256, 1, 1)
     assert K.launch_config("im2col", 256, 1, 28, 28, 3, 3, 1, 1).block == (256, 1, 1)
@@ -197,6 +207,7 @@ def test_other_launch_geometry():
 @pytest.mark.parametrize("call", [
     lambda a: K.matmul_naive(a, a), lambda a: K.matmul_regblock(a, a),
     lambda a: K.bias_relu_forward(a, a[0]), lambda a: K.softmax_cross_entropy(a, a[0]),
+    lambda a: K.bias_relu_rows_forward(a, a[0]), lambda a: K.bias_relu_rows_backward(a, a),
     lambda a: K.im2col(a[None, None], 2, 2),
 ])
 def test_wrappers_reject_numpy_arrays_with_a_hint(call):
@@ -399,6 +410,37 @@ def test_gpu_bias_relu(cp, dtype, N, F):
     np.testing.assert_allclose(db.get(), rdb, rtol=tol, atol=tol * np.sqrt(N))
     _, db2 = K.bias_relu_backward(cp.asarray(dout), y)
     np.testing.assert_array_equal(db.get(), db2.get())   # deterministic: no atomics
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("F, M", [(1, 1), (3, 37), (16, 256 * 28 * 28), (32, 1000), (300, 5)])
+def test_gpu_bias_relu_rows(cp, dtype, F, M):
+    rng = np.random.default_rng(F + M)
+    x, b, dout = (rng.standard_normal(s).astype(dtype) for s in ((F, M), (F,), (F, M)))
+    y = K.bias_relu_rows_forward(cp.asarray(x), cp.asarray(b))
+    np.testing.assert_array_equal(y.get(), R.bias_relu_rows_forward_ref(x, b))
+    dx, db = K.bias_relu_rows_backward(cp.asarray(dout), y)
+    rdx, rdb = R.bias_relu_rows_backward_ref(dout, y.get())
+    np.testing.assert_array_equal(dx.get(), rdx)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(db.get(), rdb, rtol=tol, atol=tol * np.sqrt(M))
+    _, db2 = K.bias_relu_rows_backward(cp.asarray(dout), y)
+    np.testing.assert_array_equal(db.get(), db2.get())   # deterministic: no atomics
+
+
+@needs_gpu
+def test_gpu_bias_relu_rows_input_errors(cp):
+    x = cp.ones((4, 3), dtype=cp.float32)
+    with pytest.raises(ValueError, match="one entry per row"):
+        K.bias_relu_rows_forward(x, cp.ones(3, dtype=cp.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.bias_relu_rows_forward(x.T, cp.ones(3, dtype=cp.float32))
+    with pytest.raises(ValueError, match="must match"):
+        K.bias_relu_rows_backward(x, cp.ones((4, 4), dtype=cp.float32))
+    with pytest.raises(ValueError, match="65535"):
+        K.bias_relu_rows_forward(cp.ones((70000, 1), dtype=cp.float32),
+                                 cp.ones(70000, dtype=cp.float32))
 
 
 @needs_gpu

@@ -249,8 +249,8 @@ def test_dropout_train_and_eval(to_dev, xp):
     assert xp.array_equal(drop.forward(x), x)
 
 
-def test_batchnorm_running_statistics(to_dev, xp):
-    bn = dl.BatchNorm2d(2, momentum=0.5).astype(np.float64)
+def test_batchnorm_running_statistics(to_dev, xp, device):
+    bn = dl.BatchNorm2d(2, momentum=0.5).astype(np.float64).to(device)
     x = to_dev(randn(8, 2, 4, 4) * 3 + 5)
     out = bn.forward(x)
     assert xp.allclose(out.mean(axis=(0, 2, 3)), 0, atol=1e-10)

@@ -166,6 +166,32 @@ def test_divergence_on_the_last_step_of_an_epoch_restores_the_parameters():
         assert np.array_equal(p, before[k]), k
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("make_optimizer", [lambda m: SGD(m, lr=0.1, momentum=0.9),
+                                            lambda m: Adam(m, lr=0.01)], ids=["momentum", "adam"])
+def test_divergence_restores_the_optimizer_state_too(xor, device, xp, make_optimizer):
+    (X, y), _ = xor
+    model = small_mlp().to(device)
+    optimizer = make_optimizer(model)
+    before = {}
+
+    def on_step(step, loss):
+        if step == 3:   # remember a sane state, then make update 4 overflow to inf
+            before.update({k: v.copy() for k, v in optimizer.state.items()})
+            optimizer.lr = 1e39
+
+    with pytest.raises(TrainingDiverged, match="epoch 1, step 5"):
+        fit(model, SoftmaxCrossEntropy(), optimizer, X, y, epochs=1, batch_size=20,
+            on_step=on_step, progress=False)
+    assert optimizer.steps == 3
+    assert before and optimizer.state.keys() == before.keys()
+    for k, buf in optimizer.state.items():
+        assert xp.array_equal(buf, before[k]), k
+    optimizer.lr = 0.01                           # a learner lowers lr and goes on
+    history = fit(model, SoftmaxCrossEntropy(), optimizer, X, y, epochs=1, progress=False)
+    assert all(math.isfinite(v) for v in history.step_loss)
+
+
 def test_a_callback_returning_false_stops_cleanly(xor):
     (X, y), _ = xor
     model = small_mlp()

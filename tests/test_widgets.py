@@ -195,7 +195,8 @@ def test_cnn_explorer_shows_filters_maps_and_prediction(explorer):
     assert [m.shape for _, m in maps] == [(8, 8, 8), (16, 4, 4)]
     assert maps[0][0] == "conv 1 + ReLU" and (maps[0][1] >= 0).all()
     outputs = widgets.layer_outputs(explorer.model, explorer.images[0])
-    logits = dl.to_numpy(explorer.model.forward(explorer.images[:1]))[0]
+    first = dl.to_device(explorer.images[:1], explorer.model.device)   # the model may be on a GPU
+    logits = dl.to_numpy(explorer.model.forward(first))[0]
     assert np.allclose(outputs[-1][1], logits, atol=1e-5)
     assert explorer.accuracy > 0.5
     assert "predicted" in explorer.status.value

@@ -18,9 +18,12 @@ first time they are called, and only there is a GPU needed. ``dlcourse.conv`` ca
 can).
 
 The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
-``matmul_regblock``. Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``,
+``matmul_regblock``. Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``
+(bias along columns, used by ``dl.LinearReLU``), ``bias_relu_rows_forward``,
+``bias_relu_rows_backward`` (bias along rows, used by ``dl.Conv2dReLU``),
 ``softmax_cross_entropy``. Convolution (unfold.py): ``im2col``, ``col2im``. References:
-``dlcourse.kernels.reference``. Benchmarks: ``benchmarks/gpu_suite.py``.
+``dlcourse.kernels.reference``. Benchmarks: ``benchmarks/gpu_suite.py``. ``dl.fuse(model)``
+rewrites a model's Linear→ReLU and Conv2d→ReLU pairs into the fused layers.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ from ..backend import gpu_available
 from . import reference
 from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, launch_config,
                      list_kernels, source)
-from .fused import bias_relu_backward, bias_relu_forward, softmax_cross_entropy
+from .fused import (bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
+                    bias_relu_rows_forward, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, matmul_coalesced, matmul_naive, matmul_regblock,
                      matmul_tiled)
 from .unfold import col2im, im2col
@@ -41,7 +45,8 @@ __all__ = [
     "available", "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
-    "bias_relu_forward", "bias_relu_backward", "softmax_cross_entropy",
+    "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
+    "softmax_cross_entropy",
     "im2col", "col2im", "im2col_gpu", "col2im_gpu", "reference",
 ]
 

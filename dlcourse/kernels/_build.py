@@ -52,8 +52,11 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
            "matmul rung 4: 128x128x8 block tile, 8x8 register micro-tile, float4 loads"),
     Source("bias_relu.cu",
            ("bias_relu_forward<float>", "bias_relu_forward<double>",
-            "bias_relu_backward<float>", "bias_relu_backward<double>"),
-           "fused bias + ReLU forward, and backward with a deterministic column sum for db"),
+            "bias_relu_backward<float>", "bias_relu_backward<double>",
+            "bias_relu_rows_forward<float>", "bias_relu_rows_forward<double>",
+            "bias_relu_rows_backward<float>", "bias_relu_rows_backward<double>"),
+           "fused bias + ReLU forward and backward (deterministic sums for db), with the bias "
+           "along columns (Linear) or rows (Conv2d)"),
     Source("softmax_xent.cu",
            ("softmax_xent<float, int>", "softmax_xent<float, long long>",
             "softmax_xent<double, int>", "softmax_xent<double, long long>"),
@@ -178,7 +181,7 @@ def launch_config(name: str, *sizes) -> LaunchConfig:
     """The launch geometry of kernel ``name`` for the given sizes.
 
     ``launch_config("naive" | "coalesced" | "tiled" | "regblock", M, N, K)`` for C = A @ B;
-    ``launch_config("bias_relu", N, F[, itemsize])``;
+    ``launch_config("bias_relu", N, F[, itemsize])``; ``launch_config("bias_relu_rows", F, M[, itemsize])``;
     ``launch_config("softmax_cross_entropy", N, C[, itemsize])`` (itemsize: 4 for float32, 8 for
     float64; it only changes the shared memory reported);
     ``launch_config("im2col" | "col2im", N, C, H, W, KH, KW, stride, padding)``.

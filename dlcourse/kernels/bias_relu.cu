@@ -1,4 +1,6 @@
-// bias_relu.cu — a fused elementwise pair: bias + ReLU forward and its backward.
+// bias_relu.cu — a fused elementwise pair: bias + ReLU forward and its backward, in two
+// layouts: bias along columns (a Linear layer's output, (N, F)), used by dl.LinearReLU, and
+// bias along rows (a convolution's output matrix, (F, N*OH*OW)), used by dl.Conv2dReLU.
 //
 //   forward:   y[n, f]  = max(x[n, f] + b[f], 0)          x, y: (N, F),  b: (F,)
 //   backward:  dx[n, f] = dout[n, f] * (y[n, f] > 0)       dout, y, dx: (N, F)
@@ -88,4 +90,77 @@ __global__ void bias_relu_backward(const T* __restrict__ dout,   // (N, F) upstr
         __syncthreads();
     }
     if (threadIdx.y == 0 && f < F) partial[(long long)blockIdx.y * F + f] = sums[0][threadIdx.x];
+}
+
+// ============================================================================================
+// The same pair with the bias along ROWS: the layout of a convolution's output.
+// ============================================================================================
+//
+//   forward:   y[f, m]  = max(x[f, m] + b[f], 0)           x, y: (F, M),  b: (F,)
+//   backward:  dx[f, m] = dout[f, m] * (y[f, m] > 0)        dout, y, dx: (F, M)
+//              db[f]    = sum over m of dx[f, m]            db: (F,)
+//
+// dl.Conv2d computes its output as the matrix W_mat @ cols of shape (F, M): one row per output
+// channel, M = N*OH*OW pixels along it, and each channel's bias is added along its row. Rows
+// are long (a batch of 256 28x28 images: M = 200704) and few (F = 16 or 32 channels), so one
+// block per row would leave most of the GPU idle. Instead:
+//
+//   block = (256,):   threads walk along a row, 256 consecutive pixels per step (coalesced);
+//   grid  = (G, F):   blockIdx.y is the row (channel) f, so every thread of a block loads the
+//                     same b[f] once; the G blocks along x split the row among them with a
+//                     grid-stride loop (m += gridDim.x * blockDim.x).
+//
+// Backward reduces db[f] without atomics, as above: each block sums its share of the row (in
+// registers, then across the warp with shuffles, then across the block's 8 warps in shared
+// memory) and writes ONE partial sum to partial[f, blockIdx.x]; the wrapper finishes with
+// partial.sum(axis=1). Same inputs, same bits, every run.
+
+#define BRR_THREADS 256                   // blockDim.x, fixed by the wrapper
+
+template <typename T>
+__global__ void bias_relu_rows_forward(const T* __restrict__ x,   // (F, M) input
+                                       const T* __restrict__ b,   // (F,)   bias, one per row
+                                       T* __restrict__ y,         // (F, M) output
+                                       long long M)
+{
+    const long long row = (long long)blockIdx.y * M;      // gridDim.y == F
+    const T bias = b[blockIdx.y];
+#pragma unroll 4
+    for (long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x; m < M;
+         m += (long long)gridDim.x * blockDim.x) {
+        const T v = x[row + m] + bias;
+        y[row + m] = v > T(0) ? v : T(0);
+    }
+}
+
+template <typename T>
+__global__ void bias_relu_rows_backward(const T* __restrict__ dout,   // (F, M) upstream gradient
+                                        const T* __restrict__ y,      // (F, M) forward output
+                                        T* __restrict__ dx,           // (F, M) output
+                                        T* __restrict__ partial,      // (F, gridDim.x) output
+                                        long long M)
+{
+    __shared__ T warp_sums[BRR_THREADS / 32];
+
+    const long long row = (long long)blockIdx.y * M;
+    T acc = T(0);
+#pragma unroll 4
+    for (long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x; m < M;
+         m += (long long)gridDim.x * blockDim.x) {
+        const T g = y[row + m] > T(0) ? dout[row + m] : T(0);
+        dx[row + m] = g;
+        acc += g;
+    }
+    // Sum acc over the block. 1. inside each warp of 32 threads, with register shuffles:
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int offset = 16; offset > 0; offset /= 2)
+        acc += __shfl_down_sync(0xffffffffu, acc, offset);
+    if (lane == 0) warp_sums[warp] = acc;                  // 2. one sum per warp
+    __syncthreads();
+    if (warp == 0) {                                       // 3. warp 0 adds the 8 warp sums
+        acc = lane < BRR_THREADS / 32 ? warp_sums[lane] : T(0);
+        for (int offset = 16; offset > 0; offset /= 2)
+            acc += __shfl_down_sync(0xffffffffu, acc, offset);
+        if (lane == 0) partial[(long long)blockIdx.y * gridDim.x + blockIdx.x] = acc;
+    }
 }

@@ -16,7 +16,8 @@ import numpy as np
 from ..backend import require_cupy
 from ._build import CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
-__all__ = ["bias_relu_forward", "bias_relu_backward", "softmax_cross_entropy"]
+__all__ = ["bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward",
+           "bias_relu_rows_backward", "softmax_cross_entropy"]
 
 FLOATS = (np.float32, np.float64)
 
@@ -30,6 +31,17 @@ def _bias_relu_geometry(N, F, itemsize=4):
     return LaunchConfig("bias_relu", "bias_relu.cu", grid=(grid_x, grid_y, 1), block=block,
                         static_shared_mem=8 * 33 * itemsize,   # backward's sums[8][33]
                         note="x over columns (coalesced), y splits the rows")
+
+
+@geometry("bias_relu_rows")
+def _bias_relu_rows_geometry(F, M, itemsize=4):
+    threads = 256   # bias_relu.cu relies on this (BRR_THREADS)
+    # Enough blocks in all (about 4096) to fill every SM several times over; each row gets
+    # at least one, and no more than its length needs.
+    grid_x = max(1, min(ceil_div(M, threads), max(1, 4096 // max(F, 1))))
+    return LaunchConfig("bias_relu_rows", "bias_relu.cu", grid=(grid_x, F, 1), block=(threads, 1, 1),
+                        static_shared_mem=(threads // 32) * itemsize,   # backward's warp_sums
+                        note="y is the row (channel), x splits the row")
 
 
 @geometry("softmax_cross_entropy")
@@ -85,6 +97,60 @@ def bias_relu_backward(dout, y):
     kernel(cfg.grid, cfg.block, (dout, y, dx, partial, np.int64(N), np.int32(F)),
            shared_mem=cfg.shared_mem)
     return dx, partial.sum(axis=0)
+
+
+def _rows(fn, x):
+    """F, M of x: (F, M); the grid has one block row per row of x, and at most 65535."""
+    F, M = x.shape
+    if F > 65535:
+        raise ValueError(f"{fn}: x has F={F} rows, but the grid's y dimension (one block row per "
+                         f"row of x) holds at most 65535.")
+    return F, M
+
+
+def bias_relu_rows_forward(x, b):
+    """y = max(x + b[:, None], 0) in one kernel: the bias along rows, as in a convolution's
+    output matrix. x: (F, M), b: (F,), same float dtype. Returns y: (F, M)."""
+    fn = "bias_relu_rows_forward"
+    check_gpu_array(fn, "x", x, ndim=2, dtypes=FLOATS)
+    check_gpu_array(fn, "b", b, ndim=1, dtypes=(x.dtype,))
+    F, M = _rows(fn, x)
+    if b.shape[0] != F:
+        raise ValueError(f"{fn}: b has {b.shape[0]} entries but x has F={F} rows; here the bias "
+                         f"needs one entry per row (channel). For one per column use "
+                         f"bias_relu_forward.")
+    cupy = require_cupy()
+    y = cupy.empty_like(x)
+    if x.size == 0:
+        return y
+    cfg = launch_config("bias_relu_rows", F, M, x.dtype.itemsize)
+    kernel = get_kernel(cfg.file, f"bias_relu_rows_forward<{CTYPE[x.dtype]}>")
+    kernel(cfg.grid, cfg.block, (x, b, y, np.int64(M)), shared_mem=cfg.shared_mem)
+    return y
+
+
+def bias_relu_rows_backward(dout, y):
+    """Backward of y = max(x + b[:, None], 0). dout, y: (F, M) (y is the forward output).
+
+    Returns (dx, db): dx = dout * (y > 0) of shape (F, M), and db = dx.sum(axis=1) of shape
+    (F,), summed without atomics, so the same bits on every run.
+    """
+    fn = "bias_relu_rows_backward"
+    check_gpu_array(fn, "dout", dout, ndim=2, dtypes=FLOATS)
+    check_gpu_array(fn, "y", y, ndim=2, dtypes=(dout.dtype,))
+    if dout.shape != y.shape:
+        raise ValueError(f"{fn}: dout has shape {tuple(dout.shape)} but y has shape "
+                         f"{tuple(y.shape)}; dout is the gradient of y, so they must match.")
+    F, M = _rows(fn, y)
+    cupy = require_cupy()
+    dx = cupy.empty_like(y)
+    if y.size == 0:
+        return dx, cupy.zeros(F, dtype=y.dtype)
+    cfg = launch_config("bias_relu_rows", F, M, y.dtype.itemsize)
+    partial = cupy.empty((F, cfg.grid[0]), dtype=y.dtype)   # one sum per block
+    kernel = get_kernel(cfg.file, f"bias_relu_rows_backward<{CTYPE[y.dtype]}>")
+    kernel(cfg.grid, cfg.block, (dout, y, dx, partial, np.int64(M)), shared_mem=cfg.shared_mem)
+    return dx, partial.sum(axis=1)
 
 
 def softmax_cross_entropy(logits, labels):

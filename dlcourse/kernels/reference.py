@@ -5,16 +5,18 @@ NumPy arrays out; CuPy arrays are copied to the host first). The tests check eac
 against its reference on random inputs of awkward sizes, and check the references themselves
 against hand-computed cases and identities on every machine.
 
-=========================  ==========================================  =====================
-reference                  kernel(s)                                   source
-=========================  ==========================================  =====================
-matmul                     matmul_naive / _coalesced / _tiled /        matmul_*.cu
-                           _regblock
-bias_relu_forward_ref      bias_relu_forward                           bias_relu.cu
-bias_relu_backward_ref     bias_relu_backward                          bias_relu.cu
-softmax_cross_entropy_ref  softmax_cross_entropy                       softmax_xent.cu
-im2col_ref, col2im_ref     im2col, col2im                              im2col.cu
-=========================  ==========================================  =====================
+===========================  ======================================  ===============
+reference                    kernel(s)                               source
+===========================  ======================================  ===============
+matmul                       matmul_naive / _coalesced / _tiled /    matmul_*.cu
+                             _regblock
+bias_relu_forward_ref        bias_relu_forward                       bias_relu.cu
+bias_relu_backward_ref       bias_relu_backward                      bias_relu.cu
+bias_relu_rows_forward_ref   bias_relu_rows_forward                  bias_relu.cu
+bias_relu_rows_backward_ref  bias_relu_rows_backward                 bias_relu.cu
+softmax_cross_entropy_ref    softmax_cross_entropy                   softmax_xent.cu
+im2col_ref, col2im_ref       im2col, col2im                          im2col.cu
+===========================  ======================================  ===============
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from ..conv import output_size
 from ..losses import log_softmax
 
 __all__ = ["matmul", "matmul_loops", "bias_relu_forward_ref", "bias_relu_backward_ref",
+           "bias_relu_rows_forward_ref", "bias_relu_rows_backward_ref",
            "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref"]
 
 
@@ -68,6 +71,18 @@ def bias_relu_backward_ref(dout, y):
     dout, y = to_numpy(dout), to_numpy(y)
     dx = np.where(y > 0, dout, 0).astype(dout.dtype)
     return dx, dx.sum(axis=0, dtype=np.float64).astype(dout.dtype)
+
+
+def bias_relu_rows_forward_ref(x, b):
+    """y = max(x + b[:, None], 0): the bias along rows. x: (F, M), b: (F,) -> y: (F, M)."""
+    x, b = to_numpy(x), to_numpy(b)
+    return bias_relu_forward_ref(x.T, b).T.copy()
+
+
+def bias_relu_rows_backward_ref(dout, y):
+    """dx = dout * (y > 0), db = dx.sum(axis=1). dout, y: (F, M) -> dx: (F, M), db: (F,)."""
+    dx_t, db = bias_relu_backward_ref(to_numpy(dout).T, to_numpy(y).T)
+    return dx_t.T.copy(), db
 
 
 # --------------------------------------------------------------------------------------
