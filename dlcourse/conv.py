@@ -171,7 +171,7 @@ def _im2col_t(x, KH, KW, stride, padding, use_kernels=True):
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
     k = gpu_kernels(x, use_kernels)
-    if k is not None:   # the one branch to a GPU kernel
+    if k is not None:   # the one branch to a GPU kernel (it returns cols stored transposed)
         return k.im2col(x, KH, KW, stride, padding).T
     windows = _windows(_pad(x, padding), KH, KW, stride, OH, OW)
     return windows.reshape(C * KH * KW, N * OH * OW)   # the one copy
@@ -182,8 +182,8 @@ def _col2im_t(cols_t, x_shape, KH, KW, stride, padding, use_kernels=True):
     OH, OW = output_size(H, W, KH, KW, stride, padding)
     xp = get_array_module(cols_t)
     k = gpu_kernels(cols_t, use_kernels)
-    if k is not None:
-        return k.col2im(xp.ascontiguousarray(cols_t.T), x_shape, KH, KW, stride, padding)
+    if k is not None:   # reads cols_t in place, whatever its layout
+        return k.col2im(cols_t.T, x_shape, KH, KW, stride, padding)
     cols6 = cols_t.reshape(C, KH, KW, N, OH, OW)
     # Accumulate channel-major, (C, N, Hp, Wp), so that each add reads cols6 in memory order.
     dx_pad = xp.zeros((C, N, H + 2 * padding, W + 2 * padding), dtype=cols_t.dtype)

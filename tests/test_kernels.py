@@ -492,19 +492,21 @@ def test_gpu_im2col_col2im(cp, dtype, case):
     rng = np.random.default_rng(6)
     x = rng.standard_normal(shape).astype(dtype)
     cols = K.im2col(cp.asarray(x), KH, KW, s, p)
-    assert cols.flags.c_contiguous and cols.dtype == dtype
+    assert cols.T.flags.c_contiguous and cols.dtype == dtype   # stored transposed (im2col.cu)
     np.testing.assert_array_equal(cols.get(), R.im2col_ref(x, KH, KW, s, p))
     c = rng.standard_normal(cols.shape).astype(dtype)
     dx = K.col2im(cp.asarray(c), shape, KH, KW, s, p)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(dx.get(), R.col2im_ref(c, shape, KH, KW, s, p), rtol=tol, atol=tol)
     np.testing.assert_array_equal(dx.get(), K.col2im(cp.asarray(c), shape, KH, KW, s, p).get())
+    dx_f = K.col2im(cp.asfortranarray(cp.asarray(c)), shape, KH, KW, s, p)   # read in place
+    np.testing.assert_allclose(dx_f.get(), dx.get(), rtol=tol, atol=tol)
 
 
 @needs_gpu
 def test_gpu_im2col_errors_and_layouts(cp):
     x = cp.asarray(np.random.default_rng(7).standard_normal((2, 4, 5, 3)).astype(np.float32))
-    xt = x.transpose(0, 3, 1, 2)                     # (2, 3, 4, 5), not C-contiguous: copied
+    xt = x.transpose(0, 3, 1, 2)                     # (2, 3, 4, 5), a strided view: read in place
     np.testing.assert_array_equal(K.im2col(xt, 2, 2, 1, 1).get(), R.im2col_ref(xt.get(), 2, 2, 1, 1))
     with pytest.raises(TypeError, match="float32 or float64"):
         K.im2col(x.astype(cp.float16), 2, 2)

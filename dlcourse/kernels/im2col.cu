@@ -10,12 +10,23 @@
 // cols @ W.reshape(F, -1).T — which is why GPUs spend so much effort on matmul.
 // The NumPy versions are dlcourse/conv.py (fast) and dlcourse/kernels/reference.py (plain).
 //
-// im2col_kernel: one thread per element of cols (a "gather")
-// ----------------------------------------------------------
-// Thread i writes cols.flat[i], so consecutive threads write consecutive addresses (coalesced
-// stores). It recovers (r, q) -> (n, oh, ow, c, kh, kw) with divisions and reads the one input
-// value it needs (the reads are scattered but cached: neighbouring windows overlap).
-// A grid-stride loop lets a fixed-size grid cover any number of elements.
+// Memory layout: cols is stored TRANSPOSED
+// ------------------------------------------
+// The kernel writes cols_t = cols.T, shape (C*KH*KW, N*OH*OW), row-major: one row per
+// (c, kh, kw), one column per output pixel. That is the matrix Conv2d multiplies,
+// W.reshape(F, -1) @ cols_t, and the order in which both the writes and the reads coalesce:
+// consecutive threads take consecutive output pixels ow, ow+1, ... of one (c, kh, kw), so
+// they write consecutive addresses of cols_t and (with stride 1) read consecutive pixels of x.
+// The Python wrapper returns cols_t.T, the (N*OH*OW, C*KH*KW) matrix of the contract above.
+//
+// x may have any strides (sN, sC, sH, sW, counted in elements, not bytes): Conv2d's outputs
+// are channel-major views of a (C, N, H, W) buffer, and reading them in place saves a copy.
+//
+// im2col_kernel: one thread per element of cols_t (a "gather")
+// -------------------------------------------------------------
+// Thread i writes cols_t.flat[i]. It recovers (q, r) -> (c, kh, kw, n, oh, ow) with divisions
+// and reads the one input value it needs. A grid-stride loop lets a fixed-size grid cover any
+// number of elements.
 //
 // col2im_kernel: the adjoint, one thread per INPUT pixel, again a gather
 // -----------------------------------------------------------------------
@@ -28,26 +39,29 @@
 // by stride, and oh = (h + padding - kh) / stride < OH. Same for columns. The thread sums those
 // at most KH*KW entries of cols in registers and writes dx once: no atomics, no races, the
 // same bits every run. Padding positions are never visited, so they are dropped for free.
+// cols may have any strides too (s_r along output pixels, s_q along (c, kh, kw)): given the
+// transposed layout above (s_r = 1), neighbouring threads read neighbouring addresses.
 //
-// Indexing: the flat index into cols uses 64-bit `long long`, since N*OH*OW*C*KH*KW passes 2^31
+// Indexing: flat indices and offsets use 64-bit `long long`, since N*OH*OW*C*KH*KW passes 2^31
 // quickly; everything smaller (pixel and window indices) uses `int`, because 32-bit division
 // is several times cheaper than 64-bit, and this kernel does a handful per element.
 // Templates: T = float or double, compiled by name ("im2col_kernel<float>", ...).
 
 template <typename T>
-__global__ void im2col_kernel(const T* __restrict__ x,   // (N, C, H, W) input
-                              T* __restrict__ cols,      // (N*OH*OW, C*KH*KW) output
+__global__ void im2col_kernel(const T* __restrict__ x,     // (N, C, H, W) input, any strides
+                              T* __restrict__ cols_t,      // (C*KH*KW, N*OH*OW) output
+                              long long sN, long long sC, long long sH, long long sW,
                               int N, int C, int H, int W,
                               int KH, int KW, int stride, int padding,
                               int OH, int OW)
 {
-    const long long Q = (long long)C * KH * KW;              // columns of cols
-    const long long total = (long long)N * OH * OW * Q;
+    const long long R = (long long)N * OH * OW;              // columns of cols_t
+    const long long total = R * C * KH * KW;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
-        const long long r64 = i / Q;                          // which output pixel
-        const int q = (int)(i - r64 * Q);                     // which (c, kh, kw)
-        const int r = (int)r64;        // < 2**31 (the wrapper checks): 32-bit division is cheaper
+        const long long q64 = i / R;                          // which (c, kh, kw)
+        const int r = (int)(i - q64 * R);                     // which output pixel
+        const int q = (int)q64;        // < 2**31 (the wrapper checks): 32-bit division is cheaper
         const int ow = r % OW;
         const int oh = (r / OW) % OH;
         const int n = r / (OW * OH);
@@ -58,19 +72,19 @@ __global__ void im2col_kernel(const T* __restrict__ x,   // (N, C, H, W) input
         const int w = ow * stride + kw - padding;
         T v = T(0);                                           // padding reads as zero
         if (h >= 0 && h < H && w >= 0 && w < W)
-            v = x[(((long long)n * C + c) * H + h) * W + w];
-        cols[i] = v;
+            v = x[n * sN + c * sC + h * sH + w * sW];
+        cols_t[i] = v;
     }
 }
 
 template <typename T>
 __global__ void col2im_kernel(const T* __restrict__ cols,   // (N*OH*OW, C*KH*KW) input
-                              T* __restrict__ dx,           // (N, C, H, W) output
+                              T* __restrict__ dx,           // (N, C, H, W) output, C-contiguous
+                              long long s_r, long long s_q, // cols' strides (elements)
                               int N, int C, int H, int W,
                               int KH, int KW, int stride, int padding,
                               int OH, int OW)
 {
-    const long long Q = (long long)C * KH * KW;
     const long long total = (long long)N * C * H * W;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
@@ -92,7 +106,7 @@ __global__ void col2im_kernel(const T* __restrict__ cols,   // (N*OH*OW, C*KH*KW
                 if (ow >= OW) continue;
                 const long long r = ((long long)n * OH + oh) * OW + ow;
                 const int q = (c * KH + kh) * KW + kw;
-                acc += cols[r * Q + q];
+                acc += cols[r * s_r + q * s_q];
             }
         }
         dx[i] = acc;

@@ -38,12 +38,13 @@ def output_shape(H, W, KH, KW, stride=1, padding=0, fn="im2col"):
         raise ValueError(f"{fn}: {err}") from None
 
 
-def _check_int32(fn, N, C, H, W, OH, OW):
-    """The kernels index pixels and windows with 32-bit ints (only the flat index into cols is
-    64-bit): N*C*H*W and N*OH*OW must stay below 2**31."""
-    if max(N * C * H * W, N * OH * OW, C) >= 2**31:
-        raise ValueError(f"{fn}: N*C*H*W = {N * C * H * W} or N*OH*OW = {N * OH * OW} reaches "
-                         f"2**31, past these kernels' 32-bit pixel indices. Split the batch.")
+def _check_int32(fn, N, C, H, W, OH, OW, KH, KW):
+    """The kernels index pixels and windows with 32-bit ints (only flat indices into cols are
+    64-bit): N*C*H*W, N*OH*OW and C*KH*KW must stay below 2**31."""
+    if max(N * C * H * W, N * OH * OW, C * KH * KW) >= 2**31:
+        raise ValueError(f"{fn}: N*C*H*W = {N * C * H * W}, N*OH*OW = {N * OH * OW} or "
+                         f"C*KH*KW = {C * KH * KW} reaches 2**31, past these kernels' 32-bit "
+                         f"pixel indices. Split the batch.")
 
 
 def _geometry(name, N, C, H, W, KH, KW, stride, padding):
@@ -69,34 +70,46 @@ def _sizes(*ints):
     return tuple(np.int32(v) for v in ints)
 
 
+def _strides(cupy, a):
+    """(a, its strides in elements): a itself when every stride is a non-negative multiple of
+    the item size (any transpose or slice), else a compact copy (a reversed view, say)."""
+    if all(st >= 0 and st % a.itemsize == 0 for st in a.strides):
+        return a, tuple(np.int64(st // a.itemsize) for st in a.strides)
+    a = cupy.ascontiguousarray(a)
+    return a, tuple(np.int64(st // a.itemsize) for st in a.strides)
+
+
 def im2col(x, KH, KW, stride=1, padding=0):
     """Unfold every KH x KW window of x into a row of cols, on the GPU.
 
-    x: (N, C, H, W) float32 or float64 CuPy array (a non-contiguous x is copied to a compact
-    one first). Returns cols: (N*OH*OW, C*KH*KW), C-contiguous, same dtype.
+    x: (N, C, H, W) float32 or float64 CuPy array, any strides (a transposed view is read in
+    place). Returns cols: (N*OH*OW, C*KH*KW), same dtype, stored column-major: ``cols.T`` is
+    C-contiguous (C*KH*KW, N*OH*OW), the matrix Conv2d multiplies (see im2col.cu for why).
     """
     fn = "im2col"
     check_gpu_array(fn, "x", x, ndim=4, dtypes=(np.float32, np.float64), contiguous=False)
     cupy = require_cupy()
-    x = cupy.ascontiguousarray(x)
+    x, strides = _strides(cupy, x)
     N, C, H, W = x.shape
     OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=fn)
-    _check_int32(fn, N, C, H, W, OH, OW)
-    cols = cupy.empty((N * OH * OW, C * KH * KW), dtype=x.dtype)
-    if cols.size == 0:
-        return cols
+    _check_int32(fn, N, C, H, W, OH, OW, KH, KW)
+    cols_t = cupy.empty((C * KH * KW, N * OH * OW), dtype=x.dtype)
+    if cols_t.size == 0:
+        return cols_t.T
     cfg = launch_config("im2col", N, C, H, W, KH, KW, stride, padding)
     kernel = get_kernel(cfg.file, f"im2col_kernel<{CTYPE[x.dtype]}>")
-    kernel(cfg.grid, cfg.block, (x, cols) + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
+    kernel(cfg.grid, cfg.block,
+           (x, cols_t) + strides + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
            shared_mem=cfg.shared_mem)
-    return cols
+    return cols_t.T
 
 
 def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
     """The adjoint of :func:`im2col`, on the GPU: add every entry of cols back onto the input
     pixel it was copied from (overlapping windows add up; padding is dropped).
 
-    cols: (N*OH*OW, C*KH*KW) float32 or float64 CuPy array (copied if not C-contiguous);
+    cols: (N*OH*OW, C*KH*KW) float32 or float64 CuPy array, any strides (read in place: the
+    transposed layout im2col returns is the fastest);
     x_shape: (N, C, H, W). Returns dx: (N, C, H, W), same dtype. Deterministic: one thread per
     input pixel gathers the entries that came from it, so no atomics are needed.
     """
@@ -105,7 +118,7 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
     if len(x_shape) != 4:
         raise ValueError(f"{fn}: x_shape must be (N, C, H, W), got {tuple(x_shape)}.")
     cupy = require_cupy()
-    cols = cupy.ascontiguousarray(cols)
+    cols, strides = _strides(cupy, cols)
     N, C, H, W = (int(v) for v in x_shape)
     OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=fn)
     expected = (N * OH * OW, C * KH * KW)
@@ -114,7 +127,7 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
                          f"{stride} and padding {padding}, cols must have shape (N*OH*OW, "
                          f"C*KH*KW) = {expected}, got {tuple(cols.shape)}. Were the same "
                          f"KH, KW, stride and padding given to im2col?")
-    _check_int32(fn, N, C, H, W, OH, OW)
+    _check_int32(fn, N, C, H, W, OH, OW, KH, KW)
     dx = cupy.empty((N, C, H, W), dtype=cols.dtype)
     if dx.size == 0:
         return dx
@@ -123,6 +136,7 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
         return dx
     cfg = launch_config("col2im", N, C, H, W, KH, KW, stride, padding)
     kernel = get_kernel(cfg.file, f"col2im_kernel<{CTYPE[cols.dtype]}>")
-    kernel(cfg.grid, cfg.block, (cols, dx) + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
+    kernel(cfg.grid, cfg.block,
+           (cols, dx) + strides + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
            shared_mem=cfg.shared_mem)
     return dx
