@@ -395,37 +395,33 @@ def test_gpu_matmul_input_errors(cp, name):
         fn(A, A)
 
 
+BIAS_RELU_LAYOUTS = {   # bias along columns (Linear) or rows (Conv2d): kernels, references
+    "columns": (K.bias_relu_forward, K.bias_relu_backward, R.bias_relu_forward_ref,
+                R.bias_relu_backward_ref, 0),
+    "rows": (K.bias_relu_rows_forward, K.bias_relu_rows_backward, R.bias_relu_rows_forward_ref,
+             R.bias_relu_rows_backward_ref, 1),
+}
+
+
 @needs_gpu
+@pytest.mark.parametrize("layout", sorted(BIAS_RELU_LAYOUTS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("N, F", [(1, 1), (37, 45), (1000, 3), (2, 300), (3001, 130)])
-def test_gpu_bias_relu(cp, dtype, N, F):
+@pytest.mark.parametrize("N, F", [(1, 1), (37, 45), (1000, 3), (2, 300), (3001, 130),
+                                  (16, 256 * 28 * 28)])
+def test_gpu_bias_relu(cp, layout, dtype, N, F):
+    """Both layouts; sum_axis is the axis db sums over (0 for columns, 1 for rows)."""
+    forward, backward, forward_ref, backward_ref, sum_axis = BIAS_RELU_LAYOUTS[layout]
     rng = np.random.default_rng(N + F)
-    x, b, dout = (rng.standard_normal(s).astype(dtype) for s in ((N, F), (F,), (N, F)))
-    y = K.bias_relu_forward(cp.asarray(x), cp.asarray(b))
-    np.testing.assert_array_equal(y.get(), R.bias_relu_forward_ref(x, b))
-    dx, db = K.bias_relu_backward(cp.asarray(dout), y)
-    rdx, rdb = R.bias_relu_backward_ref(dout, y.get())
+    x, dout = (rng.standard_normal((N, F)).astype(dtype) for _ in range(2))
+    b = rng.standard_normal(x.shape[1 - sum_axis]).astype(dtype)
+    y = forward(cp.asarray(x), cp.asarray(b))
+    np.testing.assert_array_equal(y.get(), forward_ref(x, b))
+    dx, db = backward(cp.asarray(dout), y)
+    rdx, rdb = backward_ref(dout, y.get())
     np.testing.assert_array_equal(dx.get(), rdx)
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(db.get(), rdb, rtol=tol, atol=tol * np.sqrt(N))
-    _, db2 = K.bias_relu_backward(cp.asarray(dout), y)
-    np.testing.assert_array_equal(db.get(), db2.get())   # deterministic: no atomics
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("F, M", [(1, 1), (3, 37), (16, 256 * 28 * 28), (32, 1000), (300, 5)])
-def test_gpu_bias_relu_rows(cp, dtype, F, M):
-    rng = np.random.default_rng(F + M)
-    x, b, dout = (rng.standard_normal(s).astype(dtype) for s in ((F, M), (F,), (F, M)))
-    y = K.bias_relu_rows_forward(cp.asarray(x), cp.asarray(b))
-    np.testing.assert_array_equal(y.get(), R.bias_relu_rows_forward_ref(x, b))
-    dx, db = K.bias_relu_rows_backward(cp.asarray(dout), y)
-    rdx, rdb = R.bias_relu_rows_backward_ref(dout, y.get())
-    np.testing.assert_array_equal(dx.get(), rdx)
-    tol = 1e-5 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(db.get(), rdb, rtol=tol, atol=tol * np.sqrt(M))
-    _, db2 = K.bias_relu_rows_backward(cp.asarray(dout), y)
+    np.testing.assert_allclose(db.get(), rdb, rtol=tol, atol=tol * np.sqrt(x.shape[sum_axis]))
+    _, db2 = backward(cp.asarray(dout), y)
     np.testing.assert_array_equal(db.get(), db2.get())   # deterministic: no atomics
 
 

@@ -54,15 +54,31 @@ def _softmax_geometry(N, C, itemsize=4):
                         note="one block per row (grid-stride when N > 2**20)")
 
 
+def _check_forward(fn, x, b, axis):
+    """x: a 2-D float CuPy array; b: one entry per column (axis=1) or per row (axis=0) of x."""
+    check_gpu_array(fn, "x", x, ndim=2, dtypes=FLOATS)
+    check_gpu_array(fn, "b", b, ndim=1, dtypes=(x.dtype,))
+    if b.shape[0] != x.shape[axis]:
+        what, other = (("column (feature)", "bias_relu_rows_forward for one per row") if axis == 1
+                       else ("row (channel)", "bias_relu_forward for one per column"))
+        raise ValueError(f"{fn}: b has {b.shape[0]} entries but x has shape {tuple(x.shape)}; "
+                         f"here the bias needs one entry per {what}. (Use {other}.)")
+
+
+def _check_backward(fn, dout, y):
+    """dout, y: 2-D float CuPy arrays of one shape and dtype (dout is the gradient of y)."""
+    check_gpu_array(fn, "dout", dout, ndim=2, dtypes=FLOATS)
+    check_gpu_array(fn, "y", y, ndim=2, dtypes=(dout.dtype,))
+    if dout.shape != y.shape:
+        raise ValueError(f"{fn}: dout has shape {tuple(dout.shape)} but y has shape "
+                         f"{tuple(y.shape)}; dout is the gradient of y, so they must match.")
+
+
 def bias_relu_forward(x, b):
     """y = max(x + b, 0) in one kernel. x: (N, F), b: (F,), same float dtype. Returns y: (N, F)."""
     fn = "bias_relu_forward"
-    check_gpu_array(fn, "x", x, ndim=2, dtypes=FLOATS)
-    check_gpu_array(fn, "b", b, ndim=1, dtypes=(x.dtype,))
+    _check_forward(fn, x, b, axis=1)
     N, F = x.shape
-    if b.shape[0] != F:
-        raise ValueError(f"{fn}: b has {b.shape[0]} entries but x has F={F} columns; the bias "
-                         f"needs one entry per column (feature).")
     cupy = require_cupy()
     y = cupy.empty_like(x)
     if x.size == 0:
@@ -81,11 +97,7 @@ def bias_relu_backward(dout, y):
     result is the same, bit for bit, on every run.
     """
     fn = "bias_relu_backward"
-    check_gpu_array(fn, "dout", dout, ndim=2, dtypes=FLOATS)
-    check_gpu_array(fn, "y", y, ndim=2, dtypes=(dout.dtype,))
-    if dout.shape != y.shape:
-        raise ValueError(f"{fn}: dout has shape {tuple(dout.shape)} but y has shape "
-                         f"{tuple(y.shape)}; dout is the gradient of y, so they must match.")
+    _check_backward(fn, dout, y)
     N, F = y.shape
     cupy = require_cupy()
     dx = cupy.empty_like(y)
@@ -112,13 +124,8 @@ def bias_relu_rows_forward(x, b):
     """y = max(x + b[:, None], 0) in one kernel: the bias along rows, as in a convolution's
     output matrix. x: (F, M), b: (F,), same float dtype. Returns y: (F, M)."""
     fn = "bias_relu_rows_forward"
-    check_gpu_array(fn, "x", x, ndim=2, dtypes=FLOATS)
-    check_gpu_array(fn, "b", b, ndim=1, dtypes=(x.dtype,))
+    _check_forward(fn, x, b, axis=0)
     F, M = _rows(fn, x)
-    if b.shape[0] != F:
-        raise ValueError(f"{fn}: b has {b.shape[0]} entries but x has F={F} rows; here the bias "
-                         f"needs one entry per row (channel). For one per column use "
-                         f"bias_relu_forward.")
     cupy = require_cupy()
     y = cupy.empty_like(x)
     if x.size == 0:
@@ -136,11 +143,7 @@ def bias_relu_rows_backward(dout, y):
     (F,), summed without atomics, so the same bits on every run.
     """
     fn = "bias_relu_rows_backward"
-    check_gpu_array(fn, "dout", dout, ndim=2, dtypes=FLOATS)
-    check_gpu_array(fn, "y", y, ndim=2, dtypes=(dout.dtype,))
-    if dout.shape != y.shape:
-        raise ValueError(f"{fn}: dout has shape {tuple(dout.shape)} but y has shape "
-                         f"{tuple(y.shape)}; dout is the gradient of y, so they must match.")
+    _check_backward(fn, dout, y)
     F, M = _rows(fn, y)
     cupy = require_cupy()
     dx = cupy.empty_like(y)
