@@ -376,6 +376,7 @@ def _host_device_copies(cp, nbytes, target):
     pageable = np.arange(n, dtype=np.float32)
     pinned = cupyx.empty_pinned(n, dtype=np.float32)
     pinned[...] = pageable
+    expected = cp.asarray(pageable)  # what every copy must deliver, on the device
     dev = cp.empty(n, dtype=cp.float32)
     back = cupyx.empty_pinned(n, dtype=np.float32)
     copies = {"host_to_device_pageable": lambda: dev.set(pageable),
@@ -383,15 +384,12 @@ def _host_device_copies(cp, nbytes, target):
               "device_to_host_pinned": lambda: dev.get(out=back)}
     result = {"bytes": int(pageable.nbytes)}
     for name, copy in copies.items():
-        if name.startswith("host"):
-            dev.fill(0)              # the copy must fill it
-        else:
-            dev.set(pageable)        # the copy must bring this back
+        to_device = name.startswith("host")
+        dev[...] = 0 if to_device else expected    # the copy must fill dev / bring dev back
         back[...] = 0
         copy()
         cp.cuda.Device().synchronize()
-        ok = bool((dev == cp.asarray(pageable)).all()) if name.startswith("host") else \
-            bool(np.array_equal(back, pageable))
+        ok = bool((dev == expected).all()) if to_device else bool(np.array_equal(back, pageable))
         if not ok:
             result[name] = {"error": "the copy did not arrive intact"}
             say(f"  {name}: WRONG RESULT; not timed")
