@@ -1,16 +1,32 @@
 """Run the CUDA kernels on the CPU, where there is no GPU (CI).
 
-The kernels whose threads never cooperate (no ``__syncthreads``, no shared memory, no warp
-shuffles) can be emulated exactly: each ``.cu`` file is compiled as C++ by g++, with a small
-header standing in for CUDA's built-ins (``threadIdx``, ``blockIdx``, ...), and a launch becomes
-loops over every block and every thread of the grid, one thread after another. Since each thread
-of these kernels reads and writes on its own, running them in turn gives what the GPU gives. This
-tests the kernels' own index arithmetic, with the launch geometry the Python wrappers compute
-(``K.launch_config``), against the NumPy references. The kernels that cooperate (the tiled and
-register-blocked matmuls, the backward reductions, softmax cross-entropy) only compile here
-(test_kernels.py) and are checked against the same references on a GPU.
+Every ``.cu`` file is compiled as C++ by g++, with a small header standing in for CUDA's
+built-ins (``threadIdx``, ``__syncthreads``, ``__shfl_down_sync``, ``float4``, ...). A launch
+runs the grid one block after another; inside a block every thread is a *fiber* (a
+``ucontext``: its own stack, switched by hand), so the threads of a block really do cooperate:
+
+- a thread runs until it reaches ``__syncthreads()`` and waits there; when every thread of the
+  block waits, all go on. A thread that returns while others wait is an error (the block
+  would hang on a GPU).
+- ``__shfl_down_sync`` waits until all 32 lanes of the warp have reached it, then each lane
+  gets the value of lane ``lane + offset`` (its own when that is past lane 31), as on a GPU.
+  Lanes of one warp at different sync points are an error.
+- ``__shared__`` arrays are ``static``: one copy, seen by every thread of the block.
+
+The threads of a block run as far as they can, one after the other (first to last, or last to
+first): a missing ``__syncthreads()`` then lets one thread read a tile the others have not
+written, or overwrite one they still read, and the result is wrong — a test below removes one
+to show it. Every array goes to a kernel inside bands of NaN (``GUARD`` elements on each
+side): a read outside the array poisons the result, and a write outside is caught after the
+launch.
+
+This tests the kernels' own index arithmetic and synchronisation, with the launch geometry the
+Python wrappers compute (``K.launch_config``), against the NumPy references. What it cannot
+show is speed, and what happens when threads really do run at once (a GPU runs the same code
+in test_kernels.py).
 """
 import ctypes
+import dataclasses
 import shutil
 import subprocess
 
@@ -24,125 +40,389 @@ GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ is not on the PATH: the CUDA kernels "
                                                      "are emulated on the CPU only where it is")
 
-EMULATED = ("matmul_naive.cu", "matmul_coalesced.cu", "bias_relu.cu", "im2col.cu")
-
 CUDA_STAND_IN = r"""
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <ucontext.h>
+
 struct emu_dim3 { unsigned x, y, z; };
-static emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+enum emu_state { EMU_READY, EMU_AT_BARRIER, EMU_AT_SHUFFLE, EMU_DONE };
+struct emu_thread {
+    ucontext_t ctx;
+    emu_dim3 idx;                            // threadIdx
+    emu_state state;
+    unsigned mask; int offset, bytes;        // the pending __shfl_down_sync
+    unsigned char value[8], result[8];
+};
+// Not static, so that the compiler reloads them after every switch between threads.
+emu_dim3 blockIdx, blockDim, gridDim;
+emu_thread* emu_self;                        // the thread running now
+ucontext_t emu_scheduler;
+std::function<void()> emu_kernel;
+char emu_error[400];
+
+#define threadIdx (emu_self->idx)
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__ static                    // one copy for the block (blocks run in turn)
 #define __launch_bounds__(...)
-// Cooperation between threads cannot be emulated one thread at a time: kernels that use it
-// compile here but abort if launched.
-static inline void __syncthreads() { std::abort(); }
-template <typename T> static inline T __shfl_down_sync(unsigned, T v, int) { std::abort(); return v; }
+
+static void emu_wait(emu_state why)
+{
+    emu_thread* me = emu_self;
+    me->state = why;
+    swapcontext(&me->ctx, &emu_scheduler);   // back here when the scheduler releases us
+}
+static inline void __syncthreads() { emu_wait(EMU_AT_BARRIER); }
+template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, int offset)
+{
+    static_assert(sizeof(T) <= 8, "the stand-in shuffles at most 8 bytes");
+    emu_self->mask = mask; emu_self->offset = offset; emu_self->bytes = sizeof(T);
+    std::memcpy(emu_self->value, &v, sizeof(T));
+    emu_wait(EMU_AT_SHUFFLE);
+    T out;
+    std::memcpy(&out, emu_self->result, sizeof(T));
+    return out;
+}
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
 """
 
-LAUNCHERS = r"""
-template <class Kernel>
-static void launch(const unsigned* grid, const unsigned* block, Kernel kernel)
+SCHEDULER = r"""
+static void emu_entry() { emu_kernel(); emu_self->state = EMU_DONE; }   // then uc_link
+
+static int emu_fail(const char* what, unsigned tid)
 {
-    gridDim = {grid[0], grid[1], grid[2]};
-    blockDim = {block[0], block[1], block[2]};
-    for (unsigned bz = 0; bz < grid[2]; ++bz)
-    for (unsigned by = 0; by < grid[1]; ++by)
-    for (unsigned bx = 0; bx < grid[0]; ++bx) {
-        blockIdx = {bx, by, bz};
-        for (unsigned tz = 0; tz < block[2]; ++tz)
-        for (unsigned ty = 0; ty < block[1]; ++ty)
-        for (unsigned tx = 0; tx < block[0]; ++tx) {
-            threadIdx = {tx, ty, tz};
-            kernel();
+    std::snprintf(emu_error, sizeof emu_error,
+                  "block (%u, %u, %u), thread %u (threadIdx (%u, %u, %u)): %s", blockIdx.x,
+                  blockIdx.y, blockIdx.z, tid, tid % blockDim.x, tid / blockDim.x % blockDim.y,
+                  tid / (blockDim.x * blockDim.y), what);
+    return 1;
+}
+
+// Exchange the values of one warp whose lanes all wait in __shfl_down_sync.
+static int emu_shuffle(emu_thread* th, unsigned first, unsigned lanes)
+{
+    for (unsigned l = 0; l < lanes; ++l) {
+        const emu_thread& t = th[first + l];
+        if (t.state != EMU_AT_SHUFFLE)
+            return emu_fail(t.state == EMU_DONE ? "returned while its warp waits in __shfl_down_sync"
+                                                : "waits in __syncthreads() while its warp waits in "
+                                                  "__shfl_down_sync", first + l);
+        if (t.mask != 0xffffffffu || lanes != 32)
+            return emu_fail("__shfl_down_sync with a mask other than all 32 lanes of a full warp "
+                            "(the stand-in handles only that)", first + l);
+        if (t.bytes != th[first].bytes)
+            return emu_fail("lanes of one warp shuffle values of different types", first + l);
+    }
+    for (unsigned l = 0; l < lanes; ++l) {
+        emu_thread& t = th[first + l];
+        const unsigned src = l + (unsigned)t.offset < 32 ? l + t.offset : l;
+        std::memcpy(t.result, th[first + src].value, 8);
+        t.state = EMU_READY;
+    }
+    return 0;
+}
+
+static int emu_run_block(emu_thread* th, unsigned n, char* stacks, size_t stack_size, int reverse)
+{
+    for (unsigned i = 0; i < n; ++i) {
+        getcontext(&th[i].ctx);
+        th[i].ctx.uc_stack.ss_sp = stacks + i * stack_size;
+        th[i].ctx.uc_stack.ss_size = stack_size;
+        th[i].ctx.uc_link = &emu_scheduler;
+        makecontext(&th[i].ctx, emu_entry, 0);
+        th[i].state = EMU_READY;
+    }
+    const unsigned warps = (n + 31) / 32;
+    for (;;) {
+        for (unsigned k = 0; k < warps; ++k) {  // each warp in turn runs as far as it can
+            const unsigned first = 32 * (reverse ? warps - 1 - k : k);
+            const unsigned lanes = n - first < 32 ? n - first : 32;
+            for (;;) {
+                bool shuffle = false;           // run each lane until it waits or returns
+                for (unsigned l = 0; l < lanes; ++l) {
+                    emu_self = &th[first + (reverse ? lanes - 1 - l : l)];
+                    if (emu_self->state == EMU_READY) swapcontext(&emu_scheduler, &emu_self->ctx);
+                    shuffle |= emu_self->state == EMU_AT_SHUFFLE;
+                }
+                if (!shuffle) break;            // the warp waits at the barrier, or is done
+                if (emu_shuffle(th, first, lanes)) return 1;
+            }
+        }
+        unsigned done = 0;                    // else every thread waits at the barrier or is done
+        for (unsigned i = 0; i < n; ++i) done += th[i].state == EMU_DONE;
+        if (done == n) return 0;
+        for (unsigned i = 0; i < n; ++i) {
+            if (done && th[i].state == EMU_DONE)
+                return emu_fail("returned while other threads of its block wait in "
+                                "__syncthreads() (on a GPU the block may hang)", i);
+            th[i].state = EMU_READY;
         }
     }
 }
-#define GEOMETRY const unsigned* grid, const unsigned* block
-#define LAUNCH(call) launch(grid, block, [&] { call; })
+
+static int launch(const unsigned* grid, const unsigned* block, int reverse,
+                  std::function<void()> kernel)
+{
+    gridDim = {grid[0], grid[1], grid[2]};
+    blockDim = {block[0], block[1], block[2]};
+    const unsigned n = block[0] * block[1] * block[2];
+    const size_t stack_size = 64 * 1024;
+    emu_thread* th = new emu_thread[n];
+    char* stacks = static_cast<char*>(std::malloc(n * stack_size));
+    emu_kernel = kernel;
+    int failed = 0;
+    for (unsigned bz = 0; bz < grid[2] && !failed; ++bz)
+    for (unsigned by = 0; by < grid[1] && !failed; ++by)
+    for (unsigned bx = 0; bx < grid[0] && !failed; ++bx) {
+        blockIdx = {bx, by, bz};
+        for (unsigned i = 0; i < n; ++i)
+            th[i].idx = {i % block[0], i / block[0] % block[1], i / (block[0] * block[1])};
+        failed = emu_run_block(th, n, stacks, stack_size, reverse);
+    }
+    std::free(stacks);
+    delete[] th;
+    return failed;
+}
+"""
+
+LAUNCHERS = r"""
+#define GEOMETRY const unsigned* grid, const unsigned* block, int reverse
+#define LAUNCH(call) return launch(grid, block, reverse, [&] { call; })
 #define CONV_SIZES int N, int C, int H, int W, int KH, int KW, int stride, int padding, int OH, int OW
 #define CONV_ARGS N, C, H, W, KH, KW, stride, padding, OH, OW
 
 extern "C" {
-void run_matmul_naive(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+const char* emu_last_error() { return emu_error; }
+int run_matmul_naive(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
 { LAUNCH(matmul_naive(A, B, Cm, M, N, K)); }
-void run_matmul_coalesced(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+int run_matmul_coalesced(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
 { LAUNCH(matmul_coalesced(A, B, Cm, M, N, K)); }
+int run_matmul_tiled(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_tiled(A, B, Cm, M, N, K)); }
+int run_matmul_regblock(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_regblock(A, B, Cm, M, N, K)); }
 """
 TYPED = r"""
-void run_bias_relu_forward_{t}(GEOMETRY, const {T}* x, const {T}* b, {T}* y, long long N, int F)
+int run_bias_relu_forward_{t}(GEOMETRY, const {T}* x, const {T}* b, {T}* y, long long N, int F)
 {{ LAUNCH(bias_relu_forward<{T}>(x, b, y, N, F)); }}
-void run_bias_relu_rows_forward_{t}(GEOMETRY, const {T}* x, const {T}* b, {T}* y, long long M)
+int run_bias_relu_backward_{t}(GEOMETRY, const {T}* dout, const {T}* y, {T}* dx, {T}* partial,
+                               long long N, int F)
+{{ LAUNCH(bias_relu_backward<{T}>(dout, y, dx, partial, N, F)); }}
+int run_bias_relu_rows_forward_{t}(GEOMETRY, const {T}* x, const {T}* b, {T}* y, long long M)
 {{ LAUNCH(bias_relu_rows_forward<{T}>(x, b, y, M)); }}
-void run_im2col_{t}(GEOMETRY, const {T}* x, {T}* cols_t, long long sN, long long sC,
-                    long long sH, long long sW, CONV_SIZES)
+int run_bias_relu_rows_backward_{t}(GEOMETRY, const {T}* dout, const {T}* y, {T}* dx,
+                                    {T}* partial, long long M)
+{{ LAUNCH(bias_relu_rows_backward<{T}>(dout, y, dx, partial, M)); }}
+int run_softmax_xent_{t}_i(GEOMETRY, const {T}* z, const int* y, {T}* loss, {T}* dz,
+                           int N, int C, {T} inv_N)
+{{ LAUNCH((softmax_xent<{T}, int>(z, y, loss, dz, N, C, inv_N))); }}
+int run_softmax_xent_{t}_l(GEOMETRY, const {T}* z, const long long* y, {T}* loss, {T}* dz,
+                           int N, int C, {T} inv_N)
+{{ LAUNCH((softmax_xent<{T}, long long>(z, y, loss, dz, N, C, inv_N))); }}
+int run_im2col_{t}(GEOMETRY, const {T}* x, {T}* cols_t, long long sN, long long sC,
+                   long long sH, long long sW, CONV_SIZES)
 {{ LAUNCH(im2col_kernel<{T}>(x, cols_t, sN, sC, sH, sW, CONV_ARGS)); }}
-void run_col2im_{t}(GEOMETRY, const {T}* cols, {T}* dx, long long s_r, long long s_q, CONV_SIZES)
+int run_col2im_{t}(GEOMETRY, const {T}* cols, {T}* dx, long long s_r, long long s_q, CONV_SIZES)
 {{ LAUNCH(col2im_kernel<{T}>(cols, dx, s_r, s_q, CONV_ARGS)); }}
 """
 SUFFIX = {np.float32: "f", np.float64: "d"}
+CTYPES = {np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+GUARD = 64   # NaN elements on each side of every array: 256+ bytes, so float4 stays aligned
+
+
+def _compile(out, sources, name="emulated"):
+    """Compile the .cu sources (name -> text) with the stand-in into a ctypes library."""
+    unit = CUDA_STAND_IN + "".join(f"// ---- {f}\n{text}\n" for f, text in sources.items())
+    unit += SCHEDULER + LAUNCHERS
+    unit += "".join(TYPED.format(t=t, T=T) for t, T in (("f", "float"), ("d", "double"))) + "}\n"
+    (out / f"{name}.cpp").write_text(unit)
+    lib = out / f"lib{name}.so"
+    proc = subprocess.run([GXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
+                           "-o", str(lib), str(out / f"{name}.cpp")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"g++ could not compile the kernels as C++:\n{proc.stderr[-4000:]}"
+    emu = ctypes.CDLL(str(lib))
+    emu.emu_last_error.restype = ctypes.c_char_p
+    return emu
+
+
+def _all_sources():
+    return {f: K.source(f) for f in K.SOURCES}
 
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    """The emulated kernels as a ctypes library."""
-    out = tmp_path_factory.mktemp("emulated_kernels")
-    unit = CUDA_STAND_IN + "".join(f'#include "{K.SOURCES[f].path.as_posix()}"\n' for f in EMULATED)
-    unit += LAUNCHERS + "".join(TYPED.format(t=t, T=T) for t, T in (("f", "float"), ("d", "double")))
-    unit += "}\n"
-    (out / "emulated.cpp").write_text(unit)
-    lib = out / "libemulated.so"
-    proc = subprocess.run([GXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
-                           "-o", str(lib), str(out / "emulated.cpp")],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"g++ could not compile the kernels as C++:\n{proc.stderr[-4000:]}"
-    return ctypes.CDLL(str(lib))
+    """Every kernel, emulated, as a ctypes library."""
+    return _compile(tmp_path_factory.mktemp("emulated_kernels"), _all_sources())
 
 
-def _launch(emu, name, cfg, *args):
-    """Call the emulated kernel with cfg's grid and block; arrays go as pointers."""
+def _fill(dtype):
+    """What the guard bands hold: NaN, or for integers (labels) the most negative one."""
+    return np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _guarded(a):
+    """A C-contiguous copy of a inside a buffer with GUARD elements of _fill on each side."""
+    a = np.asarray(a)
+    buf = np.full(a.size + 2 * GUARD, _fill(a.dtype), dtype=a.dtype)
+    inner = buf[GUARD:GUARD + a.size].reshape(a.shape)
+    inner[...] = a
+    assert inner.ctypes.data % 16 == 0, "the guarded array must be 16-byte aligned"
+    return inner
+
+
+def _empty(shape, dtype):
+    """An output: NaN inside (so anything left unwritten shows), NaN guards outside."""
+    return _guarded(np.full(shape, np.nan, dtype=dtype))
+
+
+def _launch(emu, name, cfg, *args, reverse=False):
+    """Run the emulated kernel with cfg's grid and block. Arrays (made by _guarded) go as
+    pointers; afterwards every guard band must still hold its fill."""
     grid, block = ((ctypes.c_uint * 3)(*cfg.grid), (ctypes.c_uint * 3)(*cfg.block))
     c_args = []
     for a in args:
         if isinstance(a, np.ndarray):
+            buf = a.base
+            assert buf is not None and buf.size == a.size + 2 * GUARD, "pass arrays via _guarded"
             c_args.append(ctypes.c_void_p(a.ctypes.data))
         elif isinstance(a, np.int64):
             c_args.append(ctypes.c_longlong(int(a)))
+        elif isinstance(a, np.floating):
+            c_args.append(CTYPES[a.dtype.type](a))
         else:
             c_args.append(ctypes.c_int(int(a)))
-    getattr(emu, name)(grid, block, *c_args)
+    if getattr(emu, name)(grid, block, int(reverse), *c_args):
+        raise AssertionError(f"{name} {cfg}: {emu.emu_last_error().decode()}")
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            guards = np.concatenate([a.base[:GUARD], a.base[-GUARD:]])
+            np.testing.assert_array_equal(guards, np.full_like(guards, _fill(a.dtype)),
+                                          err_msg=f"{name} wrote outside argument {i}")
 
 
 def _elements(a):
     return tuple(np.int64(s // a.itemsize) for s in a.strides)
 
 
-@pytest.mark.parametrize("name", ["naive", "coalesced"])
-@pytest.mark.parametrize("M, N, Kd", [(1, 1, 1), (37, 45, 29), (33, 64, 7)])
-def test_emulated_matmul(emu, name, M, N, Kd):
+MATMUL_SIZES = [(1, 1, 1), (37, 45, 29), (33, 64, 7), (70, 33, 65)]
+REGBLOCK_SIZES = [(1, 4, 4), (130, 136, 20), (257, 132, 12)]   # K, N multiples of 4 (float4)
+
+
+@pytest.fixture(params=[False, True], ids=["warps-in-order", "warps-reversed"])
+def reverse(request):
+    """The order in which the threads of a block take turns: both must give the same result."""
+    return request.param
+
+
+@pytest.mark.parametrize("name, M, N, Kd",
+                         [(name, *mnk) for name in ("naive", "coalesced", "tiled")
+                          for mnk in MATMUL_SIZES] + [("regblock", *mnk) for mnk in REGBLOCK_SIZES])
+def test_emulated_matmul(emu, name, M, N, Kd, reverse):
     rng = np.random.default_rng(M + N)
     A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
-    C = np.full((M, N), np.nan, dtype=np.float32)
-    _launch(emu, f"run_matmul_{name}", K.launch_config(name, M, N, Kd), A, B, C, M, N, Kd)
+    C = _empty((M, N), np.float32)
+    _launch(emu, f"run_matmul_{name}", K.launch_config(name, M, N, Kd),
+            _guarded(A), _guarded(B), C, M, N, Kd, reverse=reverse)
     np.testing.assert_allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
+def test_emulation_catches_a_missing_syncthreads(tmp_path):
+    """Without the __syncthreads() that ends each k-step, a thread that runs ahead overwrites
+    the shared tiles while the others still read them: the result is wrong, and shows it."""
+    src = K.source("matmul_tiled.cu")
+    last = "        __syncthreads();                          // 4."
+    assert src.count(last) == 1, "the tiled kernel changed: update this test"
+    sources = _all_sources()
+    sources["matmul_tiled.cu"] = src.replace(last, "        // (removed) 4.")
+    broken = _compile(tmp_path, sources, name="broken")
+    M = N = Kd = 64
+    rng = np.random.default_rng(0)
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
+    C = _empty((M, N), np.float32)
+    _launch(broken, "run_matmul_tiled", K.launch_config("tiled", M, N, Kd),
+            _guarded(A), _guarded(B), C, M, N, Kd)
+    assert not np.allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("N, F", [(1, 1), (37, 45), (1000, 3), (3, 300)])
-def test_emulated_bias_relu_forward_both_layouts(emu, dtype, N, F):
+@pytest.mark.parametrize("N, F, few_blocks", [(1, 1, False), (37, 45, False), (1000, 3, False),
+                                              (3, 300, False), (1000, 3, True), (200, 70, True)])
+def test_emulated_bias_relu_both_layouts(emu, dtype, N, F, few_blocks, reverse):
+    """few_blocks: a grid of only 2 blocks along the split axis, so each block walks several
+    strides of rows (or of a row), as on a GPU with far more data than blocks."""
     rng = np.random.default_rng(N * F)
     x, b = rng.standard_normal((N, F)).astype(dtype), rng.standard_normal(F).astype(dtype)
-    y = np.full_like(x, np.nan)
-    _launch(emu, f"run_bias_relu_forward_{SUFFIX[dtype]}", K.launch_config("bias_relu", N, F),
-            x, b, y, np.int64(N), F)
+    dout = rng.standard_normal((N, F)).astype(dtype)
+    t = SUFFIX[dtype]
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+
+    # bias along columns (Linear's (N, F) output): forward, then backward with db in partials
+    cfg = K.launch_config("bias_relu", N, F)
+    if few_blocks:
+        cfg = dataclasses.replace(cfg, grid=(cfg.grid[0], 2, 1))
+    y = _empty((N, F), dtype)
+    _launch(emu, f"run_bias_relu_forward_{t}", cfg, _guarded(x), _guarded(b), y, np.int64(N), F)
     np.testing.assert_array_equal(y, R.bias_relu_forward_ref(x, b))
-    rows = x.T.copy()                       # (F, N): the bias along rows, as in Conv2d
-    y_rows = np.full_like(rows, np.nan)
-    _launch(emu, f"run_bias_relu_rows_forward_{SUFFIX[dtype]}",
-            K.launch_config("bias_relu_rows", F, N), rows, b, y_rows, np.int64(N))
+    dx, partial = _empty((N, F), dtype), _empty((cfg.grid[1], F), dtype)
+    _launch(emu, f"run_bias_relu_backward_{t}", cfg, _guarded(dout), _guarded(y), dx, partial,
+            np.int64(N), F, reverse=reverse)
+    want_dx, want_db = R.bias_relu_backward_ref(dout, y)
+    np.testing.assert_array_equal(dx, want_dx)
+    np.testing.assert_allclose(partial.sum(axis=0), want_db, **tol)   # as the wrapper does
+
+    # bias along rows (Conv2d's (F, M) output matrix)
+    rows, dout_rows = x.T.copy(), dout.T.copy()
+    cfg = K.launch_config("bias_relu_rows", F, N)
+    if few_blocks:
+        cfg = dataclasses.replace(cfg, grid=(2, F, 1))
+    y_rows = _empty((F, N), dtype)
+    _launch(emu, f"run_bias_relu_rows_forward_{t}", cfg, _guarded(rows), _guarded(b), y_rows,
+            np.int64(N))
     np.testing.assert_array_equal(y_rows, R.bias_relu_rows_forward_ref(rows, b))
+    dx_rows, partial = _empty((F, N), dtype), _empty((F, cfg.grid[0]), dtype)
+    _launch(emu, f"run_bias_relu_rows_backward_{t}", cfg, _guarded(dout_rows), _guarded(y_rows),
+            dx_rows, partial, np.int64(N), reverse=reverse)
+    want_dx, want_db = R.bias_relu_rows_backward_ref(dout_rows, y_rows)
+    np.testing.assert_array_equal(dx_rows, want_dx)
+    np.testing.assert_allclose(partial.sum(axis=1), want_db, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("label_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("N, C, grid", [(1, 1, None), (7, 10, None), (33, 1000, None),
+                                        (5, 33, None), (9, 300, 4)])
+def test_emulated_softmax_cross_entropy(emu, dtype, label_dtype, N, C, grid, reverse):
+    """grid=4: fewer blocks than rows, so each block walks its rows grid-stride (on a GPU that
+    happens only past 2**20 rows) and reuses its shared memory from one row to the next."""
+    rng = np.random.default_rng(N * C)
+    z = (rng.standard_normal((N, C)) * 20).astype(dtype)
+    z[0, 0] = 80 if dtype == np.float32 else 700          # exp would overflow unshifted
+    y = rng.integers(0, C, N).astype(label_dtype)
+    y[-1] = C if N > 1 else y[-1]                         # out of range: that row's loss is NaN
+    cfg = K.launch_config("softmax_cross_entropy", N, C)
+    if grid is not None:
+        cfg = dataclasses.replace(cfg, grid=(grid, 1, 1))
+    loss_rows, dz = _empty(N, dtype), _empty((N, C), dtype)
+    name = f"run_softmax_xent_{SUFFIX[dtype]}_{'i' if label_dtype == np.int32 else 'l'}"
+    _launch(emu, name, cfg, _guarded(z), _guarded(y), loss_rows, dz, N, C, dtype(1.0 / N),
+            reverse=reverse)
+    valid = y < C
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    ref_loss, ref_dz = R.softmax_cross_entropy_ref(z[valid], y[valid])
+    assert np.isnan(loss_rows[~valid]).all()
+    np.testing.assert_allclose(loss_rows[valid].mean(), ref_loss, rtol=tol)
+    n_valid = valid.sum()                                 # the reference divides by its own N
+    np.testing.assert_allclose(dz[valid] * N / n_valid, ref_dz, rtol=tol, atol=tol / N)
+    assert np.isfinite(dz).all()
 
 
 CONV_CASES = [((2, 3, 5, 6), 3, 3, 1, 1), ((2, 2, 7, 7), 2, 3, 2, 0), ((1, 4, 6, 5), 3, 2, 1, 2),
@@ -157,21 +437,22 @@ def test_emulated_im2col_col2im(emu, case, layout, dtype):
     N, C, H, W = shape
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal(shape).astype(dtype)
+    x_in = _guarded(x)
     if layout != "contiguous":              # as Conv2d's outputs are: (C, N, H, W) in memory
-        x = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+        x_in = _guarded(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
     OH, OW = K.unfold.output_shape(H, W, KH, KW, s, p)
     sizes = (N, C, H, W, KH, KW, s, p, OH, OW)
     t = SUFFIX[dtype]
 
-    cols_t = np.full((C * KH * KW, N * OH * OW), np.nan, dtype=dtype)
+    cols_t = _empty((C * KH * KW, N * OH * OW), dtype)
     _launch(emu, f"run_im2col_{t}", K.launch_config("im2col", N, C, H, W, KH, KW, s, p),
-            x, cols_t, *_elements(x), *sizes)
+            x_in, cols_t, *_elements(x_in), *sizes)
     np.testing.assert_array_equal(cols_t.T, R.im2col_ref(x, KH, KW, s, p))
 
     c = rng.standard_normal(cols_t.T.shape).astype(dtype)
     want = R.col2im_ref(c, shape, KH, KW, s, p)
-    for cols in (c, np.asfortranarray(c)):  # either layout is read in place
-        dx = np.full(shape, np.nan, dtype=dtype)
+    for cols in (_guarded(c), _guarded(c.T).T):   # either layout is read in place
+        dx = _empty(shape, dtype)
         _launch(emu, f"run_col2im_{t}", K.launch_config("col2im", N, C, H, W, KH, KW, s, p),
                 cols, dx, *_elements(cols), *sizes)
         np.testing.assert_allclose(dx, want, rtol=1e-12 if dtype == np.float64 else 1e-5,
