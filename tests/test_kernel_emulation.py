@@ -335,22 +335,51 @@ def test_emulated_matmul(emu, name, M, N, Kd, reverse):
     np.testing.assert_allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
+def _planted(tmp_path, plants):
+    """The kernels with bugs planted: plants maps a .cu file to (text, replacement)."""
+    sources = _all_sources()
+    for file, (old, new) in plants.items():
+        assert sources[file].count(old) == 1, f"{file} changed: update the planted bug"
+        sources[file] = sources[file].replace(old, new)
+    return _compile(tmp_path, sources, name="planted")
+
+
+def _tiled_64(emu):
+    """C from the emulated tiled kernel at M = N = K = 64, and A @ B."""
+    rng = np.random.default_rng(0)
+    A, B = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    C = _empty((64, 64), np.float32)
+    _launch(emu, "run_matmul_tiled", K.launch_config("tiled", 64, 64, 64),
+            _guarded(A), _guarded(B), C, 64, 64, 64)
+    return C, R.matmul(A, B)
+
+
 def test_emulation_catches_a_missing_syncthreads(tmp_path):
     """Without the __syncthreads() that ends each k-step, a thread that runs ahead overwrites
     the shared tiles while the others still read them: the result is wrong, and shows it."""
-    src = K.source("matmul_tiled.cu")
-    last = "        __syncthreads();                          // 4."
-    assert src.count(last) == 1, "the tiled kernel changed: update this test"
-    sources = _all_sources()
-    sources["matmul_tiled.cu"] = src.replace(last, "        // (removed) 4.")
-    broken = _compile(tmp_path, sources, name="broken")
-    M = N = Kd = 64
-    rng = np.random.default_rng(0)
-    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
-    C = _empty((M, N), np.float32)
-    _launch(broken, "run_matmul_tiled", K.launch_config("tiled", M, N, Kd),
-            _guarded(A), _guarded(B), C, M, N, Kd)
-    assert not np.allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
+    broken = _planted(tmp_path, {"matmul_tiled.cu": (
+        "        __syncthreads();                          // 4.", "        // (removed) 4.")})
+    C, want = _tiled_64(broken)
+    assert not np.allclose(C, want, rtol=1e-5, atol=1e-5)
+
+
+def test_emulation_reports_threads_that_would_hang(tmp_path):
+    """A thread that returns while the rest of its block waits in __syncthreads(), or while its
+    warp waits in a shuffle, would hang the block on a GPU; the emulator names the thread."""
+    broken = _planted(tmp_path, {
+        "matmul_tiled.cu": ("    float acc = 0.0f;\n",
+                            "    float acc = 0.0f;\n    if (tx == 5 && ty == 1) return;\n"),
+        "bias_relu.cu": ("    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n",
+                         "    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n"
+                         "    if (threadIdx.x == 40) return;\n")})
+    with pytest.raises(AssertionError, match=r"thread 37 \(threadIdx \(5, 1, 0\)\): returned "
+                                             r"while other threads of its block wait"):
+        _tiled_64(broken)
+    x = _guarded(np.ones((2, 300)))
+    with pytest.raises(AssertionError, match=r"thread 40 .*returned while its warp waits in "
+                                             r"__shfl_down_sync"):
+        _launch(broken, "run_bias_relu_rows_backward_d", K.launch_config("bias_relu_rows", 2, 300),
+                x, x, _empty((2, 300), np.float64), _empty((2, 2), np.float64), np.int64(300))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
