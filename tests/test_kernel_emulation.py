@@ -21,20 +21,27 @@ side): a read outside the array poisons the result, and a write outside is caugh
 launch.
 
 This tests the kernels' own index arithmetic and synchronisation, with the launch geometry the
-Python wrappers compute (``K.launch_config``), against the NumPy references. What it cannot
-show is speed, and what happens when threads really do run at once (a GPU runs the same code
-in test_kernels.py).
+Python wrappers compute (``K.launch_config``), against the NumPy references. The last section
+runs the Python wrappers and the layers' kernel branches on the emulated kernels too. What it
+cannot show is speed, and what happens when threads really do run at once (a GPU runs the same
+code in test_kernels.py and the rest of the suite).
 """
 import ctypes
 import dataclasses
+import math
+import re
 import shutil
 import subprocess
+import types
+import weakref
 
 import numpy as np
 import pytest
 
+import dlcourse as dl
 import dlcourse.kernels as K
 from dlcourse.kernels import reference as R
+from test_fusion import MODELS, _step
 
 GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ is not on the PATH: the CUDA kernels "
@@ -269,10 +276,14 @@ def _fill(dtype):
     return np.nan if dtype.kind == "f" else np.iinfo(dtype).min
 
 
+_BUFFERS = weakref.WeakValueDictionary()   # id -> every buffer _guarded made, while alive
+
+
 def _guarded(a):
     """A C-contiguous copy of a inside a buffer with GUARD elements of _fill on each side."""
     a = np.asarray(a)
     buf = np.full(a.size + 2 * GUARD, _fill(a.dtype), dtype=a.dtype)
+    _BUFFERS[id(buf)] = buf
     inner = buf[GUARD:GUARD + a.size].reshape(a.shape)
     inner[...] = a
     assert inner.ctypes.data % 16 == 0, "the guarded array must be 16-byte aligned"
@@ -284,15 +295,28 @@ def _empty(shape, dtype):
     return _guarded(np.full(shape, np.nan, dtype=dtype))
 
 
-def _launch(emu, name, cfg, *args, reverse=False):
-    """Run the emulated kernel with cfg's grid and block. Arrays (made by _guarded) go as
-    pointers; afterwards every guard band must still hold its fill."""
+def _guard_buffer(a):
+    """The guarded buffer a lies in (checking that it lies inside the guards), or None."""
+    buf = a.base
+    if buf is None or _BUFFERS.get(id(buf)) is not buf:
+        return None
+    lo, hi = np.lib.array_utils.byte_bounds(a)
+    start = buf.ctypes.data + GUARD * buf.itemsize
+    assert start <= lo and hi <= start + (buf.size - 2 * GUARD) * buf.itemsize, \
+        "the array reaches into its guard bands"
+    return buf
+
+
+def _launch(emu, name, cfg, *args, reverse=False, strict=True):
+    """Run the emulated kernel with cfg's grid and block; arrays go as pointers to their first
+    element. Afterwards the guard bands around every array must still hold their fill. strict:
+    every array must come from _guarded (the tests' own arrays)."""
     grid, block = ((ctypes.c_uint * 3)(*cfg.grid), (ctypes.c_uint * 3)(*cfg.block))
-    c_args = []
+    c_args, buffers = [], []
     for a in args:
         if isinstance(a, np.ndarray):
-            buf = a.base
-            assert buf is not None and buf.size == a.size + 2 * GUARD, "pass arrays via _guarded"
+            buffers.append((len(c_args), _guard_buffer(a)))
+            assert buffers[-1][1] is not None or not strict, "pass arrays via _guarded"
             c_args.append(ctypes.c_void_p(a.ctypes.data))
         elif isinstance(a, np.int64):
             c_args.append(ctypes.c_longlong(int(a)))
@@ -302,10 +326,10 @@ def _launch(emu, name, cfg, *args, reverse=False):
             c_args.append(ctypes.c_int(int(a)))
     if getattr(emu, name)(grid, block, int(reverse), *c_args):
         raise AssertionError(f"{name} {cfg}: {emu.emu_last_error().decode()}")
-    for i, a in enumerate(args):
-        if isinstance(a, np.ndarray):
-            guards = np.concatenate([a.base[:GUARD], a.base[-GUARD:]])
-            np.testing.assert_array_equal(guards, np.full_like(guards, _fill(a.dtype)),
+    for i, buf in buffers:
+        if buf is not None:
+            guards = np.concatenate([buf[:GUARD], buf[-GUARD:]])
+            np.testing.assert_array_equal(guards, np.full_like(guards, _fill(buf.dtype)),
                                           err_msg=f"{name} wrote outside argument {i}")
 
 
@@ -486,3 +510,163 @@ def test_emulated_im2col_col2im(emu, case, layout, dtype):
                 cols, dx, *_elements(cols), *sizes)
         np.testing.assert_allclose(dx, want, rtol=1e-12 if dtype == np.float64 else 1e-5,
                                    atol=1e-12 if dtype == np.float64 else 1e-5)
+
+
+# ============================================================================================
+# The Python wrappers and the layers' GPU branches, on the emulated kernels
+# ============================================================================================
+# With the patches of the `emulated_gpu` fixture, dlcourse.kernels takes NumPy arrays for CuPy
+# ones, allocates through a small CuPy stand-in (guarded buffers again), and launches the
+# emulated kernels. So the wrappers' own work (padding, strides, partial sums, the template
+# each dtype picks, the type of every scalar argument) and the glue in Conv2d and the fused
+# layers run in CI as they would on a GPU.
+C_TYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64}
+SHORT = {"float": "f", "double": "d", "int": "i", "long long": "l"}
+
+
+def _cu_params(source, kernel):
+    """[(is_pointer, C type, name)] of a __global__ kernel, read from its .cu source."""
+    source = re.sub(r"//[^\n]*", "", source)
+    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?" + kernel +
+                  r"\s*\(([^)]*)\)", source)
+    assert m, f"no __global__ kernel {kernel} in the source"
+    params = []
+    for p in m.group(1).split(","):
+        words = [w for w in p.replace("*", " * ").split() if w not in ("const", "__restrict__")]
+        params.append(("*" in words, " ".join(w for w in words[:-1] if w != "*"), words[-1]))
+    return params
+
+
+class EmuArray(np.ndarray):
+    """A NumPy array standing in for a CuPy one: ``.data.ptr`` is its address, as in CuPy."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+def _device(a):
+    """a, copied into a guarded buffer, as an EmuArray."""
+    return _guarded(a).view(EmuArray)
+
+
+FAKE_CUPY = types.SimpleNamespace(
+    float32=np.float32,
+    empty=lambda shape, dtype=np.float32: _device(np.full(shape, np.nan, dtype=dtype)),
+    empty_like=lambda a: _device(np.full(a.shape, np.nan, dtype=a.dtype)),
+    zeros=lambda shape, dtype=np.float32: _device(np.zeros(shape, dtype=dtype)),
+    asarray=lambda a, dtype=None: _device(np.asarray(a, dtype=dtype)),
+    ascontiguousarray=lambda a: _device(np.ascontiguousarray(a)),
+)
+
+
+def _emulated_kernel(emu, file, name):
+    """What get_kernel(file, name) returns on a GPU: kernel(grid, block, args, shared_mem=0).
+    It checks what CUDA would not: the argument count, each array's dtype and each scalar's
+    exact type against the kernel's signature in the .cu file, and the launch limits."""
+    kernel, _, targs = name.partition("<")
+    targs = [t.strip() for t in targs.rstrip(">").split(",")] if targs else []
+    params = _cu_params(K.source(file), kernel)
+    ctype = dict(C_TYPES, **dict(zip(("T", "L"), (C_TYPES[t] for t in targs))))
+    run = "run_" + kernel.removesuffix("_kernel") + "".join("_" + SHORT[t] for t in targs)
+
+    def launch(grid, block, args, shared_mem=0):
+        assert isinstance(grid, tuple) and isinstance(block, tuple) and shared_mem == 0
+        assert all(isinstance(v, int) and v >= 1 for v in grid + block), (grid, block)
+        assert math.prod(block) <= 1024 and max(grid[1:]) <= 65535, (grid, block)
+        assert len(args) == len(params), f"{name}: {len(args)} arguments, {len(params)} parameters"
+        for a, (pointer, t, pname) in zip(args, params):
+            if pointer:
+                assert isinstance(a, np.ndarray) and a.dtype == ctype[t], \
+                    f"{name}: {pname} is a {t}*, got {getattr(a, 'dtype', type(a).__name__)}"
+            else:
+                assert type(a) is ctype[t], f"{name}: {pname} is a {t}, got {type(a).__name__}"
+        _launch(emu, run, types.SimpleNamespace(grid=grid, block=block), *args, strict=False)
+    return launch
+
+
+@pytest.fixture
+def emulated_gpu(emu, monkeypatch):
+    """dlcourse.kernels and the layers' kernel branches running on the emulated kernels."""
+    monkeypatch.setattr(K._build, "device_of", lambda a: "gpu")
+    for module in (K.matmul, K.fused, K.unfold):
+        monkeypatch.setattr(module, "require_cupy", lambda: FAKE_CUPY)
+        monkeypatch.setattr(module, "get_kernel", lambda f, n: _emulated_kernel(emu, f, n))
+    for module in (dl.conv, dl.fusion):
+        monkeypatch.setattr(module, "gpu_kernels", lambda x, enabled=True: K if enabled else None)
+
+
+@pytest.mark.parametrize("M, N, Kd, misaligned", [(37, 45, 29, False), (33, 64, 8, False),
+                                                 (33, 64, 8, True), (130, 7, 5, False)])
+@pytest.mark.parametrize("name", sorted(K.MATMUL_KERNELS))
+def test_emulated_matmul_wrappers(emulated_gpu, name, M, N, Kd, misaligned):
+    """(130, 7, 5) and the misaligned view take matmul_regblock's zero-padded copies."""
+    rng = np.random.default_rng(M * N)
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
+    A_dev = _device(np.vstack([A[:1], A]))[1:] if misaligned else _device(A)   # 4 B * K past
+    C = K.MATMUL_KERNELS[name](A_dev, _device(B))
+    np.testing.assert_allclose(np.asarray(C), R.matmul(A, B), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_emulated_fused_wrappers(emulated_gpu, dtype):
+    rng = np.random.default_rng(5)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    x, dout = (rng.standard_normal((300, 70)).astype(dtype) for _ in range(2))
+    b = rng.standard_normal(70).astype(dtype)
+    y = K.bias_relu_forward(_device(x), _device(b))
+    np.testing.assert_array_equal(y, R.bias_relu_forward_ref(x, b))
+    for got, want in zip(K.bias_relu_backward(_device(dout), y), R.bias_relu_backward_ref(dout, y)):
+        np.testing.assert_allclose(got, want, **tol)
+    x, dout = x.T.copy(), dout.T.copy()
+    y = K.bias_relu_rows_forward(_device(x), _device(b))
+    np.testing.assert_array_equal(y, R.bias_relu_rows_forward_ref(x, b))
+    for got, want in zip(K.bias_relu_rows_backward(_device(dout), y),
+                         R.bias_relu_rows_backward_ref(dout, y)):
+        np.testing.assert_allclose(got, want, **tol)
+    for label_dtype in (np.int32, np.int64):
+        z = (rng.standard_normal((9, 300)) * 10).astype(dtype)
+        labels = rng.integers(0, 300, 9).astype(label_dtype)
+        loss, dz = K.softmax_cross_entropy(_device(z), _device(labels))
+        want_loss, want_dz = R.softmax_cross_entropy_ref(z, labels)
+        assert float(loss) == pytest.approx(want_loss, rel=tol["rtol"])
+        np.testing.assert_allclose(dz, want_dz, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_emulated_unfold_wrappers(emulated_gpu, case, dtype):
+    shape, KH, KW, s, p = case
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(dtype)
+    want = R.im2col_ref(x, KH, KW, s, p)
+    views = {"contiguous": _device(x),
+             "channel-major": _device(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3),
+             "reversed (copied)": _device(x[:, :, ::-1])[:, :, ::-1]}
+    for layout, x_dev in views.items():
+        np.testing.assert_array_equal(K.im2col(x_dev, KH, KW, s, p), want, err_msg=layout)
+    cols = rng.standard_normal(want.shape).astype(dtype)
+    want = R.col2im_ref(cols, shape, KH, KW, s, p)
+    for cols_dev in (_device(cols), _device(cols.T).T):   # as given, and as im2col returns it
+        np.testing.assert_allclose(K.col2im(cols_dev, shape, KH, KW, s, p), want,
+                                   rtol=1e-12 if dtype == np.float64 else 1e-5,
+                                   atol=1e-12 if dtype == np.float64 else 1e-5)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["model", "dl.fuse(model)"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_emulated_kernels_in_the_layers(emulated_gpu, name, fused):
+    """A training step with our kernels (im2col/col2im in Conv2d, bias+ReLU in the fused
+    layers) gives what the plain array code gives: logits, loss, dx and every gradient."""
+    make, shape = MODELS[name]
+    model = make().astype(np.float64)
+    model = dl.fuse(model) if fused else model
+    rng = np.random.default_rng(0)
+    x, labels = rng.standard_normal(shape), rng.integers(0, 5, shape[0])
+    want = _step(dl.use_kernels(model, False), x, labels)
+    got = _step(dl.use_kernels(model, True), x, labels)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+    assert got[1] == pytest.approx(want[1], rel=1e-12)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=1e-12)
+    for k in want[3]:
+        np.testing.assert_allclose(got[3][k], want[3][k], rtol=1e-12, atol=1e-12, err_msg=k)
