@@ -13,10 +13,10 @@ runs the grid one block after another; inside a block every thread is a *fiber* 
   Lanes of one warp at different sync points are an error.
 - ``__shared__`` arrays are ``static``: one copy, seen by every thread of the block.
 
-The threads of a block run as far as they can, one after the other (first to last, or last to
-first): a missing ``__syncthreads()`` then lets one thread read a tile the others have not
-written, or overwrite one they still read, and the result is wrong — a test below removes one
-to show it. Every array goes to a kernel inside bands of NaN (``GUARD`` elements on each
+The warps of a block take turns (first to last, or last to first): each runs as far as it can
+(its lanes one after the other, exchanging values at each shuffle) before the next starts. A
+missing ``__syncthreads()`` then lets one warp read a tile the others have not written, or
+overwrite one they still read, and the result is wrong: a test below removes one to show it. Every array goes to a kernel inside bands of NaN (``GUARD`` elements on each
 side): a read outside the array poisons the result, and a write outside is caught after the
 launch.
 
