@@ -32,6 +32,7 @@ import math
 import re
 import shutil
 import subprocess
+import sys
 import types
 import weakref
 
@@ -44,8 +45,12 @@ from dlcourse.kernels import reference as R
 from test_fusion import MODELS, _step
 
 GXX = shutil.which("g++")
-pytestmark = pytest.mark.skipif(GXX is None, reason="g++ is not on the PATH: the CUDA kernels "
-                                                     "are emulated on the CPU only where it is")
+pytestmark = [
+    pytest.mark.skipif(GXX is None, reason="g++ is not on the PATH: the CUDA kernels are "
+                                           "emulated on the CPU only where it is"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"),
+                       reason="the emulator's threads are glibc ucontext fibers (Linux only)"),
+]
 
 CUDA_STAND_IN = r"""
 #include <cmath>
