@@ -45,34 +45,23 @@ class CLIError(Exception):
 # ======================================================================================
 # Argument types: a bad value is a usage error (exit 2), not a traceback.
 # ======================================================================================
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value}")
-    return value
+def _number(cast, ok, expected):
+    """An argparse type: text -> cast(text), which must satisfy ok; else a usage error that
+    says what was expected and what was given."""
+    def parse(text):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
+        return value
+    return parse
 
 
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0 and np.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def _fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
-    return value
+_positive_int = _number(int, lambda v: v >= 1, "a positive whole number")
+_positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "a positive number")
+_fraction = _number(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 
 
 def _int_list(text):

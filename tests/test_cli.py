@@ -143,6 +143,19 @@ def test_bad_arguments_exit_2_without_a_traceback(args, capsys):
     assert "error:" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--epochs", "0", "expected a positive whole number, got 0"),
+    ("--epochs", "three", "expected a positive whole number, got 'three'"),
+    ("--lr", "inf", "expected a positive number, got inf"),
+    ("--dropout", "1", "expected a number in [0, 1), got 1"),
+    ("--dropout", "x", "expected a number in [0, 1), got 'x'"),
+])
+def test_bad_numbers_say_what_was_expected_and_given(option, value, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", option, value])
+    assert f"argument {option}: {message}" in capsys.readouterr().err
+
+
 def test_bad_arguments_through_python_dash_m():
     result = run_module("train", "--model", "nope")
     assert result.returncode == 2
