@@ -28,6 +28,7 @@ code in test_kernels.py and the rest of the suite).
 """
 import ctypes
 import dataclasses
+import functools
 import math
 import re
 import shutil
@@ -43,6 +44,7 @@ import dlcourse as dl
 import dlcourse.kernels as K
 from dlcourse.kernels import reference as R
 from test_fusion import MODELS, _step
+from test_kernels import CONV_CASES
 
 GXX = shutil.which("g++")
 pytestmark = [
@@ -338,6 +340,11 @@ def _launch(emu, name, cfg, *args, reverse=False, strict=True):
                                           err_msg=f"{name} wrote outside argument {i}")
 
 
+def _tol(dtype):
+    """assert_allclose tolerances for sums taken in another order than the reference's."""
+    return dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+
+
 def _elements(a):
     return tuple(np.int64(s // a.itemsize) for s in a.strides)
 
@@ -421,7 +428,7 @@ def test_emulated_bias_relu_both_layouts(emu, dtype, N, F, few_blocks, reverse):
     x, b = rng.standard_normal((N, F)).astype(dtype), rng.standard_normal(F).astype(dtype)
     dout = rng.standard_normal((N, F)).astype(dtype)
     t = SUFFIX[dtype]
-    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    tol = _tol(dtype)
 
     # bias along columns (Linear's (N, F) output): forward, then backward with db in partials
     cfg = K.launch_config("bias_relu", N, F)
@@ -474,17 +481,13 @@ def test_emulated_softmax_cross_entropy(emu, dtype, label_dtype, N, C, grid, rev
     _launch(emu, name, cfg, _guarded(z), _guarded(y), loss_rows, dz, N, C, dtype(1.0 / N),
             reverse=reverse)
     valid = y < C
-    tol = 1e-5 if dtype == np.float32 else 1e-12
+    tol = _tol(dtype)["rtol"]
     ref_loss, ref_dz = R.softmax_cross_entropy_ref(z[valid], y[valid])
     assert np.isnan(loss_rows[~valid]).all()
     np.testing.assert_allclose(loss_rows[valid].mean(), ref_loss, rtol=tol)
     n_valid = valid.sum()                                 # the reference divides by its own N
     np.testing.assert_allclose(dz[valid] * N / n_valid, ref_dz, rtol=tol, atol=tol / N)
     assert np.isfinite(dz).all()
-
-
-CONV_CASES = [((2, 3, 5, 6), 3, 3, 1, 1), ((2, 2, 7, 7), 2, 3, 2, 0), ((1, 4, 6, 5), 3, 2, 1, 2),
-              ((3, 1, 4, 4), 1, 1, 1, 0), ((2, 2, 8, 8), 3, 3, 3, 1)]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -513,8 +516,7 @@ def test_emulated_im2col_col2im(emu, case, layout, dtype):
         dx = _empty(shape, dtype)
         _launch(emu, f"run_col2im_{t}", K.launch_config("col2im", N, C, H, W, KH, KW, s, p),
                 cols, dx, *_elements(cols), *sizes)
-        np.testing.assert_allclose(dx, want, rtol=1e-12 if dtype == np.float64 else 1e-5,
-                                   atol=1e-12 if dtype == np.float64 else 1e-5)
+        np.testing.assert_allclose(dx, want, **_tol(dtype))
 
 
 # ============================================================================================
@@ -529,8 +531,9 @@ C_TYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "long lon
 SHORT = {"float": "f", "double": "d", "int": "i", "long long": "l"}
 
 
+@functools.lru_cache(maxsize=None)
 def _cu_params(source, kernel):
-    """[(is_pointer, C type, name)] of a __global__ kernel, read from its .cu source."""
+    """((is_pointer, C type, name), ...) of a __global__ kernel, read from its .cu source."""
     source = re.sub(r"//[^\n]*", "", source)
     m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?" + kernel +
                   r"\s*\(([^)]*)\)", source)
@@ -539,7 +542,7 @@ def _cu_params(source, kernel):
     for p in m.group(1).split(","):
         words = [w for w in p.replace("*", " * ").split() if w not in ("const", "__restrict__")]
         params.append(("*" in words, " ".join(w for w in words[:-1] if w != "*"), words[-1]))
-    return params
+    return tuple(params)
 
 
 class EmuArray(np.ndarray):
@@ -557,8 +560,8 @@ def _device(a):
 
 FAKE_CUPY = types.SimpleNamespace(
     float32=np.float32,
-    empty=lambda shape, dtype=np.float32: _device(np.full(shape, np.nan, dtype=dtype)),
-    empty_like=lambda a: _device(np.full(a.shape, np.nan, dtype=a.dtype)),
+    empty=lambda shape, dtype=np.float32: _empty(shape, dtype).view(EmuArray),
+    empty_like=lambda a: _empty(a.shape, a.dtype).view(EmuArray),
     zeros=lambda shape, dtype=np.float32: _device(np.zeros(shape, dtype=dtype)),
     asarray=lambda a, dtype=None: _device(np.asarray(a, dtype=dtype)),
     ascontiguousarray=lambda a: _device(np.ascontiguousarray(a)),
@@ -616,7 +619,7 @@ def test_emulated_matmul_wrappers(emulated_gpu, name, M, N, Kd, misaligned):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_emulated_fused_wrappers(emulated_gpu, dtype):
     rng = np.random.default_rng(5)
-    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    tol = _tol(dtype)
     x, dout = (rng.standard_normal((300, 70)).astype(dtype) for _ in range(2))
     b = rng.standard_normal(70).astype(dtype)
     y = K.bias_relu_forward(_device(x), _device(b))
@@ -653,9 +656,7 @@ def test_emulated_unfold_wrappers(emulated_gpu, case, dtype):
     cols = rng.standard_normal(want.shape).astype(dtype)
     want = R.col2im_ref(cols, shape, KH, KW, s, p)
     for cols_dev in (_device(cols), _device(cols.T).T):   # as given, and as im2col returns it
-        np.testing.assert_allclose(K.col2im(cols_dev, shape, KH, KW, s, p), want,
-                                   rtol=1e-12 if dtype == np.float64 else 1e-5,
-                                   atol=1e-12 if dtype == np.float64 else 1e-5)
+        np.testing.assert_allclose(K.col2im(cols_dev, shape, KH, KW, s, p), want, **_tol(dtype))
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["model", "dl.fuse(model)"])
