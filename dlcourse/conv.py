@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validate import check_input, shape_str
-from .backend import get_array_module, rng
+from .backend import get_array_module, gpu_available, rng
 from .layers import Layer, _float_dtype
 
 
@@ -157,13 +157,10 @@ def gpu_kernels(x, enabled=True):
     """The CUDA kernels module (dlcourse.kernels) when x is on the GPU, ``enabled`` is true and
     the kernels can run; else None, and the caller takes its NumPy/CuPy path. Every branch from
     a layer to a hand-written kernel goes through here."""
-    if not enabled or get_array_module(x) is np:
+    if not enabled or get_array_module(x) is np or not gpu_available():
         return None
-    try:
-        from . import kernels
-    except Exception:
-        return None
-    return kernels if getattr(kernels, "available", lambda: False)() else None
+    from . import kernels   # imported here: dlcourse.kernels imports this module
+    return kernels
 
 
 def _im2col_t(x, KH, KW, stride, padding, use_kernels=True):

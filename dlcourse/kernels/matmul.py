@@ -76,11 +76,16 @@ def _check_operands(fn, A, B):
     if K != K2:
         raise ValueError(f"{fn}: A is {M}x{K} and B is {K2}x{N}; for A @ B the columns of A "
                          f"must equal the rows of B ({K} != {K2}). Did you mean B.T?")
+    _check_size(fn, M, N, K)
+    return M, N, K
+
+
+def _check_size(fn, M, N, K):
+    """The kernels index with 32-bit ints: each matrix must have fewer than 2**31 elements."""
     if max(M * K, K * N, M * N) > INT32_MAX:
         raise ValueError(f"{fn}: these teaching kernels index with 32-bit ints, so each matrix "
                          f"must have fewer than 2**31 elements; got M={M}, N={N}, K={K}. "
                          f"Use cupy.matmul for matrices this large.")
-    return M, N, K
 
 
 def _launch(name, A, B, M, N, K):
@@ -138,11 +143,11 @@ def matmul_regblock(A, B):
     aligned = A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0
     if (K4, N4) == (K, N) and aligned:
         return _launch("regblock", A, B, M, N, K)
+    _check_size("matmul_regblock", M, N4, K4)   # the padded sizes must still fit in int32
     Ap = cupy.zeros((M, K4), dtype=cupy.float32)
     Ap[:, :K] = A
     Bp = cupy.zeros((K4, N4), dtype=cupy.float32)
     Bp[:K, :N] = B
-    _check_operands("matmul_regblock", Ap, Bp)   # the padded sizes must still fit in int32
     return cupy.ascontiguousarray(_launch("regblock", Ap, Bp, M, N4, K4)[:, :N])
 
 

@@ -73,9 +73,8 @@ def _sizes(*ints):
 def _strides(cupy, a):
     """(a, its strides in elements): a itself when every stride is a non-negative multiple of
     the item size (any transpose or slice), else a compact copy (a reversed view, say)."""
-    if all(st >= 0 and st % a.itemsize == 0 for st in a.strides):
-        return a, tuple(np.int64(st // a.itemsize) for st in a.strides)
-    a = cupy.ascontiguousarray(a)
+    if not all(st >= 0 and st % a.itemsize == 0 for st in a.strides):
+        a = cupy.ascontiguousarray(a)
     return a, tuple(np.int64(st // a.itemsize) for st in a.strides)
 
 
