@@ -2,7 +2,7 @@
 the message that names its mistake."""
 import numpy as np, pytest
 import dlcourse.check as C
-from dlcourse.check.cnn import ExerciseError
+from dlcourse.check import ExerciseError
 from dlcourse.conv import conv2d_forward_naive, conv2d_backward_naive, maxpool_backward_naive, im2col
 
 def expect_fail(check, fn, *words):

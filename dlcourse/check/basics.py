@@ -111,6 +111,17 @@ def to_array(value, fn, case: str, what: str) -> np.ndarray:
     return array
 
 
+def to_number(value, fn, case: str, what: str, fix: str | None = None) -> float:
+    """A returned scalar as a float (fails on None, arrays with several values, strings)."""
+    if value is None:
+        fail(fn, case, f"{what} is None.", "did your function `return` it?")
+    try:
+        return float(backend.to_numpy(value))
+    except (TypeError, ValueError):
+        fail(fn, case, f"{what} should be one number, got {type(value).__name__} {value!r:.80}.",
+             fix)
+
+
 def expect_tuple(value, n: int, fn, case: str, names: str):
     """Check that a function returned ``n`` values (``names`` e.g. ``"dx, dW, db"``)."""
     if not isinstance(value, (tuple, list)) or len(value) != n:

@@ -24,12 +24,10 @@ import numbers
 
 import numpy as np
 
-from .basics import ExerciseError, call, expect_close, expect_shape, fail, passed, to_array
+from .basics import _rng, call, expect_close, expect_shape, fail, passed, to_array, to_number
 
 __all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
            "arithmetic_intensity"]
-
-_ = ExerciseError   # what every check raises (defined once, in basics.py)
 
 
 def _integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
@@ -47,15 +45,6 @@ def _integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
         return int(value)
     fail(fn, case, f"{what} is {value!r}, a fraction; it should be a whole number.",
          fix or "use integer arithmetic (//), not /.")
-
-
-def _number(value, fn, case: str, what: str) -> float:
-    if value is None:
-        fail(fn, case, f"{what} is None.", "did your function `return` it?")
-    try:
-        return float(np.asarray(value))
-    except (TypeError, ValueError):
-        fail(fn, case, f"{what} should be one number, got {type(value).__name__} {value!r:.80}.")
 
 
 # ======================================================================================
@@ -201,7 +190,7 @@ def tiled_matmul(fn) -> None:
     """Check ``fn(A, B, tile)``: C = A @ B computed tile by tile as in ``matmul_tiled.cu``,
     for square and ragged sizes (M, N, K not multiples of ``tile``), a tile of 1, and a tile
     larger than the matrices. A: (M, K), B: (K, N) -> C: (M, N)."""
-    r = np.random.default_rng([8, 31337])
+    r = _rng(8)
     sizes = [(8, 8, 8, 4), (5, 7, 9, 4), (6, 4, 10, 3), (3, 5, 2, 8), (4, 3, 5, 1),
              (33, 31, 65, 16)]
     for M, N, K, tile in sizes:
@@ -245,7 +234,7 @@ def arithmetic_intensity(fn) -> None:
         case = f"tile_m={tm}, tile_n={tn}, K={K}, itemsize={itemsize}"
         flops, nbytes = 2 * tm * tn * K, itemsize * (tm + tn) * K
         expected = flops / nbytes
-        got = _number(call(fn, tm, tn, K, itemsize, case=case), fn, case, "the intensity")
+        got = to_number(call(fn, tm, tn, K, itemsize, case=case), fn, case, "the intensity")
         if np.isclose(got, expected, rtol=1e-9):
             continue
         fix = None

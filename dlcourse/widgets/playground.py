@@ -33,7 +33,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .. import data as dldata
 from ..backend import describe_device, get_device, to_device, to_numpy
-from ..losses import SoftmaxCrossEntropy
+from ..losses import SoftmaxCrossEntropy, softmax
 from ..models import MLP
 from ..optim import SGD, Adam
 from ..train import StopTraining, TrainingDiverged, fit
@@ -133,8 +133,8 @@ def build_model(num_features: int, num_classes: int, hidden_layers: int = 1, uni
     if hidden_layers < 0 or units < 1:
         raise ValueError(f"hidden_layers must be >= 0 and units >= 1, got "
                          f"hidden_layers={hidden_layers}, units={units}.")
-    sizes = [int(num_features)] + [int(units)] * int(hidden_layers) + [int(num_classes)]
-    return MLP(sizes, activation=activation, seed=seed)
+    return MLP(mlp_sizes(num_features, num_classes, hidden_layers, units), activation=activation,
+               seed=seed)
 
 
 def mlp_sizes(num_features, num_classes, hidden_layers, units) -> list:
@@ -199,10 +199,8 @@ def decision_grid(model, X, resolution: int = 80, pad: float = 0.5):
     if logits.shape[1] == 1:                                               # sigmoid: p(class 1)
         p1 = 1.0 / (1.0 + np.exp(-logits))
         probs = np.concatenate([1.0 - p1, p1], axis=1)
-    else:                                                                  # softmax
-        z = logits - logits.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        probs = e / e.sum(axis=1, keepdims=True)
+    else:
+        probs = softmax(logits)
     return probs.reshape(R, R, -1), extent
 
 
