@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 
@@ -17,7 +17,7 @@ def atomic_write(path, mode: str = "wb", encoding: str | None = None):
             np.savez(f, ...)
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    fd, tmp = _create_beside(path)
     try:
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
@@ -28,3 +28,16 @@ def atomic_write(path, mode: str = "wb", encoding: str | None = None):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _create_beside(path: Path):
+    """Create a new, unique temporary file in path's folder; return (fd, its path). Unlike
+    tempfile.mkstemp (always mode 0600), the file gets the permissions any new file gets
+    (0666 less the umask), so the saved file is as readable as one written directly."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.part"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue

@@ -65,6 +65,17 @@ def test_plain_sequential_and_float64_round_trip(tmp_path):
     assert_same_state(model, loaded)
 
 
+@pytest.mark.skipif(os.name != "posix", reason="file modes and the umask are POSIX")
+def test_a_saved_file_gets_the_usual_permissions(tmp_path):
+    """The atomic write must not leave a private (0600) file where a plain write would not."""
+    umask = os.umask(0o022)
+    try:
+        path = save(MLP([3, 2], seed=0), tmp_path / "m.npz")
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 def test_npz_is_added_when_the_path_has_no_suffix(tmp_path):
     path = save(MLP([2, 2], seed=0), tmp_path / "model")
     assert path.name == "model.npz" and path.is_file()
