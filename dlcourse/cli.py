@@ -28,9 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .data import POINT_SETS as _POINT_MAKERS
+
 PROG = "dlcourse"
 IMAGE_SETS = ("digits", "mnist", "fashion-mnist", "cifar10")
-POINT_SETS = ("blobs", "xor", "circles", "spirals")
+POINT_SETS = tuple(_POINT_MAKERS)          # the 2-D sets: "blobs", "xor", "circles", "spirals"
 DATASETS = IMAGE_SETS + POINT_SETS
 MODELS = ("perceptron", "mlp", "cnn")
 
@@ -277,20 +279,24 @@ def doctor(out=None) -> int:
             fixes.append("(optional, for the GPU parts) " + problem)
 
     # -- the device the course will use --------------------------------------------------
-    # (worked out here rather than with get_device(), which would print its CPU notice)
+    # (worked out here rather than with get_device(), which would print its CPU notice, but
+    # with backend's own reading of the name, so doctor accepts exactly what a run accepts)
     requested = os.environ.get(backend.ENV_VAR, "auto")
-    name = requested.strip().lower()
+    try:
+        name = backend._check_name(requested)
+    except ValueError:
+        name = None
     unset = f"unset {backend.ENV_VAR} (the default, auto, uses the GPU when it can, else the CPU)"
-    if name not in backend.DEVICES + ("cuda", "cupy", "numpy"):
+    if name is None:
         required_missing = True
         row("FAIL", f"{backend.ENV_VAR}={requested!r} is not a device",
             f"Set {backend.ENV_VAR} to auto, cpu or gpu, or {unset}.")
-    elif name in ("gpu", "cuda", "cupy") and not gpu_ok:
+    elif name == "gpu" and not gpu_ok:
         required_missing = True
         row("FAIL", f"{backend.ENV_VAR}={requested} asks for the GPU, which cannot be used",
             f"Make the GPU work (see above), or {unset}.")
     else:
-        device = "cpu" if name in ("cpu", "numpy") or not gpu_ok else "gpu"
+        device = "cpu" if name == "cpu" or not gpu_ok else "gpu"
         row("ok", f"the course will run on the {device.upper()} ({backend.ENV_VAR}={requested})")
 
     # -- a tiny training step, to prove the library runs -----------------------------------

@@ -39,11 +39,15 @@ def test_doctor_runs_and_says_ready(capsys):
     assert ("GPU:" in out) == backend.gpu_available()
 
 
-def test_doctor_fails_on_a_bad_device_setting(capsys, monkeypatch):
-    monkeypatch.setenv("DLCOURSE_DEVICE", "tpu")
+@pytest.mark.parametrize("setting", ["tpu", " cpu"])   # " cpu": a run refuses it too
+def test_doctor_fails_on_a_bad_device_setting(capsys, monkeypatch, setting):
+    monkeypatch.setenv("DLCOURSE_DEVICE", setting)
     assert cli.main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "DLCOURSE_DEVICE" in out and "not ready" in out
+    monkeypatch.setattr(backend, "_requested", None)        # read the env var, as a run does
+    with pytest.raises(backend.DeviceError):
+        backend.get_device()
 
 
 def test_doctor_reports_a_missing_required_package(capsys, monkeypatch):
