@@ -94,7 +94,7 @@ def save(model, path) -> Path:
     """
     architecture = _architecture(model)
     arrays = {name: to_numpy(a) for name, a in model.state_dict().items()}   # GPU -> NumPy copies
-    bad = [name for name in arrays if name == META_KEY or name.startswith("__")]
+    bad = [name for name in arrays if name.startswith("__")]   # META_KEY among them
     if bad:
         raise ValueError(f"State names may not start with '__' (reserved), got {bad}.")
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
@@ -102,7 +102,7 @@ def save(model, path) -> Path:
             "sha256": _digest(architecture, arrays)}
 
     path = _npz_path(path)
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(f"Cannot save to {path}: the folder {folder} does not exist. "
                                 f"Create it first (os.makedirs) or choose another path.")
@@ -127,7 +127,7 @@ def _read(path: Path) -> tuple[dict, dict]:
         raise FileNotFoundError(f"No checkpoint at {path}: check the path "
                                 f"(the current folder is {Path.cwd()}).") from None
     except ValueError as err:
-        if "allow_pickle" in str(err) or "pickle" in str(err).lower():
+        if "pickle" in str(err).lower():
             raise CheckpointError(f"{path} holds a pickled (object) array. dlcourse checkpoints "
                                   f"never do, and unpickling can run code: refusing to load it.") from None
         raise CheckpointError(f"{path} is not a readable checkpoint ({err}). It may be "
