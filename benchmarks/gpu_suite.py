@@ -73,6 +73,14 @@ def _repeats(estimate_s, target_s, lo=3, hi=200):
     return int(min(hi, max(lo, target_s / max(estimate_s, 1e-6))))
 
 
+def _sample(once, target_s):
+    """Call once() (it returns seconds) as often as fits in about target_s; summarize."""
+    times = [once()]
+    times += [once() for _ in range(_repeats(times[0], target_s) - 1)]
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+            "repeats": len(times)}
+
+
 def time_cuda(cp, fn, target_s, stream=None, warmup=2):
     """Median seconds per call of fn, from CUDA events recorded on `stream` around each call.
 
@@ -92,10 +100,7 @@ def time_cuda(cp, fn, target_s, stream=None, warmup=2):
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end) / 1e3   # ms -> s
 
-    times = [once()]
-    times += [once() for _ in range(_repeats(times[0], target_s) - 1)]
-    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-            "repeats": len(times)}
+    return _sample(once, target_s)
 
 
 def time_torch(torch, fn, target_s, warmup=2):
@@ -112,25 +117,19 @@ def time_torch(torch, fn, target_s, warmup=2):
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
-    times = [once()]
-    times += [once() for _ in range(_repeats(times[0], target_s) - 1)]
-    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-            "repeats": len(times)}
+    return _sample(once, target_s)
 
 
 def time_cpu(fn, target_s, warmup=1):
     for _ in range(warmup):
         fn()
-    times = []
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-    for _ in range(_repeats(times[0], target_s) - 1):
+
+    def once():
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-            "repeats": len(times)}
+        return time.perf_counter() - t0
+
+    return _sample(once, target_s)
 
 
 def rel_err(xp, a, ref):
@@ -195,8 +194,7 @@ def section_matmul(cp, cfg, out):
             entry["error"] = f"wrong result: max relative error {err:.2e} against cp.matmul"
             say(f"  {name:28s} WRONG RESULT (error {err:.2e}); not timed")
             continue
-        target = min(cfg["target_s"], 3.0)
-        t = time_cuda(cp, lambda: fn(A, B), target, warmup=1)
+        t = time_cuda(cp, lambda: fn(A, B), cfg["target_s"], warmup=1)
         entry.update(t, tflops=flops / (t["median_ms"] / 1e3) / 1e12,
                      share_of_cublas_fp32=base_ms / t["median_ms"])
         say(f"  {name:28s} {t['median_ms']:9.3f} ms {entry['tflops']:7.2f} TFLOP/s "
@@ -454,7 +452,6 @@ def section_training(cp, cfg, out, torch, torch_note):
             say(msg)
             del step
     out["cuda_graph"] = _cuda_graph_line(cp, cfg)
-    cp.get_default_memory_pool().free_all_blocks()
 
 
 def _launch_overhead(cp, n=2000):
@@ -544,7 +541,6 @@ def section_cpu_vs_gpu(cp, cfg, out):
             "cpu_samples_per_s": batch / (c["median_ms"] / 1e3)}
         say(f"  batch {batch:5d}: GPU {g['median_ms']:8.3f} ms   CPU {c['median_ms']:9.3f} ms   "
             f"CPU time / GPU time {entry['cpu_over_gpu']:6.1f}x")
-    cp.get_default_memory_pool().free_all_blocks()
 
 
 # ======================================================================================
