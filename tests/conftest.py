@@ -11,11 +11,16 @@ from dlcourse import backend
 
 NO_GPU = f"no usable GPU: {backend.gpu_problem()}" if not backend.gpu_available() else ""
 
-BACKENDS = [
-    pytest.param("cpu", id="numpy"),
-    pytest.param("gpu", id="cupy", marks=[pytest.mark.gpu,
-                                          pytest.mark.skipif(bool(NO_GPU), reason=NO_GPU)]),
-]
+BACKENDS = [pytest.param("cpu", id="numpy"), pytest.param("gpu", id="cupy", marks=pytest.mark.gpu)]
+
+
+def pytest_collection_modifyitems(items):
+    """Every test marked ``gpu`` (the cupy backend, and the GPU-only tests) skips, with the
+    reason, where no GPU is usable: the one place that decides it."""
+    if NO_GPU:
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(pytest.mark.skip(reason=NO_GPU))
 
 
 @pytest.fixture(params=BACKENDS)

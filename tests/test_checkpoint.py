@@ -239,7 +239,7 @@ def test_save_refuses_what_it_cannot_rebuild(tmp_path):
 # ======================================================================================
 # Devices
 # ======================================================================================
-@pytest.mark.skipif(not backend.gpu_available(), reason="needs a usable GPU (CuPy + CUDA)")
+@pytest.mark.gpu
 def test_gpu_model_saves_and_loads_on_either_device(tmp_path, trained_cnn):
     model, X = trained_cnn
     path = save(model.to("gpu"), tmp_path / "gpu.npz")

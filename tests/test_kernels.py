@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 
 import dlcourse.kernels as K
-from dlcourse.backend import gpu_available, gpu_problem
 from dlcourse.kernels import reference as R
 
 # --------------------------------------------------------------------------------------
@@ -342,13 +341,7 @@ def test_cuda_source_compiles_with_nvrtc(file):
 # --------------------------------------------------------------------------------------
 # (c) GPU: every kernel against its reference
 # --------------------------------------------------------------------------------------
-_skip_without_gpu = pytest.mark.skipif(not gpu_available(),
-                                       reason=f"needs CuPy and a CUDA GPU: {gpu_problem()}")
-
-
-def needs_gpu(test):
-    """Mark a test `gpu` (see pyproject.toml) and skip it, with the reason, where there is none."""
-    return pytest.mark.gpu(_skip_without_gpu(test))
+needs_gpu = pytest.mark.gpu   # skipped with the reason where there is no GPU (conftest.py)
 
 MATMUL_SHAPES = [(1, 1, 1), (37, 45, 29), (130, 68, 36), (129, 257, 300), (128, 128, 128),
                  (5, 3, 0), (0, 4, 4)]
