@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steps import VARIANTS, dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
+from steps import VARIANTS, dlcourse_step, torch_step   # benchmarks/steps.py
 
 TARGETS = {"mlp": 1.3, "cnn": 2.0}
 

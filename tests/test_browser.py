@@ -130,10 +130,8 @@ def lab(tmp_path, browser_tools):
         log.close()
 
 
-def _all_cells_done_js():
-    # True once no prompt shows "[*]" (queued or running).
-    return """() => ![...document.querySelectorAll('.jp-InputArea-prompt')]
-                      .some(e => e.textContent.includes('*'))"""
+# True while some prompt shows "[*]" (a cell queued or running).
+CELLS_BUSY = "[...document.querySelectorAll('.jp-InputArea-prompt')].some(e => e.textContent.includes('*'))"
 
 
 def test_playground_renders_and_trains_in_jupyterlab(browser_tools, lab):
@@ -156,12 +154,10 @@ def test_playground_renders_and_trains_in_jupyterlab(browser_tools, lab):
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
             try:
-                page.wait_for_function(
-                    "() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
-                    ".some(e => e.textContent.includes('*'))", timeout=15_000)
+                page.wait_for_function(f"() => {CELLS_BUSY}", timeout=15_000)
             except sync_api.TimeoutError:
                 pass                     # already finished (or never queued: checked below)
-            page.wait_for_function(_all_cells_done_js(), timeout=150_000)
+            page.wait_for_function(f"() => !{CELLS_BUSY}", timeout=150_000)
             errors = page.locator(".jp-OutputArea-output[data-mime-type="
                                   "'application/vnd.jupyter.error']")
             assert errors.count() == 0, "a cell failed:\n" + errors.first.inner_text()[:2000]

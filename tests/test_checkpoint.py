@@ -155,7 +155,7 @@ def test_a_truncated_file_is_refused(tmp_path):
 def test_arrays_that_do_not_fit_the_architecture(tmp_path):
     path = save(MLP([4, 8, 3], seed=0), tmp_path / "m.npz")
     other = MLP([4, 5, 3], seed=0)               # same names, other shapes
-    arrays = {k: v for k, v in other.state_dict().items()}
+    arrays = other.state_dict()
     meta, _ = _rewrite(path)
     meta["sha256"] = ckpt._digest(meta["architecture"], arrays)   # a consistent digest
     _rewrite(path, arrays=arrays, meta=meta)

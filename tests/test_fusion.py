@@ -6,21 +6,17 @@ import pytest
 import dlcourse as dl
 
 
-def _models():
-    return {
-        "mlp": (lambda: dl.MLP([12, 16, 16, 5], seed=1), (7, 12)),
-        "mlp-dropout": (lambda: dl.MLP([12, 16, 5], dropout=0.3, seed=1), (7, 12)),
-        "cnn": (lambda: dl.CNN(in_channels=2, image_size=(8, 12), num_classes=5,
-                               channels=(3, 4), seed=1), (3, 2, 8, 12)),
-        "cnn-batchnorm": (lambda: dl.CNN(in_channels=1, image_size=8, num_classes=5,
-                                         channels=(3, 4), batchnorm=True, seed=1), (3, 1, 8, 8)),
-        "conv-stride": (lambda: dl.Sequential(dl.Conv2d(2, 3, (3, 2), stride=2, seed=1), dl.ReLU(),
-                                              dl.Flatten(), dl.Linear(3 * 3 * 4, 5, seed=2)),
-                        (4, 2, 7, 8)),
-    }
-
-
-MODELS = _models()
+MODELS = {   # name -> (a function that makes the model, the input shape)
+    "mlp": (lambda: dl.MLP([12, 16, 16, 5], seed=1), (7, 12)),
+    "mlp-dropout": (lambda: dl.MLP([12, 16, 5], dropout=0.3, seed=1), (7, 12)),
+    "cnn": (lambda: dl.CNN(in_channels=2, image_size=(8, 12), num_classes=5,
+                           channels=(3, 4), seed=1), (3, 2, 8, 12)),
+    "cnn-batchnorm": (lambda: dl.CNN(in_channels=1, image_size=8, num_classes=5,
+                                     channels=(3, 4), batchnorm=True, seed=1), (3, 1, 8, 8)),
+    "conv-stride": (lambda: dl.Sequential(dl.Conv2d(2, 3, (3, 2), stride=2, seed=1), dl.ReLU(),
+                                          dl.Flatten(), dl.Linear(3 * 3 * 4, 5, seed=2)),
+                    (4, 2, 7, 8)),
+}
 
 
 def _step(model, x, labels, input_grad=True):
