@@ -28,19 +28,22 @@ def data(kind, batch, seed=0):
 
 
 VARIANTS = {
-    "default": "the library as it is (on the GPU: Conv2d's im2col/col2im are CUDA kernels)",
-    "plain": "no hand-written kernels: plain CuPy (dl.use_kernels(model, False))",
-    "fused": "dl.fuse(model): Linear/Conv2d + ReLU fused into one kernel, and im2col kernels",
+    "default": "the library as it is (on the GPU: Conv2d's im2col/col2im, the softmax "
+               "cross-entropy and the optimizer's update are CUDA kernels)",
+    "plain": "no hand-written kernels: plain CuPy (dl.use_kernels(..., False) for the model, "
+             "the loss and the optimizer)",
+    "fused": "dl.fuse(model): Linear/Conv2d + ReLU fused into one kernel, and the default's "
+             "kernels",
 }
 
 
 def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"):
     """One dlcourse training step as a function of no arguments (returns the loss).
 
-    variant: one of VARIANTS. fused_loss=True uses the fused softmax-CE CUDA kernel instead of
-    dl.SoftmaxCrossEntropy: the same maths without the host synchronization of a Python-float
-    loss, which is what a CUDA graph needs. The step skips dL/dx of the input, as dl.fit and
-    PyTorch do.
+    variant: one of VARIANTS. fused_loss=True calls the fused softmax-CE CUDA kernel itself and
+    leaves the loss on the GPU (dl.SoftmaxCrossEntropy runs the same kernel on the GPU but returns
+    a Python float, which waits for the GPU): a step that never waits is what a CUDA graph
+    needs. The step skips dL/dx of the input, as dl.fit and PyTorch do.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}.")
@@ -49,10 +52,11 @@ def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"
     model.to(device)
     if variant == "fused":
         model = dl.fuse(model)
-    dl.use_kernels(model, variant != "plain")
     x, y = (dl.to_device(a, device) for a in data(kind, batch))
     loss = dl.SoftmaxCrossEntropy()
     opt = dl.SGD(model, lr=0.01, momentum=0.9)
+    for part in (model, loss, opt):
+        dl.use_kernels(part, variant != "plain")
     if fused_loss:
         import dlcourse.kernels as K
 

@@ -49,8 +49,12 @@ def check_input(layer, x, ndim=None, expected: str = "", params_like=None):
     return x
 
 
-def check_labels(owner: str, labels, n: int, num_classes: int):
-    """Integer class labels of shape (N,) with values in [0, num_classes)."""
+def check_labels(owner: str, labels, n: int, num_classes: int, check_range: bool = True):
+    """Integer class labels of shape (N,) with values in [0, num_classes).
+
+    check_range=False skips the range check: it reads the labels' smallest and largest values,
+    which on the GPU means waiting for it (a caller that learns of a bad label another way, as
+    the fused loss kernel's NaN, checks the range then)."""
     xp = get_array_module(labels)
     labels = xp.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != n:
@@ -60,7 +64,7 @@ def check_labels(owner: str, labels, n: int, num_classes: int):
     if not np.issubdtype(labels.dtype, np.integer):
         raise TypeError(f"{owner} expects integer class labels, got dtype {labels.dtype}. "
                         f"Convert them with labels.astype(np.int64).")
-    if n:
+    if n and check_range:
         lo, hi = int(labels.min()), int(labels.max())
         if lo < 0 or hi >= num_classes:
             raise ValueError(f"{owner}: labels must be in [0, {num_classes - 1}] for {num_classes} classes, "

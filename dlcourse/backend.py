@@ -197,6 +197,16 @@ def to_device(x, device: str | None = None):
     return cupy.asarray(x)
 
 
+def gpu_kernels(x, enabled=True):
+    """The CUDA kernels module (dlcourse.kernels) when x is on the GPU, ``enabled`` is true and
+    the kernels can run; else None, and the caller takes its NumPy/CuPy path. Every branch from
+    the library (layers, losses, optimizers) to a hand-written kernel goes through here."""
+    if not enabled or not _is_cupy(x) or not gpu_available():
+        return None
+    from . import kernels   # imported here: dlcourse.kernels imports this module
+    return kernels
+
+
 def synchronize() -> None:
     """Wait for all queued GPU work to finish (a no-op on the CPU).
 

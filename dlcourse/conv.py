@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validate import check_input, shape_str
-from .backend import get_array_module, gpu_available, rng
+from .backend import get_array_module, gpu_kernels, rng
 from .layers import Layer, _float_dtype
 
 
@@ -151,16 +151,6 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
     """The adjoint of :func:`im2col`: add every entry of cols (N*OH*OW, C*KH*KW) back to the
     input pixel it came from. Returns dx: x_shape = (N, C, H, W)."""
     return _col2im_t(cols.T, x_shape, KH, KW, stride, padding)
-
-
-def gpu_kernels(x, enabled=True):
-    """The CUDA kernels module (dlcourse.kernels) when x is on the GPU, ``enabled`` is true and
-    the kernels can run; else None, and the caller takes its NumPy/CuPy path. Every branch from
-    a layer to a hand-written kernel goes through here."""
-    if not enabled or get_array_module(x) is np or not gpu_available():
-        return None
-    from . import kernels   # imported here: dlcourse.kernels imports this module
-    return kernels
 
 
 def _im2col_t(x, KH, KW, stride, padding, use_kernels=True):

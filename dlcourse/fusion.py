@@ -17,8 +17,8 @@ names: the ReLU's place holds an :class:`~dlcourse.layers.Identity`, so ``"0.W"`
 """
 from __future__ import annotations
 
-from .backend import get_array_module
-from .conv import Conv2d, gpu_kernels
+from .backend import get_array_module, gpu_kernels
+from .conv import Conv2d
 from .layers import Identity, Layer, Linear, ReLU, Sequential
 
 __all__ = ["bias_relu", "bias_relu_backward", "LinearReLU", "Conv2dReLU", "fuse", "use_kernels"]
@@ -166,11 +166,12 @@ def fuse(model: Sequential) -> Sequential:
     return Sequential(*layers).train(model.training)
 
 
-def use_kernels(model: Layer, enabled: bool = True) -> Layer:
+def use_kernels(model, enabled: bool = True):
     """Let (``enabled=True``, the default) or stop every layer of ``model`` that has a
     hand-written CUDA kernel from using it on the GPU: Conv2d's im2col/col2im and the fused
     layers' bias+ReLU. Without them the same layers run plain CuPy code. No effect on the CPU.
-    Returns ``model``."""
+    A loss (dl.SoftmaxCrossEntropy) or an optimizer (dl.SGD, dl.Adam) works too: its fused
+    kernel. Returns ``model``."""
     layers = model.layers if isinstance(model, Sequential) else [model]
     for layer in layers:
         for part in (layer, getattr(layer, "layer", None)):

@@ -5,10 +5,12 @@ Introduced in notebook ``02_loss_and_gradient_descent``.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._validate import check_labels, check_same_device, shape_str
-from .backend import get_array_module
+from .backend import get_array_module, gpu_kernels
 
 
 class Loss:
@@ -49,7 +51,13 @@ class SoftmaxCrossEntropy(Loss):
 
     logits: (N, K) floats; labels: (N,) integers in [0, K).
     loss = -mean_n log softmax(logits)[n, labels[n]]
+
+    On the GPU, forward runs the fused CUDA kernel ``softmax_xent.cu`` (loss and gradient in one
+    launch, instead of about a dozen array operations) and backward returns the gradient it
+    made; ``dl.use_kernels(loss, False)`` switches to the array code below.
     """
+
+    use_kernels = True
 
     def forward(self, logits, labels):
         owner = "SoftmaxCrossEntropy"
@@ -58,6 +66,9 @@ class SoftmaxCrossEntropy(Loss):
             raise ValueError(f"{owner} expects logits of shape (N, K), got {shape_str(logits.shape)}.")
         check_same_device(owner, logits, labels)
         N, K = logits.shape
+        kernels = gpu_kernels(logits, self.use_kernels)
+        if kernels is not None and N and logits.dtype in (np.float32, np.float64):
+            return self._forward_kernel(kernels, logits, labels)
         labels = check_labels(owner, labels, N, K)
         xp = get_array_module(logits)
         logp = log_softmax(logits)
@@ -65,8 +76,25 @@ class SoftmaxCrossEntropy(Loss):
         self.cache = (logp, labels)
         return float(-logp[rows, labels].mean())
 
+    def _forward_kernel(self, kernels, logits, labels):
+        """The GPU path: one kernel makes the loss and the gradient (kept for backward)."""
+        owner = "SoftmaxCrossEntropy"
+        N, K = logits.shape
+        labels = check_labels(owner, labels, N, K, check_range=False)
+        xp = get_array_module(logits)
+        if labels.dtype not in (np.int32, np.int64):      # the kernel reads int or long long
+            labels = labels.astype(np.int64)
+        loss, dlogits = kernels.softmax_cross_entropy(xp.ascontiguousarray(logits), labels)
+        value = float(loss)              # the step's one wait for the GPU
+        if math.isnan(value):            # a label out of range makes its row NaN: say so clearly
+            check_labels(owner, labels, N, K)
+        self.cache = dlogits
+        return value
+
     def backward(self):
         self._need_forward()
+        if not isinstance(self.cache, tuple):   # the fused kernel has made the gradient already
+            return self.cache
         logp, labels = self.cache
         xp = get_array_module(logp)
         N = logp.shape[0]

@@ -1,13 +1,20 @@
 """Optimizers: one loop over ``(params[k], grads[k])``, updating in place.
 
-Introduced in notebook ``04_mlp_on_digits`` (SGD with momentum against Adam).
+Introduced in notebook ``04_mlp_on_digits`` (SGD with momentum against Adam). On the GPU each
+parameter's update is one fused CUDA kernel (``kernels/optimizers.cu``, lesson
+``08_cuda_kernels``) instead of four (SGD) or ten (Adam) array operations, each a kernel launch;
+``dl.use_kernels(optimizer, False)`` runs the array code, which is what the kernels must match.
 """
 from __future__ import annotations
 
-from .backend import device_of, get_array_module, to_device
+import numpy as np
+
+from .backend import device_of, get_array_module, gpu_kernels, to_device
 
 
 class Optimizer:
+    use_kernels = True   # on the GPU: one fused kernel per parameter update
+
     def __init__(self, model, lr: float):
         if not hasattr(model, "params") or not hasattr(model, "grads"):
             raise TypeError(f"An optimizer needs a model with params and grads, got {type(model).__name__}.")
@@ -36,6 +43,16 @@ class Optimizer:
             buf = self.state[key] = to_device(buf, device_of(p))
         return buf
 
+    def _kernels(self, p, *arrays):
+        """dlcourse.kernels when this update can be one fused kernel (p on the GPU, kernels on,
+        p and every array float32 or float64 alike, C-contiguous); else None."""
+        kernels = gpu_kernels(p, self.use_kernels)
+        if kernels is None or p.dtype not in (np.float32, np.float64):
+            return None
+        if all(a.dtype == p.dtype and a.flags.c_contiguous for a in (p, *arrays)):
+            return kernels
+        return None
+
     def step(self):
         raise NotImplementedError
 
@@ -55,10 +72,15 @@ class SGD(Optimizer):
     def step(self):
         self.steps += 1
         for k, p, g in self._pairs():
+            if self.momentum:
+                v = self._buffer(k, p)
+                kernels = self._kernels(p, g, v)
+                if kernels is not None:      # on the GPU: the lines below in one launch
+                    kernels.sgd_momentum_update(p, g, v, self.lr, self.momentum, self.weight_decay)
+                    continue
             if self.weight_decay:
                 g = g + self.weight_decay * p
             if self.momentum:
-                v = self._buffer(k, p)
                 v *= self.momentum
                 v += g
                 g = v
@@ -84,16 +106,21 @@ class Adam(Optimizer):
         self.steps += 1
         t = self.steps
         step_size = self.lr * (1 - self.b2 ** t) ** 0.5 / (1 - self.b1 ** t)
+        eps = self.eps * (1 - self.b2 ** t) ** 0.5
         for k, p, g in self._pairs():
+            m = self._buffer(k + "/m", p)
+            v = self._buffer(k + "/v", p)
+            kernels = self._kernels(p, g, m, v)
+            if kernels is not None:      # on the GPU: the lines below in one launch
+                kernels.adam_update(p, g, m, v, self.b1, self.b2, step_size, eps, self.weight_decay)
+                continue
             xp = get_array_module(p)
             if self.weight_decay:
                 g = g + self.weight_decay * p
-            m = self._buffer(k + "/m", p)
-            v = self._buffer(k + "/v", p)
             m *= self.b1
             m += (1 - self.b1) * g
             v *= self.b2
             v += (1 - self.b2) * (g * g)
             denom = xp.sqrt(v)
-            denom += self.eps * (1 - self.b2 ** t) ** 0.5
+            denom += eps
             p -= step_size * (m / denom)

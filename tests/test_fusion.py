@@ -107,7 +107,8 @@ def test_fused_model_checkpoints(tmp_path):
 
 
 def test_use_kernels_switch(device, to_dev):
-    """use_kernels(False) reaches Conv2d and the fused layers; results do not change."""
+    """use_kernels(False) reaches Conv2d, the fused layers, the loss and the optimizers; results
+    do not change."""
     model = dl.CNN(channels=(2, 3), seed=0).to(device)
     fused = dl.fuse(model)
     x = to_dev(np.random.default_rng(0).standard_normal((2, 1, 28, 28)).astype(np.float32))
@@ -118,6 +119,62 @@ def test_use_kernels_switch(device, to_dev):
     np.testing.assert_allclose(dl.to_numpy(fused.forward(x)), with_kernels, rtol=1e-5, atol=1e-6)
     dl.use_kernels(model)
     assert model[0].use_kernels is True and dl.Conv2d.use_kernels is True
+    for other in (dl.SoftmaxCrossEntropy(), dl.SGD(model, momentum=0.9), dl.Adam(model)):
+        assert other.use_kernels is True and dl.use_kernels(other, False) is other
+        assert other.use_kernels is False and type(other).use_kernels is True
+
+
+OPTIMIZERS = {   # Adam's eps: a conv bias before BatchNorm has a gradient that is zero but for
+    # rounding, and Adam divides a gradient by its own size: with eps=1e-8, rounding noise of
+    # 1e-17 (sums taken in another order by the kernels) would move that bias by up to lr.
+    "SGD": lambda model: dl.SGD(model, lr=0.1, momentum=0.9, weight_decay=0.01),
+    "Adam": lambda model: dl.Adam(model, lr=0.01, eps=1e-3, weight_decay=0.01),
+}
+
+
+def _train(model, loss, opt, x, labels, steps=2):
+    """A few training steps (the same Dropout masks every time); returns the losses, the first
+    step's logits and dL/dx, and the parameters at the end, as NumPy arrays."""
+    values, first = [], None
+    for _ in range(steps):
+        dl.manual_seed(3)
+        logits = model.forward(x)
+        values.append(loss.forward(logits, labels))
+        dx = model.backward(loss.backward())
+        first = first or (dl.to_numpy(logits), dl.to_numpy(dx))
+        opt.step()
+    return values, first, {k: dl.to_numpy(p) for k, p in model.params.items()}
+
+
+def check_kernels_in_training(name, fused, optimizer, to_dev, tol=1e-12):
+    """Train a MODELS model (float64) with every hand-written kernel on (im2col/col2im in
+    Conv2d, bias+ReLU in the fused layers, the softmax cross-entropy, the optimizer's update)
+    and with none: the losses, the first logits and dL/dx, and every parameter after two steps
+    must agree. (Also run on the emulated kernels: test_kernel_emulation.py.)"""
+    make, shape = MODELS[name]
+    rng = np.random.default_rng(0)
+    x, labels = to_dev(rng.standard_normal(shape), rng.integers(0, 5, shape[0]))
+    runs = []
+    for enabled in (False, True):
+        model = make().astype(np.float64).to(dl.device_of(x))
+        model = dl.fuse(model) if fused else model
+        loss, opt = dl.SoftmaxCrossEntropy(), OPTIMIZERS[optimizer](model)
+        for part in (model, loss, opt):
+            dl.use_kernels(part, enabled)
+        runs.append(_train(model, loss, opt, x, labels))
+    (want_loss, want_first, want_params), (got_loss, got_first, got_params) = runs
+    assert got_loss == pytest.approx(want_loss, rel=tol)
+    for got, want in zip(got_first, want_first):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    for k in want_params:
+        np.testing.assert_allclose(got_params[k], want_params[k], rtol=tol, atol=tol, err_msg=k)
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("fused", [False, True], ids=["model", "dl.fuse(model)"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_kernels_in_training_match_the_array_code(name, fused, optimizer, to_dev):
+    check_kernels_in_training(name, fused, optimizer, to_dev)
 
 
 def test_fusion_errors_speak_to_a_learner():

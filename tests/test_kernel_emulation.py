@@ -43,7 +43,7 @@ import pytest
 import dlcourse as dl
 import dlcourse.kernels as K
 from dlcourse.kernels import reference as R
-from test_fusion import MODELS, _step
+from test_fusion import MODELS, OPTIMIZERS, check_kernels_in_training
 from test_kernels import CONV_CASES
 
 GXX = shutil.which("g++")
@@ -246,6 +246,14 @@ int run_im2col_{t}(GEOMETRY, const {T}* x, {T}* cols_t, long long sN, long long 
 {{ LAUNCH(im2col_kernel<{T}>(x, cols_t, sN, sC, sH, sW, CONV_ARGS)); }}
 int run_col2im_{t}(GEOMETRY, const {T}* cols, {T}* dx, long long s_r, long long s_q, CONV_SIZES)
 {{ LAUNCH(col2im_kernel<{T}>(cols, dx, s_r, s_q, CONV_ARGS)); }}
+int run_sgd_momentum_update_{t}(GEOMETRY, {T}* p, const {T}* g, {T}* v, long long n, {T} lr,
+                                {T} momentum, {T} weight_decay)
+{{ LAUNCH(sgd_momentum_update<{T}>(p, g, v, n, lr, momentum, weight_decay)); }}
+int run_adam_update_{t}(GEOMETRY, {T}* p, const {T}* g, {T}* m, {T}* v, long long n, {T} b1,
+                        {T} one_minus_b1, {T} b2, {T} one_minus_b2, {T} step_size, {T} eps,
+                        {T} weight_decay)
+{{ LAUNCH(adam_update<{T}>(p, g, m, v, n, b1, one_minus_b1, b2, one_minus_b2, step_size, eps,
+                           weight_decay)); }}
 """
 SUFFIX = {np.float32: "f", np.float64: "d"}
 CTYPES = {np.float32: ctypes.c_float, np.float64: ctypes.c_double}
@@ -519,6 +527,33 @@ def test_emulated_im2col_col2im(emu, case, layout, dtype):
         np.testing.assert_allclose(dx, want, **_tol(dtype))
 
 
+B1, B2 = 0.9, 0.999
+OPTIMIZER_UPDATES = {   # kernel -> (reference, state arrays, the reference's scalars, the kernel's)
+    "sgd_momentum_update": (R.sgd_momentum_update_ref, 1, (0.1, 0.9, 0.01), (0.1, 0.9, 0.01)),
+    "adam_update": (R.adam_update_ref, 2, (B1, B2, 0.05, 1e-8, 0.01),
+                    (B1, 1 - B1, B2, 1 - B2, 0.05, 1e-8, 0.01)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, grid", [(1, None), (1000, None), (3001, 2)])
+@pytest.mark.parametrize("kernel", sorted(OPTIMIZER_UPDATES))
+def test_emulated_optimizer_updates(emu, kernel, n, grid, dtype):
+    """grid=2: two blocks of 256 threads walk 3001 elements grid-stride."""
+    ref, n_state, ref_scalars, kernel_scalars = OPTIMIZER_UPDATES[kernel]
+    rng = np.random.default_rng(n)
+    p, g, *state = (rng.standard_normal(n).astype(dtype) for _ in range(2 + n_state))
+    state[-1] = np.abs(state[-1])                  # Adam's v (a mean of squares) is >= 0
+    cfg = K.launch_config("optimizer_update", n)
+    if grid is not None:
+        cfg = dataclasses.replace(cfg, grid=(grid, 1, 1))
+    p_dev, state_dev = _guarded(p), [_guarded(a) for a in state]
+    _launch(emu, f"run_{kernel}_{SUFFIX[dtype]}", cfg, p_dev, _guarded(g), *state_dev,
+            np.int64(n), *(dtype(a) for a in kernel_scalars))
+    for got, want in zip([p_dev, *state_dev], ref(p, g, *state, *ref_scalars)):
+        np.testing.assert_allclose(got, want, **_tol(dtype))
+
+
 # ============================================================================================
 # The Python wrappers and the layers' GPU branches, on the emulated kernels
 # ============================================================================================
@@ -600,7 +635,7 @@ def emulated_gpu(emu, monkeypatch):
     for module in (K.matmul, K.fused, K.unfold):
         monkeypatch.setattr(module, "require_cupy", lambda: FAKE_CUPY)
         monkeypatch.setattr(module, "get_kernel", lambda f, n: _emulated_kernel(emu, f, n))
-    for module in (dl.conv, dl.fusion):
+    for module in (dl.conv, dl.fusion, dl.losses, dl.optim):
         monkeypatch.setattr(module, "gpu_kernels", lambda x, enabled=True: K if enabled else None)
 
 
@@ -659,20 +694,43 @@ def test_emulated_unfold_wrappers(emulated_gpu, case, dtype):
         np.testing.assert_allclose(K.col2im(cols_dev, shape, KH, KW, s, p), want, **_tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_emulated_optimizer_wrappers(emulated_gpu, dtype):
+    """Each update works in place and returns p; wrong shapes, dtypes and layouts are refused."""
+    rng = np.random.default_rng(6)
+    for kernel, (ref, n_state, scalars, _) in OPTIMIZER_UPDATES.items():
+        p, g, *state = (rng.standard_normal((30, 7)).astype(dtype) for _ in range(2 + n_state))
+        state[-1] = np.abs(state[-1])
+        want = ref(p, g, *state, *scalars)
+        p_dev, state_dev = _device(p), [_device(a) for a in state]
+        assert getattr(K, kernel)(p_dev, _device(g), *state_dev, *scalars) is p_dev
+        for got, w in zip([p_dev, *state_dev], want):
+            np.testing.assert_allclose(got, w, **_tol(dtype))
+    p, v = _device(np.zeros((3, 4), dtype)), _device(np.zeros((3, 4), dtype))
+    with pytest.raises(ValueError, match=r"grad has shape \(4, 3\) but p has shape \(3, 4\)"):
+        K.sgd_momentum_update(p, _device(np.zeros((4, 3), dtype)), v, 0.1, 0.9)
+    other = np.float64 if dtype == np.float32 else np.float32
+    with pytest.raises(TypeError, match=np.dtype(dtype).name):
+        K.sgd_momentum_update(p, _device(np.zeros((3, 4), other)), v, 0.1, 0.9)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.adam_update(p, _device(np.zeros((4, 3), dtype)).T, v, v, 0.9, 0.999, 0.1, 1e-8)
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("fused", [False, True], ids=["model", "dl.fuse(model)"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_emulated_kernels_in_the_layers(emulated_gpu, name, fused):
-    """A training step with our kernels (im2col/col2im in Conv2d, bias+ReLU in the fused
-    layers) gives what the plain array code gives: logits, loss, dx and every gradient."""
-    make, shape = MODELS[name]
-    model = make().astype(np.float64)
-    model = dl.fuse(model) if fused else model
-    rng = np.random.default_rng(0)
-    x, labels = rng.standard_normal(shape), rng.integers(0, 5, shape[0])
-    want = _step(dl.use_kernels(model, False), x, labels)
-    got = _step(dl.use_kernels(model, True), x, labels)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
-    assert got[1] == pytest.approx(want[1], rel=1e-12)
-    np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=1e-12)
-    for k in want[3]:
-        np.testing.assert_allclose(got[3][k], want[3][k], rtol=1e-12, atol=1e-12, err_msg=k)
+def test_emulated_kernels_in_training(emulated_gpu, name, fused, optimizer):
+    """test_fusion's training check, with our kernels emulated against the plain array code."""
+    check_kernels_in_training(name, fused, optimizer, to_dev=lambda *arrays: arrays)
+
+
+def test_emulated_loss_kernel_names_a_bad_label(emulated_gpu):
+    """On the GPU the range of the labels is checked only when the kernel's loss is NaN (no wait
+    for the GPU otherwise); the error is the one the array code gives."""
+    logits = np.zeros((4, 3))
+    loss = dl.SoftmaxCrossEntropy()
+    assert loss.forward(logits, np.array([0, 1, 2, 0])) == pytest.approx(np.log(3))
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 2\].*from 0 to 3"):
+        loss.forward(logits, np.array([0, 1, 3, 0]))
+    logits[0, 0] = np.nan                      # NaN logits, valid labels: a NaN loss, no error
+    assert np.isnan(loss.forward(logits, np.array([0, 1, 2, 0])))

@@ -161,6 +161,33 @@ def test_softmax_cross_entropy_ref_is_stable():
     assert np.all(np.isfinite(dz)) and dz.dtype == np.float32
 
 
+@pytest.mark.parametrize("kind", ["SGD", "Adam"])
+def test_optimizer_update_refs_match_the_optimizers(kind):
+    """Three steps of dl.SGD / dl.Adam (their array code, on the CPU) equal the references fed
+    the scalars the optimizers pass their kernels: for Adam, step_size and eps with the bias
+    corrections lr * sqrt(1 - b2**t) / (1 - b1**t) and eps * sqrt(1 - b2**t) folded in."""
+    import dlcourse as dl
+    rng = np.random.default_rng(8)
+    layer = dl.Linear(4, 3, seed=0).astype(np.float64)
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-8, 0.01
+    opt = (dl.SGD(layer, lr=lr, momentum=0.9, weight_decay=wd) if kind == "SGD" else
+           dl.Adam(layer, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd))
+    params = {k: p.copy() for k, p in layer.params.items()}
+    state = {k: [np.zeros_like(p) for _ in range(1 if kind == "SGD" else 2)] for k, p in params.items()}
+    for t in (1, 2, 3):
+        layer.grads = {k: rng.standard_normal(p.shape) for k, p in params.items()}
+        opt.step()
+        for k, g in layer.grads.items():
+            if kind == "SGD":
+                params[k], *state[k] = R.sgd_momentum_update_ref(params[k], g, *state[k], lr, 0.9, wd)
+            else:
+                c = (1 - b2 ** t) ** 0.5
+                params[k], *state[k] = R.adam_update_ref(params[k], g, *state[k], b1, b2,
+                                                         lr * c / (1 - b1 ** t), eps * c, wd)
+    for k, p in layer.params.items():
+        np.testing.assert_allclose(p, params[k], rtol=1e-13, atol=1e-15, err_msg=k)
+
+
 def test_registry_lists_every_source_and_kernel():
     files = {p.name for p in K.KERNEL_DIR.glob("*.cu")}
     assert files == set(K.SOURCES), "every .cu file is registered, and nothing else"
@@ -198,6 +225,9 @@ def test_other_launch_geometry():
     assert K.launch_config("softmax_cross_entropy", 64, 10).block == (32, 1, 1)
     assert K.launch_config("softmax_cross_entropy", 64, 1000).block == (256, 1, 1)
     assert K.launch_config("im2col", 256, 1, 28, 28, 3, 3, 1, 1).block == (256, 1, 1)
+    assert K.launch_config("optimizer_update", 1).grid == (1, 1, 1)
+    assert K.launch_config("optimizer_update", 784 * 512).grid == (1568, 1, 1)
+    assert K.launch_config("optimizer_update", 10**9).grid == (4096, 1, 1)   # then grid-stride
     with pytest.raises(ValueError, match="does not fit"):
         K.launch_config("im2col", 1, 1, 2, 2, 5, 5, 1, 0)
     with pytest.raises(KeyError, match="names are"):
@@ -208,7 +238,8 @@ def test_other_launch_geometry():
     lambda a: K.matmul_naive(a, a), lambda a: K.matmul_regblock(a, a),
     lambda a: K.bias_relu_forward(a, a[0]), lambda a: K.softmax_cross_entropy(a, a[0]),
     lambda a: K.bias_relu_rows_forward(a, a[0]), lambda a: K.bias_relu_rows_backward(a, a),
-    lambda a: K.im2col(a[None, None], 2, 2),
+    lambda a: K.im2col(a[None, None], 2, 2), lambda a: K.sgd_momentum_update(a, a, a, 0.1, 0.9),
+    lambda a: K.adam_update(a, a, a, a, 0.9, 0.999, 0.1, 1e-8),
 ])
 def test_wrappers_reject_numpy_arrays_with_a_hint(call):
     with pytest.raises(TypeError, match="to_device"):
@@ -504,3 +535,24 @@ def test_gpu_im2col_errors_and_layouts(cp):
         K.im2col(x[0], 2, 2)
     with pytest.raises(ValueError, match="Were the same"):
         K.col2im(cp.ones((3, 3), dtype=cp.float32), (2, 4, 5, 3), 2, 2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1,), (37, 45), (784, 512), (3 * 2**20 + 5,)])
+def test_gpu_optimizer_updates(cp, dtype, shape):
+    """Both updates against their references, in place; 3 * 2**20 + 5 elements need more than
+    the 4096 blocks of the grid, so its threads walk the array grid-stride."""
+    rng = np.random.default_rng(len(shape))
+    p, g, m, v = (rng.standard_normal(shape).astype(dtype) for _ in range(4))
+    v = np.abs(v)
+    # p - lr * v may cancel: the error is an ulp of the operands (about 1), not of the result
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    p_dev, v_dev = cp.asarray(p), cp.asarray(v)
+    assert K.sgd_momentum_update(p_dev, cp.asarray(g), v_dev, 0.1, 0.9, 0.01) is p_dev
+    for got, want in zip((p_dev, v_dev), R.sgd_momentum_update_ref(p, g, v, 0.1, 0.9, 0.01)):
+        np.testing.assert_allclose(got.get(), want, **tol)
+    p_dev, m_dev, v_dev = cp.asarray(p), cp.asarray(m), cp.asarray(v)
+    K.adam_update(p_dev, cp.asarray(g), m_dev, v_dev, 0.9, 0.999, 0.05, 1e-8, 0.01)
+    for got, want in zip((p_dev, m_dev, v_dev), R.adam_update_ref(p, g, m, v, 0.9, 0.999, 0.05, 1e-8, 0.01)):
+        np.testing.assert_allclose(got.get(), want, **tol)

@@ -13,15 +13,17 @@ check their inputs, name the launch geometry, and launch.
     C_ref = K.reference.matmul(A, B)       # the NumPy answer it must match
 
 Importing this package never imports CuPy; the kernels are compiled (by CuPy with NVRTC) the
-first time they are called, and only there is a GPU needed. ``dlcourse.conv`` calls
-:func:`im2col` / :func:`col2im` when its input is on the GPU (:func:`available` says whether it
-can).
+first time they are called, and only there is a GPU needed. The library calls them where its
+arrays are on the GPU (:func:`available` says whether they can run): ``dl.Conv2d`` calls
+:func:`im2col` / :func:`col2im`, the fused layers the bias+ReLU kernels, the loss and the
+optimizers theirs; ``dl.use_kernels(obj, False)`` turns that off for a model, loss or optimizer.
 
 The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
 ``matmul_regblock``. Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``
 (bias along columns, used by ``dl.LinearReLU``), ``bias_relu_rows_forward``,
 ``bias_relu_rows_backward`` (bias along rows, used by ``dl.Conv2dReLU``),
-``softmax_cross_entropy``. Convolution (unfold.py): ``im2col``, ``col2im``. References:
+``softmax_cross_entropy`` (used by ``dl.SoftmaxCrossEntropy``), ``sgd_momentum_update`` and
+``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Convolution (unfold.py): ``im2col``, ``col2im``. References:
 ``dlcourse.kernels.reference``. Benchmarks: ``benchmarks/gpu_suite.py``. ``dl.fuse(model)``
 rewrites a model's Linear→ReLU and Conv2d→ReLU pairs into the fused layers.
 """
@@ -31,23 +33,19 @@ from ..backend import gpu_available
 from . import reference
 from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, launch_config,
                      list_kernels, source)
-from .fused import (bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
-                    bias_relu_rows_forward, softmax_cross_entropy)
+from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
+                    bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, matmul_coalesced, matmul_naive, matmul_regblock,
                      matmul_tiled)
 from .unfold import col2im, im2col
-
-#: Explicit names for callers that want to say "the GPU version".
-im2col_gpu = im2col
-col2im_gpu = col2im
 
 __all__ = [
     "available", "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
     "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
-    "softmax_cross_entropy",
-    "im2col", "col2im", "im2col_gpu", "col2im_gpu", "reference",
+    "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
+    "im2col", "col2im", "reference",
 ]
 
 

@@ -61,6 +61,10 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
            ("softmax_xent<float, int>", "softmax_xent<float, long long>",
             "softmax_xent<double, int>", "softmax_xent<double, long long>"),
            "fused softmax cross-entropy: per-row loss and gradient, one block per row"),
+    Source("optimizers.cu",
+           ("sgd_momentum_update<float>", "sgd_momentum_update<double>",
+            "adam_update<float>", "adam_update<double>"),
+           "the SGD-with-momentum and Adam updates of one parameter, one launch each"),
     Source("im2col.cu",
            ("im2col_kernel<float>", "im2col_kernel<double>",
             "col2im_kernel<float>", "col2im_kernel<double>"),
@@ -184,7 +188,8 @@ def launch_config(name: str, *sizes) -> LaunchConfig:
     ``launch_config("bias_relu", N, F[, itemsize])``; ``launch_config("bias_relu_rows", F, M[, itemsize])``;
     ``launch_config("softmax_cross_entropy", N, C[, itemsize])`` (itemsize: 4 for float32, 8 for
     float64; it only changes the shared memory reported);
-    ``launch_config("im2col" | "col2im", N, C, H, W, KH, KW, stride, padding)``.
+    ``launch_config("im2col" | "col2im", N, C, H, W, KH, KW, stride, padding)``;
+    ``launch_config("optimizer_update", n)`` for a parameter of n elements.
     """
     if name not in _GEOMETRY:
         raise KeyError(f"No kernel named {name!r}; the names are: {', '.join(_GEOMETRY)}.")

@@ -1,11 +1,14 @@
 """Fused kernels: several array operations done in one pass over memory.
 
-Introduced in notebook ``08_cuda_kernels``. Sources: ``bias_relu.cu`` and ``softmax_xent.cu``.
-NumPy references: ``dlcourse.kernels.reference.bias_relu_forward_ref``,
-``bias_relu_backward_ref`` and ``softmax_cross_entropy_ref``.
+Introduced in notebook ``08_cuda_kernels``. Sources: ``bias_relu.cu``, ``softmax_xent.cu`` and
+``optimizers.cu``. NumPy references: ``dlcourse.kernels.reference.bias_relu_forward_ref``,
+``bias_relu_backward_ref``, ``softmax_cross_entropy_ref``, ``sgd_momentum_update_ref`` and
+``adam_update_ref``.
 
 Elementwise operations do a flop or two per number they load, so memory bandwidth sets their
-speed; doing ``x + b`` and ``max(., 0)`` in one kernel halves the bytes moved. The benchmark
+speed; doing ``x + b`` and ``max(., 0)`` in one kernel halves the bytes moved. The optimizer
+updates fuse the four (SGD) or ten (Adam) array operations of an update into one launch, which
+matters most where launches, not bytes, set the time: small batches. The benchmark
 (``benchmarks/gpu_suite.py``) measures exactly that against the device's copy bandwidth.
 All wrappers take float32 or float64 C-contiguous CuPy arrays.
 """
@@ -17,7 +20,8 @@ from ..backend import require_cupy
 from ._build import CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
 __all__ = ["bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward",
-           "bias_relu_rows_backward", "softmax_cross_entropy"]
+           "bias_relu_rows_backward", "softmax_cross_entropy", "sgd_momentum_update",
+           "adam_update"]
 
 FLOATS = (np.float32, np.float64)
 
@@ -52,6 +56,14 @@ def _softmax_geometry(N, C, itemsize=4):
     return LaunchConfig("softmax_cross_entropy", "softmax_xent.cu", grid=(min(N, 2**20), 1, 1),
                         block=(threads, 1, 1), static_shared_mem=2 * 32 * itemsize,
                         note="one block per row (grid-stride when N > 2**20)")
+
+
+@geometry("optimizer_update")
+def _optimizer_geometry(n):
+    threads = 256
+    return LaunchConfig("optimizer_update", "optimizers.cu",
+                        grid=(max(1, min(ceil_div(n, threads), 4096)), 1, 1), block=(threads, 1, 1),
+                        note="one thread per element, grid-stride past 4096 blocks")
 
 
 def _check_forward(fn, x, b, axis):
@@ -184,3 +196,53 @@ def softmax_cross_entropy(logits, labels):
     kernel(cfg.grid, cfg.block, (logits, labels, loss_rows, dlogits, np.int32(N), np.int32(C),
                                  inv_N), shared_mem=cfg.shared_mem)
     return loss_rows.mean(), dlogits
+
+
+# --------------------------------------------------------------------------------------
+# Optimizer updates: in place, one launch per parameter
+# --------------------------------------------------------------------------------------
+def _check_state(fn, p, **arrays):
+    """p: a float CuPy array updated in place; every other array: the same shape and dtype."""
+    check_gpu_array(fn, "p", p, dtypes=FLOATS)
+    for name, a in arrays.items():
+        check_gpu_array(fn, name, a, dtypes=(p.dtype,))
+        if a.shape != p.shape:
+            raise ValueError(f"{fn}: {name} has shape {tuple(a.shape)} but p has shape "
+                             f"{tuple(p.shape)}; the optimizer keeps one {name} per entry of p.")
+
+
+def _update(kernel, p, arrays, scalars):
+    """Launch ``kernel<T>`` on p and arrays (all of p's shape) with the scalars cast to T."""
+    if p.size:
+        cfg = launch_config("optimizer_update", p.size)
+        T = p.dtype.type
+        get_kernel(cfg.file, f"{kernel}<{CTYPE[p.dtype]}>")(
+            cfg.grid, cfg.block, (p, *arrays, np.int64(p.size), *(T(s) for s in scalars)),
+            shared_mem=cfg.shared_mem)
+    return p
+
+
+def sgd_momentum_update(p, grad, v, lr, momentum, weight_decay=0.0):
+    """One step of SGD with momentum on one parameter, in place, in one kernel:
+    ``g = grad + weight_decay * p;  v = momentum * v + g;  p -= lr * v``.
+
+    p, grad, v: CuPy arrays of one shape, float32 or float64, C-contiguous (v is the momentum
+    buffer, updated too). lr, momentum, weight_decay: Python numbers. Returns p.
+    """
+    fn = "sgd_momentum_update"
+    _check_state(fn, p, grad=grad, v=v)
+    return _update(fn, p, (grad, v), (lr, momentum, weight_decay))
+
+
+def adam_update(p, grad, m, v, b1, b2, step_size, eps, weight_decay=0.0):
+    """One step of Adam on one parameter, in place, in one kernel:
+    ``g = grad + weight_decay * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g²;
+    p -= step_size * m / (sqrt(v) + eps)``.
+
+    p, grad, m, v: CuPy arrays of one shape, float32 or float64, C-contiguous (m, v updated
+    too). step_size and eps carry the bias corrections (``dl.Adam`` computes them). Returns p.
+    """
+    fn = "adam_update"
+    _check_state(fn, p, grad=grad, m=m, v=v)
+    return _update(fn, p, (grad, m, v),
+                   (b1, 1.0 - b1, b2, 1.0 - b2, step_size, eps, weight_decay))

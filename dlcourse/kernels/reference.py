@@ -16,6 +16,8 @@ bias_relu_rows_forward_ref   bias_relu_rows_forward                  bias_relu.c
 bias_relu_rows_backward_ref  bias_relu_rows_backward                 bias_relu.cu
 softmax_cross_entropy_ref    softmax_cross_entropy                   softmax_xent.cu
 im2col_ref, col2im_ref       im2col, col2im                          im2col.cu
+sgd_momentum_update_ref      sgd_momentum_update                     optimizers.cu
+adam_update_ref              adam_update                             optimizers.cu
 ===========================  ======================================  ===============
 """
 from __future__ import annotations
@@ -28,7 +30,8 @@ from ..losses import log_softmax
 
 __all__ = ["matmul", "matmul_loops", "bias_relu_forward_ref", "bias_relu_backward_ref",
            "bias_relu_rows_forward_ref", "bias_relu_rows_backward_ref",
-           "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref"]
+           "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref", "sgd_momentum_update_ref",
+           "adam_update_ref"]
 
 
 # --------------------------------------------------------------------------------------
@@ -145,3 +148,26 @@ def col2im_ref(cols, x_shape, KH, KW, stride=1, padding=0):
             dx_pad[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride] += \
                 cols6[:, :, :, :, kh, kw].transpose(0, 3, 1, 2)      # (N, OH, OW, C) -> (N, C, OH, OW)
     return dx_pad[:, :, padding:padding + H, padding:padding + W].copy()
+
+
+# --------------------------------------------------------------------------------------
+# Optimizer updates (the kernels update in place; these return new arrays)
+# --------------------------------------------------------------------------------------
+def sgd_momentum_update_ref(p, grad, v, lr, momentum, weight_decay=0.0):
+    """One SGD-with-momentum step: returns (new p, new v), all of p's shape and dtype.
+    g = grad + weight_decay * p;  v = momentum * v + g;  p = p - lr * v."""
+    p, grad, v = to_numpy(p), to_numpy(grad), to_numpy(v)
+    g = grad + weight_decay * p
+    v = momentum * v + g
+    return p - lr * v, v
+
+
+def adam_update_ref(p, grad, m, v, b1, b2, step_size, eps, weight_decay=0.0):
+    """One Adam step with the bias corrections already in step_size and eps: returns
+    (new p, new m, new v). g = grad + weight_decay * p;  m = b1 m + (1 - b1) g;
+    v = b2 v + (1 - b2) g²;  p = p - step_size * m / (sqrt(v) + eps)."""
+    p, grad, m, v = to_numpy(p), to_numpy(grad), to_numpy(m), to_numpy(v)
+    g = grad + weight_decay * p
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    return p - step_size * (m / (np.sqrt(v) + eps)), m, v
