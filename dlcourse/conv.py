@@ -281,7 +281,12 @@ class MaxPool2d(Layer):
     x: (N, C, H, W) -> out: (N, C, OH, OW), OH = (H - KH) // stride + 1.
     Backward sends each window's gradient to its maximum; with overlapping windows
     (stride < kernel) a pixel can be the maximum of several and its gradients add up.
+    On the GPU forward and backward are one CUDA kernel each (``kernels/maxpool.cu``) instead
+    of a few array operations per window position; ``dl.use_kernels(model, False)`` runs the
+    array code below.
     """
+
+    use_kernels = True
 
     def __init__(self, kernel_size, stride=None):
         super().__init__()
@@ -297,6 +302,11 @@ class MaxPool2d(Layer):
         KH, KW = self.kernel_size
         s = self.stride
         OH, OW = output_size(H, W, KH, KW, s)
+        kernels = gpu_kernels(x, self.use_kernels)
+        if kernels is not None and x.dtype in (np.float32, np.float64):
+            best, idx = kernels.maxpool_forward(x, KH, KW, s)   # one launch; C-contiguous
+            self.cache = (x, idx, True)
+            return best
         xp = get_array_module(x)
         # A running maximum over the KH*KW window offsets: each offset (kh, kw) is one strided
         # slice of x holding that position of every window, of the output's shape (N, C, OH, OW).
@@ -310,16 +320,19 @@ class MaxPool2d(Layer):
             xp.maximum(best, v, out=best)
             # "idx = k where better": k grows, so it is the larger of idx and k*better
             xp.maximum(idx, better.astype(itype) * itype(k), out=idx)
-        self.cache = (x, idx)
+        self.cache = (x, idx, False)          # False: the array code made idx
         return best
 
     def backward(self, dout):
-        x, idx = self.cache
+        x, idx, kernel_made_idx = self.cache
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         s = self.stride
         _, _, OH, OW = dout.shape
         xp = get_array_module(dout)
+        if kernel_made_idx:          # forward ran the kernel: so does backward (dx in x's layout)
+            dx = xp.empty_like(x, dtype=dout.dtype)
+            return gpu_kernels(dout).maxpool_backward(dout, idx, dx, KH, KW, s)
         # Windows that tile x exactly (no overlap, nothing left over) write every pixel once.
         tiles = s == KH == KW and s * OH == H and s * OW == W
         dx = (xp.empty_like if tiles else xp.zeros_like)(x, dtype=dout.dtype)   # x's layout

@@ -43,15 +43,18 @@ class Optimizer:
             buf = self.state[key] = to_device(buf, device_of(p))
         return buf
 
-    def _kernels(self, p, *arrays):
-        """dlcourse.kernels when this update can be one fused kernel (p on the GPU, kernels on,
-        p and every array float32 or float64 alike, C-contiguous); else None."""
+    def _fused(self, update, p, g, state, *scalars):
+        """Do this parameter's update as one fused kernel (``update`` names it in
+        dlcourse.kernels) if it can run here: p on the GPU, kernels on, p, g and the state
+        arrays of one float dtype, p and the state C-contiguous (g is copied if it is not: a
+        convolution's dW is a transpose). Returns whether it ran."""
         kernels = gpu_kernels(p, self.use_kernels)
-        if kernels is None or p.dtype not in (np.float32, np.float64):
-            return None
-        if all(a.dtype == p.dtype and a.flags.c_contiguous for a in (p, *arrays)):
-            return kernels
-        return None
+        if (kernels is None or p.dtype not in (np.float32, np.float64)
+                or any(a.dtype != p.dtype for a in (g, *state))
+                or not all(a.flags.c_contiguous for a in (p, *state))):
+            return False
+        getattr(kernels, update)(p, get_array_module(g).ascontiguousarray(g), *state, *scalars)
+        return True
 
     def step(self):
         raise NotImplementedError
@@ -74,10 +77,9 @@ class SGD(Optimizer):
         for k, p, g in self._pairs():
             if self.momentum:
                 v = self._buffer(k, p)
-                kernels = self._kernels(p, g, v)
-                if kernels is not None:      # on the GPU: the lines below in one launch
-                    kernels.sgd_momentum_update(p, g, v, self.lr, self.momentum, self.weight_decay)
-                    continue
+                if self._fused("sgd_momentum_update", p, g, [v], self.lr, self.momentum,
+                               self.weight_decay):
+                    continue                 # on the GPU: the lines below in one launch
             if self.weight_decay:
                 g = g + self.weight_decay * p
             if self.momentum:
@@ -110,10 +112,9 @@ class Adam(Optimizer):
         for k, p, g in self._pairs():
             m = self._buffer(k + "/m", p)
             v = self._buffer(k + "/v", p)
-            kernels = self._kernels(p, g, m, v)
-            if kernels is not None:      # on the GPU: the lines below in one launch
-                kernels.adam_update(p, g, m, v, self.b1, self.b2, step_size, eps, self.weight_decay)
-                continue
+            if self._fused("adam_update", p, g, [m, v], self.b1, self.b2, step_size, eps,
+                           self.weight_decay):
+                continue                     # on the GPU: the lines below in one launch
             xp = get_array_module(p)
             if self.weight_decay:
                 g = g + self.weight_decay * p

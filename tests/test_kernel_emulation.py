@@ -44,7 +44,7 @@ import dlcourse as dl
 import dlcourse.kernels as K
 from dlcourse.kernels import reference as R
 from test_fusion import MODELS, OPTIMIZERS, check_kernels_in_training
-from test_kernels import CONV_CASES
+from test_kernels import CONV_CASES, POOL_CASES
 
 GXX = shutil.which("g++")
 pytestmark = [
@@ -55,6 +55,7 @@ pytestmark = [
 ]
 
 CUDA_STAND_IN = r"""
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -84,6 +85,8 @@ char emu_error[400];
 #define __forceinline__ inline
 #define __shared__ static                    // one copy for the block (blocks run in turn)
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+using std::min;                              // CUDA's device min(int, int)
 
 static void emu_wait(emu_state why)
 {
@@ -212,6 +215,8 @@ LAUNCHERS = r"""
 #define LAUNCH(call) return launch(grid, block, reverse, [&] { call; })
 #define CONV_SIZES int N, int C, int H, int W, int KH, int KW, int stride, int padding, int OH, int OW
 #define CONV_ARGS N, C, H, W, KH, KW, stride, padding, OH, OW
+#define POOL_SIZES int N, int C, int H, int W, int KH, int KW, int stride, int OH, int OW
+#define POOL_ARGS N, C, H, W, KH, KW, stride, OH, OW
 
 extern "C" {
 const char* emu_last_error() { return emu_error; }
@@ -246,6 +251,13 @@ int run_im2col_{t}(GEOMETRY, const {T}* x, {T}* cols_t, long long sN, long long 
 {{ LAUNCH(im2col_kernel<{T}>(x, cols_t, sN, sC, sH, sW, CONV_ARGS)); }}
 int run_col2im_{t}(GEOMETRY, const {T}* cols, {T}* dx, long long s_r, long long s_q, CONV_SIZES)
 {{ LAUNCH(col2im_kernel<{T}>(cols, dx, s_r, s_q, CONV_ARGS)); }}
+int run_maxpool_forward_{t}(GEOMETRY, const {T}* x, {T}* out, int* idx, long long sN,
+                            long long sC, long long sH, long long sW, POOL_SIZES)
+{{ LAUNCH(maxpool_forward<{T}>(x, out, idx, sN, sC, sH, sW, POOL_ARGS)); }}
+int run_maxpool_backward_{t}(GEOMETRY, const {T}* dout, const int* idx, {T}* dx, long long dN,
+                             long long dC, long long dH, long long dW, long long xN, long long xC,
+                             long long xH, long long xW, POOL_SIZES)
+{{ LAUNCH(maxpool_backward<{T}>(dout, idx, dx, dN, dC, dH, dW, xN, xC, xH, xW, POOL_ARGS)); }}
 int run_sgd_momentum_update_{t}(GEOMETRY, {T}* p, const {T}* g, {T}* v, long long n, {T} lr,
                                 {T} momentum, {T} weight_decay)
 {{ LAUNCH(sgd_momentum_update<{T}>(p, g, v, n, lr, momentum, weight_decay)); }}
@@ -306,8 +318,9 @@ def _guarded(a):
 
 
 def _empty(shape, dtype):
-    """An output: NaN inside (so anything left unwritten shows), NaN guards outside."""
-    return _guarded(np.full(shape, np.nan, dtype=dtype))
+    """An output: NaN inside (so anything left unwritten shows), NaN guards outside (for
+    integers: the most negative one)."""
+    return _guarded(np.full(shape, _fill(np.dtype(dtype)), dtype=dtype))
 
 
 def _guard_buffer(a):
@@ -527,6 +540,42 @@ def test_emulated_im2col_col2im(emu, case, layout, dtype):
         np.testing.assert_allclose(dx, want, **_tol(dtype))
 
 
+def _channel_major(a):
+    """a's values in a guarded (C, N, H, W) buffer, seen as (N, C, H, W): Conv2d's layout."""
+    return _guarded(a.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "channel-major view"])
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_emulated_maxpool(emu, case, layout, dtype):
+    """Forward (out and the position of the first maximum: small integers make many ties) and
+    backward, with x, dout and dx as given, or channel-major as Conv2d's outputs are; the
+    last case runs on 2 blocks, which walk the arrays grid-stride."""
+    shape, KH, KW, s, grid = case
+    N, C, H, W = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-3, 4, shape).astype(dtype)
+    OH, OW = K.unfold.output_shape(H, W, KH, KW, s)
+    dout = rng.standard_normal((N, C, OH, OW)).astype(dtype)
+    place = _guarded if layout == "contiguous" else _channel_major
+    x_in, dout_in, dx = place(x), place(dout), place(np.full(shape, np.nan, dtype))
+    sizes = (N, C, H, W, KH, KW, s, OH, OW)
+    configs = [K.launch_config(f"maxpool_{d}", N, C, H, W, KH, KW, s) for d in ("forward", "backward")]
+    if grid is not None:
+        configs = [dataclasses.replace(cfg, grid=(grid, 1, 1)) for cfg in configs]
+    out, idx = _empty((N, C, OH, OW), dtype), _empty((N, C, OH, OW), np.int32)
+    _launch(emu, f"run_maxpool_forward_{SUFFIX[dtype]}", configs[0], x_in, out, idx,
+            *_elements(x_in), *sizes)
+    want_out, want_idx = R.maxpool_forward_ref(x, KH, KW, s)
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(idx, want_idx)
+    _launch(emu, f"run_maxpool_backward_{SUFFIX[dtype]}", configs[1], dout_in, idx, dx,
+            *_elements(dout_in), *_elements(dx), *sizes)
+    np.testing.assert_allclose(dx, R.maxpool_backward_ref(dout, want_idx, shape, KH, KW, s),
+                               **_tol(dtype))
+
+
 B1, B2 = 0.9, 0.999
 OPTIMIZER_UPDATES = {   # kernel -> (reference, state arrays, the reference's scalars, the kernel's)
     "sgd_momentum_update": (R.sgd_momentum_update_ref, 1, (0.1, 0.9, 0.01), (0.1, 0.9, 0.01)),
@@ -595,6 +644,7 @@ def _device(a):
 
 FAKE_CUPY = types.SimpleNamespace(
     float32=np.float32,
+    int32=np.int32,
     empty=lambda shape, dtype=np.float32: _empty(shape, dtype).view(EmuArray),
     empty_like=lambda a: _empty(a.shape, a.dtype).view(EmuArray),
     zeros=lambda shape, dtype=np.float32: _device(np.zeros(shape, dtype=dtype)),
@@ -692,6 +742,32 @@ def test_emulated_unfold_wrappers(emulated_gpu, case, dtype):
     want = R.col2im_ref(cols, shape, KH, KW, s, p)
     for cols_dev in (_device(cols), _device(cols.T).T):   # as given, and as im2col returns it
         np.testing.assert_allclose(K.col2im(cols_dev, shape, KH, KW, s, p), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_emulated_maxpool_wrappers(emulated_gpu, dtype):
+    """out and idx come back C-contiguous; dx is filled in the layout it is given; a reversed
+    view of x is copied first; mismatched shapes are refused with the likely cause."""
+    shape, KH, KW, s, _ = POOL_CASES[2]
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape).astype(dtype)
+    want_out, want_idx = R.maxpool_forward_ref(x, KH, KW, s)
+    dout = rng.standard_normal(want_out.shape).astype(dtype)
+    want_dx = R.maxpool_backward_ref(dout, want_idx, shape, KH, KW, s)
+    views = {"contiguous": _device(x), "channel-major": _channel_major(x).view(EmuArray),
+             "reversed (copied)": _device(x[:, :, ::-1])[:, :, ::-1]}
+    for layout, x_dev in views.items():
+        out, idx = K.maxpool_forward(x_dev, KH, KW, s)
+        assert out.flags.c_contiguous and idx.dtype == np.int32, layout
+        np.testing.assert_array_equal(out, want_out, err_msg=layout)
+        np.testing.assert_array_equal(idx, want_idx, err_msg=layout)
+        for dx in (_device(np.empty(shape, dtype)), _channel_major(np.empty(shape, dtype))):
+            assert K.maxpool_backward(_device(dout), idx, dx, KH, KW, s) is dx
+            np.testing.assert_allclose(dx, want_dx, **_tol(dtype))
+    with pytest.raises(ValueError, match="Were the same window and stride"):
+        K.maxpool_backward(_device(dout), idx, _device(np.empty(shape, dtype)), 2, 2, 1)
+    with pytest.raises(ValueError, match="positive strides"):
+        K.maxpool_backward(_device(dout), idx, _device(np.empty(shape, dtype))[:, :, ::-1], KH, KW, s)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

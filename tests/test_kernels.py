@@ -39,6 +39,15 @@ CONV_CASES = [  # (x_shape, KH, KW, stride, padding)
     ((2, 2, 8, 8), 3, 3, 3, 1),
 ]
 
+POOL_CASES = [  # (x_shape, KH, KW, stride, blocks: None = launch_config's grid)
+    ((2, 3, 6, 6), 2, 2, 2, None),      # the CNN's pooling: the windows tile x
+    ((1, 2, 7, 9), 2, 2, 2, None),      # a row and a column left over
+    ((2, 2, 7, 7), 3, 3, 2, None),      # overlapping windows
+    ((1, 1, 5, 6), 2, 3, 1, None),      # stride 1, a window that is not square
+    ((3, 2, 4, 4), 1, 1, 1, None),
+    ((2, 3, 20, 22), 3, 2, 2, 2),       # 2 blocks for 2640 pixels: grid-stride loops
+]
+
 
 def im2col_loops(x, KH, KW, stride, padding):
     """The contract, written out one element at a time."""
@@ -110,6 +119,34 @@ def test_references_agree_with_dlcourse_conv(case):
     c = rng.standard_normal(cols.shape)
     np.testing.assert_allclose(conv.col2im(c, shape, KH, KW, s, p),
                                R.col2im_ref(c, shape, KH, KW, s, p), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_maxpool_refs_match_dl_maxpool2d(case):
+    """The kernels' references against MaxPool2d's array code, with many ties (small integers):
+    the same maxima, the same first-maximum positions, the same dx."""
+    import dlcourse as dl
+    shape, KH, KW, s, _ = case
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-3, 4, shape).astype(np.float64)
+    pool = dl.MaxPool2d((KH, KW), stride=s)
+    out, idx = R.maxpool_forward_ref(x, KH, KW, s)
+    np.testing.assert_array_equal(pool.forward(x), out)
+    np.testing.assert_array_equal(pool.cache[1], idx)
+    dout = rng.standard_normal(out.shape)
+    np.testing.assert_allclose(pool.backward(dout), R.maxpool_backward_ref(dout, idx, shape, KH, KW, s),
+                               rtol=1e-15, atol=1e-15)
+
+
+def test_maxpool_ref_hand_case():
+    x = np.array([[[[1.0, 3.0, 2.0],
+                    [3.0, 0.0, 5.0],
+                    [4.0, 4.0, 1.0]]]])
+    out, idx = R.maxpool_forward_ref(x, 2, 2, 1)             # four overlapping 2x2 windows
+    np.testing.assert_array_equal(out[0, 0], [[3.0, 5.0], [4.0, 5.0]])
+    np.testing.assert_array_equal(idx[0, 0], [[1, 3], [2, 1]])   # ties: the first maximum
+    dx = R.maxpool_backward_ref(np.ones((1, 1, 2, 2)), idx, x.shape, 2, 2, 1)
+    np.testing.assert_array_equal(dx[0, 0], [[0, 1, 0], [0, 0, 2], [1, 0, 0]])
 
 
 def test_matmul_ref():
@@ -225,6 +262,8 @@ def test_other_launch_geometry():
     assert K.launch_config("softmax_cross_entropy", 64, 10).block == (32, 1, 1)
     assert K.launch_config("softmax_cross_entropy", 64, 1000).block == (256, 1, 1)
     assert K.launch_config("im2col", 256, 1, 28, 28, 3, 3, 1, 1).block == (256, 1, 1)
+    assert K.launch_config("maxpool_forward", 256, 16, 28, 28, 2, 2, 2).num_blocks == 256 * 16 * 14 * 14 // 256
+    assert K.launch_config("maxpool_backward", 256, 16, 28, 28, 2, 2, 2).grid[0] == 256 * 16 * 28 * 28 // 256
     assert K.launch_config("optimizer_update", 1).grid == (1, 1, 1)
     assert K.launch_config("optimizer_update", 784 * 512).grid == (1568, 1, 1)
     assert K.launch_config("optimizer_update", 10**9).grid == (4096, 1, 1)   # then grid-stride
@@ -240,6 +279,7 @@ def test_other_launch_geometry():
     lambda a: K.bias_relu_rows_forward(a, a[0]), lambda a: K.bias_relu_rows_backward(a, a),
     lambda a: K.im2col(a[None, None], 2, 2), lambda a: K.sgd_momentum_update(a, a, a, 0.1, 0.9),
     lambda a: K.adam_update(a, a, a, a, 0.9, 0.999, 0.1, 1e-8),
+    lambda a: K.maxpool_forward(a[None, None], 2, 2, 2),
 ])
 def test_wrappers_reject_numpy_arrays_with_a_hint(call):
     with pytest.raises(TypeError, match="to_device"):
@@ -556,3 +596,26 @@ def test_gpu_optimizer_updates(cp, dtype, shape):
     K.adam_update(p_dev, cp.asarray(g), m_dev, v_dev, 0.9, 0.999, 0.05, 1e-8, 0.01)
     for got, want in zip((p_dev, m_dev, v_dev), R.adam_update_ref(p, g, m, v, 0.9, 0.999, 0.05, 1e-8, 0.01)):
         np.testing.assert_allclose(got.get(), want, **tol)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "channel-major"])
+@pytest.mark.parametrize("case", POOL_CASES + [((64, 16, 28, 28), 2, 2, 2, None)])
+def test_gpu_maxpool(cp, case, layout, dtype):
+    shape, KH, KW, s, _ = case
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-3, 4, shape).astype(dtype)              # ties: the first maximum wins
+    x_dev = cp.asarray(x)
+    if layout == "channel-major":                             # as Conv2d's outputs are
+        x_dev = cp.ascontiguousarray(x_dev.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    out, idx = K.maxpool_forward(x_dev, KH, KW, s)
+    want_out, want_idx = R.maxpool_forward_ref(x, KH, KW, s)
+    np.testing.assert_array_equal(out.get(), want_out)
+    np.testing.assert_array_equal(idx.get(), want_idx)
+    dout = rng.standard_normal(out.shape).astype(dtype)
+    dx = K.maxpool_backward(cp.asarray(dout), idx, cp.empty_like(x_dev), KH, KW, s)
+    assert dx.strides == x_dev.strides, "dx in x's layout"
+    tol = 1e-6 if dtype == np.float32 else 1e-15
+    np.testing.assert_allclose(dx.get(), R.maxpool_backward_ref(dout, want_idx, shape, KH, KW, s),
+                               rtol=tol, atol=tol)

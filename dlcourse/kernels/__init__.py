@@ -15,7 +15,7 @@ check their inputs, name the launch geometry, and launch.
 Importing this package never imports CuPy; the kernels are compiled (by CuPy with NVRTC) the
 first time they are called, and only there is a GPU needed. The library calls them where its
 arrays are on the GPU (:func:`available` says whether they can run): ``dl.Conv2d`` calls
-:func:`im2col` / :func:`col2im`, the fused layers the bias+ReLU kernels, the loss and the
+:func:`im2col` / :func:`col2im`, ``dl.MaxPool2d`` the pooling kernels, the fused layers the bias+ReLU kernels, the loss and the
 optimizers theirs; ``dl.use_kernels(obj, False)`` turns that off for a model, loss or optimizer.
 
 The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
@@ -23,9 +23,11 @@ The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_
 (bias along columns, used by ``dl.LinearReLU``), ``bias_relu_rows_forward``,
 ``bias_relu_rows_backward`` (bias along rows, used by ``dl.Conv2dReLU``),
 ``softmax_cross_entropy`` (used by ``dl.SoftmaxCrossEntropy``), ``sgd_momentum_update`` and
-``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Convolution (unfold.py): ``im2col``, ``col2im``. References:
-``dlcourse.kernels.reference``. Benchmarks: ``benchmarks/gpu_suite.py``. ``dl.fuse(model)``
-rewrites a model's Linear→ReLU and Conv2d→ReLU pairs into the fused layers.
+``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Image windows (unfold.py): ``im2col``,
+``col2im`` (used by ``dl.Conv2d``), ``maxpool_forward``, ``maxpool_backward`` (used by
+``dl.MaxPool2d``). References: ``dlcourse.kernels.reference``. Benchmarks:
+``benchmarks/gpu_suite.py``. ``dl.fuse(model)`` rewrites a model's Linear→ReLU and Conv2d→ReLU
+pairs into the fused layers.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_rel
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, matmul_coalesced, matmul_naive, matmul_regblock,
                      matmul_tiled)
-from .unfold import col2im, im2col
+from .unfold import col2im, im2col, maxpool_backward, maxpool_forward
 
 __all__ = [
     "available", "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
@@ -45,7 +47,7 @@ __all__ = [
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
     "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
-    "im2col", "col2im", "reference",
+    "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",
 ]
 
 

@@ -61,14 +61,18 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
            ("softmax_xent<float, int>", "softmax_xent<float, long long>",
             "softmax_xent<double, int>", "softmax_xent<double, long long>"),
            "fused softmax cross-entropy: per-row loss and gradient, one block per row"),
-    Source("optimizers.cu",
-           ("sgd_momentum_update<float>", "sgd_momentum_update<double>",
-            "adam_update<float>", "adam_update<double>"),
-           "the SGD-with-momentum and Adam updates of one parameter, one launch each"),
     Source("im2col.cu",
            ("im2col_kernel<float>", "im2col_kernel<double>",
             "col2im_kernel<float>", "col2im_kernel<double>"),
            "im2col (gather into rows) and col2im (its adjoint, gathered: no atomics)"),
+    Source("maxpool.cu",
+           ("maxpool_forward<float>", "maxpool_forward<double>",
+            "maxpool_backward<float>", "maxpool_backward<double>"),
+           "max pooling: each window's maximum and its place; the backward gathered (no atomics)"),
+    Source("optimizers.cu",
+           ("sgd_momentum_update<float>", "sgd_momentum_update<double>",
+            "adam_update<float>", "adam_update<double>"),
+           "the SGD-with-momentum and Adam updates of one parameter, one launch each"),
 )}
 
 #: C++ spelling of the dtypes the templated kernels are instantiated for.
@@ -189,6 +193,7 @@ def launch_config(name: str, *sizes) -> LaunchConfig:
     ``launch_config("softmax_cross_entropy", N, C[, itemsize])`` (itemsize: 4 for float32, 8 for
     float64; it only changes the shared memory reported);
     ``launch_config("im2col" | "col2im", N, C, H, W, KH, KW, stride, padding)``;
+    ``launch_config("maxpool_forward" | "maxpool_backward", N, C, H, W, KH, KW, stride)``;
     ``launch_config("optimizer_update", n)`` for a parameter of n elements.
     """
     if name not in _GEOMETRY:

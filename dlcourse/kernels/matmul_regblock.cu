@@ -72,8 +72,9 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
                 float* __restrict__ C,         // (M, N) output
                 int M, int N, int K)
 {
-    __shared__ float As[BK * BM];   // A tile, transposed: As[k * BM + m]
-    __shared__ float Bs[BK * BN];   // B tile:             Bs[k * BN + n]
+    // 16-byte aligned: Bs is written with float4 stores, and both are read 4 floats at a time.
+    __shared__ __align__(16) float As[BK * BM];   // A tile, transposed: As[k * BM + m]
+    __shared__ __align__(16) float Bs[BK * BN];   // B tile:             Bs[k * BN + n]
 
     const int tid = threadIdx.x;                 // 0..255
     const int blockRow = blockIdx.y * BM;        // first row of C owned by this block

@@ -16,6 +16,8 @@ bias_relu_rows_forward_ref   bias_relu_rows_forward                  bias_relu.c
 bias_relu_rows_backward_ref  bias_relu_rows_backward                 bias_relu.cu
 softmax_cross_entropy_ref    softmax_cross_entropy                   softmax_xent.cu
 im2col_ref, col2im_ref       im2col, col2im                          im2col.cu
+maxpool_forward_ref,         maxpool_forward, maxpool_backward       maxpool.cu
+maxpool_backward_ref
 sgd_momentum_update_ref      sgd_momentum_update                     optimizers.cu
 adam_update_ref              adam_update                             optimizers.cu
 ===========================  ======================================  ===============
@@ -30,7 +32,8 @@ from ..losses import log_softmax
 
 __all__ = ["matmul", "matmul_loops", "bias_relu_forward_ref", "bias_relu_backward_ref",
            "bias_relu_rows_forward_ref", "bias_relu_rows_backward_ref",
-           "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref", "sgd_momentum_update_ref",
+           "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref", "maxpool_forward_ref",
+           "maxpool_backward_ref", "sgd_momentum_update_ref",
            "adam_update_ref"]
 
 
@@ -148,6 +151,39 @@ def col2im_ref(cols, x_shape, KH, KW, stride=1, padding=0):
             dx_pad[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride] += \
                 cols6[:, :, :, :, kh, kw].transpose(0, 3, 1, 2)      # (N, OH, OW, C) -> (N, C, OH, OW)
     return dx_pad[:, :, padding:padding + H, padding:padding + W].copy()
+
+
+# --------------------------------------------------------------------------------------
+# Max pooling
+# --------------------------------------------------------------------------------------
+def maxpool_forward_ref(x, KH, KW, stride):
+    """The maximum of every KH x KW window of x, slid by stride, and where it was.
+
+    x: (N, C, H, W) -> (out, idx), both (N, C, OH, OW), OH = (H - KH) // stride + 1:
+    out = the window's maximum, idx = kh * KW + kw of its first occurrence (row-major order).
+    """
+    x = to_numpy(x)
+    N, C, H, W = x.shape
+    OH, OW = output_size(H, W, KH, KW, stride)
+    windows = np.empty((N, C, OH, OW, KH * KW), dtype=x.dtype)   # last axis: (kh, kw)
+    for kh in range(KH):
+        for kw in range(KW):
+            windows[..., kh * KW + kw] = x[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride]
+    idx = windows.argmax(axis=-1)                                # the first maximum
+    return np.take_along_axis(windows, idx[..., None], axis=-1)[..., 0], idx.astype(np.int32)
+
+
+def maxpool_backward_ref(dout, idx, x_shape, KH, KW, stride):
+    """dx: x_shape = (N, C, H, W), the sum of dout over the windows whose maximum was at each
+    pixel (dout, idx: (N, C, OH, OW), idx as maxpool_forward_ref returns it)."""
+    dout, idx = to_numpy(dout), to_numpy(idx)
+    OH, OW = dout.shape[2:]
+    dx = np.zeros(x_shape, dtype=dout.dtype)
+    for kh in range(KH):
+        for kw in range(KW):
+            dx[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride] += \
+                dout * (idx == kh * KW + kw)
+    return dx
 
 
 # --------------------------------------------------------------------------------------

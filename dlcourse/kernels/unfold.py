@@ -1,13 +1,17 @@
-"""im2col and col2im on the GPU: convolution as a matrix product.
+"""The kernels over image windows: im2col and col2im (convolution as a matrix product) and max
+pooling, on the GPU.
 
-Introduced in notebook ``08_cuda_kernels``; source ``im2col.cu``. ``dlcourse.conv`` calls these
-when its input is a CuPy array and uses NumPy otherwise; both follow one contract::
+Introduced in notebook ``08_cuda_kernels``; sources ``im2col.cu`` and ``maxpool.cu``.
+``dlcourse.conv`` calls these when its input is a CuPy array (``Conv2d``: im2col/col2im;
+``MaxPool2d``: maxpool_forward/_backward) and uses NumPy otherwise. im2col and col2im follow
+one contract::
 
     x: (N, C, H, W)  ->  cols: (N*OH*OW, C*KH*KW),   OH = (H + 2*padding - KH) // stride + 1
     cols[(n*OH + oh)*OW + ow, (c*KH + kh)*KW + kw] = x_padded[n, c, oh*stride + kh, ow*stride + kw]
 
 and col2im is its adjoint (every entry of cols is *added* back where it came from). The NumPy
-references are ``dlcourse.kernels.reference.im2col_ref`` and ``col2im_ref``.
+references are ``dlcourse.kernels.reference.im2col_ref`` and ``col2im_ref``, and for pooling
+``maxpool_forward_ref`` and ``maxpool_backward_ref``.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from ..backend import require_cupy
 from ..conv import output_size
 from ._build import CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
-__all__ = ["im2col", "col2im", "output_shape"]
+__all__ = ["im2col", "col2im", "maxpool_forward", "maxpool_backward", "output_shape"]
 
 THREADS = 256
 
@@ -49,11 +53,13 @@ def _check_int32(fn, N, C, H, W, OH, OW, KH, KW):
 
 def _geometry(name, N, C, H, W, KH, KW, stride, padding):
     OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=name)
-    total = N * OH * OW * C * KH * KW if name == "im2col" else N * C * H * W
-    return LaunchConfig(name, "im2col.cu", grid=(max(1, min(ceil_div(total, THREADS), 2**20)), 1, 1),
+    total, what = {"im2col": (N * OH * OW * C * KH * KW, "element of cols"),
+                   "maxpool_forward": (N * C * OH * OW, "output element")}.get(
+        name, (N * C * H * W, "input pixel"))
+    file = "maxpool.cu" if name.startswith("maxpool") else "im2col.cu"
+    return LaunchConfig(name, file, grid=(max(1, min(ceil_div(total, THREADS), 2**20)), 1, 1),
                         block=(THREADS, 1, 1),
-                        note=f"one thread per {'element of cols' if name == 'im2col' else 'input pixel'}"
-                             f" ({total} in all), grid-stride")
+                        note=f"one thread per {what} ({total} in all), grid-stride")
 
 
 @geometry("im2col")
@@ -64,6 +70,16 @@ def _im2col_geometry(N, C, H, W, KH, KW, stride=1, padding=0):
 @geometry("col2im")
 def _col2im_geometry(N, C, H, W, KH, KW, stride=1, padding=0):
     return _geometry("col2im", N, C, H, W, KH, KW, stride, padding)
+
+
+@geometry("maxpool_forward")
+def _maxpool_forward_geometry(N, C, H, W, KH, KW, stride):
+    return _geometry("maxpool_forward", N, C, H, W, KH, KW, stride, 0)
+
+
+@geometry("maxpool_backward")
+def _maxpool_backward_geometry(N, C, H, W, KH, KW, stride):
+    return _geometry("maxpool_backward", N, C, H, W, KH, KW, stride, 0)
 
 
 def _sizes(*ints):
@@ -138,4 +154,64 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
     kernel(cfg.grid, cfg.block,
            (cols, dx) + strides + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
            shared_mem=cfg.shared_mem)
+    return dx
+
+
+def maxpool_forward(x, KH, KW, stride):
+    """Max pooling on the GPU: the maximum of every KH x KW window, slid by stride, and where
+    it was.
+
+    x: (N, C, H, W) float32 or float64 CuPy array, any strides (read in place). Returns
+    (out, idx), both (N, C, OH, OW) and C-contiguous, OH = (H - KH) // stride + 1: out has x's
+    dtype; idx (int32) holds kh * KW + kw of each window's maximum (the first, on ties).
+    """
+    fn = "maxpool_forward"
+    check_gpu_array(fn, "x", x, ndim=4, dtypes=(np.float32, np.float64), contiguous=False)
+    cupy = require_cupy()
+    x, strides = _strides(cupy, x)
+    N, C, H, W = x.shape
+    OH, OW = output_shape(H, W, KH, KW, stride, 0, fn=fn)
+    _check_int32(fn, N, C, H, W, OH, OW, KH, KW)
+    out = cupy.empty((N, C, OH, OW), dtype=x.dtype)
+    idx = cupy.empty((N, C, OH, OW), dtype=cupy.int32)
+    if out.size:
+        cfg = launch_config(fn, N, C, H, W, KH, KW, stride)
+        get_kernel(cfg.file, f"{fn}<{CTYPE[x.dtype]}>")(
+            cfg.grid, cfg.block, (x, out, idx) + strides + _sizes(N, C, H, W, KH, KW, stride, OH, OW),
+            shared_mem=cfg.shared_mem)
+    return out, idx
+
+
+def maxpool_backward(dout, idx, dx, KH, KW, stride):
+    """The backward of :func:`maxpool_forward`, on the GPU: dx[n, c, h, w] = the sum of dout
+    over the windows whose maximum was at (h, w). Deterministic (no atomics).
+
+    dout: (N, C, OH, OW) float CuPy array, any strides; idx: what maxpool_forward returned;
+    dx: (N, C, H, W), dout's dtype, any strides: filled in place (every pixel written; pass
+    ``cupy.empty_like(x)`` to get dx in x's memory layout). Returns dx.
+    """
+    fn = "maxpool_backward"
+    check_gpu_array(fn, "dout", dout, ndim=4, dtypes=(np.float32, np.float64), contiguous=False)
+    check_gpu_array(fn, "idx", idx, ndim=4, dtypes=(np.int32,))
+    check_gpu_array(fn, "dx", dx, ndim=4, dtypes=(dout.dtype,), contiguous=False)
+    cupy = require_cupy()
+    dout, dout_strides = _strides(cupy, dout)
+    N, C, H, W = dx.shape
+    OH, OW = output_shape(H, W, KH, KW, stride, 0, fn=fn)
+    if tuple(dout.shape) != (N, C, OH, OW) or tuple(idx.shape) != (N, C, OH, OW):
+        raise ValueError(f"{fn}: for dx of shape {(N, C, H, W)}, a {KH}x{KW} window and stride "
+                         f"{stride}, dout and idx must have shape {(N, C, OH, OW)}; got "
+                         f"{tuple(dout.shape)} and {tuple(idx.shape)}. Were the same window and "
+                         f"stride given to maxpool_forward?")
+    if any(n > 1 and (st <= 0 or st % dx.itemsize) for n, st in zip(dx.shape, dx.strides)):
+        raise ValueError(f"{fn}: dx must have positive strides, each a whole number of "
+                         f"elements, got {dx.strides}: every pixel is written once. "
+                         f"Use cupy.empty_like(x).")
+    _check_int32(fn, N, C, H, W, OH, OW, KH, KW)
+    if dx.size:
+        cfg = launch_config(fn, N, C, H, W, KH, KW, stride)
+        get_kernel(cfg.file, f"{fn}<{CTYPE[dx.dtype]}>")(
+            cfg.grid, cfg.block,
+            (dout, idx, dx) + dout_strides + tuple(np.int64(st // dx.itemsize) for st in dx.strides)
+            + _sizes(N, C, H, W, KH, KW, stride, OH, OW), shared_mem=cfg.shared_mem)
     return dx
