@@ -634,7 +634,8 @@ def plot(results, path):
     cases = {k: v for k, v in tr.get("cases", {}).items() if "dlcourse" in v}
     if cases:
         xs = np.arange(len(cases))
-        bars = [("dlcourse_plain", "dlcourse, plain CuPy"), ("dlcourse", "dlcourse (im2col kernels)"),
+        bars = [("dlcourse_plain", "dlcourse, plain CuPy"),
+                ("dlcourse", "dlcourse (its kernels: the default)"),
                 ("dlcourse_fused", "dlcourse, dl.fuse'd"), ("torch", "PyTorch")]
         for i, (key, label) in enumerate(bars):
             ms = [(v.get(key) or {}).get("median_ms", np.nan) for v in cases.values()]

@@ -84,7 +84,8 @@ class SoftmaxCrossEntropy(Loss):
         xp = get_array_module(logits)
         if labels.dtype not in (np.int32, np.int64):      # the kernel reads int or long long
             labels = labels.astype(np.int64)
-        loss, dlogits = kernels.softmax_cross_entropy(xp.ascontiguousarray(logits), labels)
+        loss, dlogits = kernels.softmax_cross_entropy(xp.ascontiguousarray(logits),
+                                                      xp.ascontiguousarray(labels))
         value = float(loss)              # the step's one wait for the GPU
         if math.isnan(value):            # a label out of range makes its row NaN: say so clearly
             check_labels(owner, labels, N, K)

@@ -810,3 +810,8 @@ def test_emulated_loss_kernel_names_a_bad_label(emulated_gpu):
         loss.forward(logits, np.array([0, 1, 3, 0]))
     logits[0, 0] = np.nan                      # NaN logits, valid labels: a NaN loss, no error
     assert np.isnan(loss.forward(logits, np.array([0, 1, 2, 0])))
+    # Strided views, and labels of another integer type, are copied for the kernel first.
+    for dtype in (np.int64, np.uint8):
+        every_other = np.array([0, 9, 1, 9, 2, 9, 0, 9], dtype=dtype)[::2]
+        assert loss.forward(np.zeros((4, 3))[::-1], every_other) == pytest.approx(np.log(3))
+        np.testing.assert_allclose(loss.backward()[-1], [-2 / 12, 1 / 12, 1 / 12])
