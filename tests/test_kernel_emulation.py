@@ -298,6 +298,22 @@ def emu(tmp_path_factory):
     return _compile(tmp_path_factory.mktemp("emulated_kernels"), _all_sources())
 
 
+@pytest.fixture(scope="module")
+def emu_builds(emu, tmp_path_factory):
+    """defines -> the emulated library built with them (as NVRTC's -D options would), each
+    compiled the first time it is asked for; () is `emu`."""
+    builds = {(): emu}
+
+    def build(defines):
+        defines = tuple(defines)
+        if defines not in builds:
+            heads = "".join(f"#define {name} {value}\n" for name, value in defines)
+            sources = {f: heads + text for f, text in _all_sources().items()}
+            builds[defines] = _compile(tmp_path_factory.mktemp("emulated_build"), sources)
+        return builds[defines]
+    return build
+
+
 def _fill(dtype):
     """What the guard bands hold: NaN, or for integers (labels) the most negative one."""
     return np.nan if dtype.kind == "f" else np.iinfo(dtype).min
@@ -380,15 +396,20 @@ def reverse(request):
     return request.param
 
 
-@pytest.mark.parametrize("name, M, N, Kd",
-                         [(name, *mnk) for name in ("naive", "coalesced", "tiled")
-                          for mnk in MATMUL_SIZES] + [("regblock", *mnk) for mnk in REGBLOCK_SIZES])
-def test_emulated_matmul(emu, name, M, N, Kd, reverse):
+@pytest.mark.parametrize("name, M, N, Kd, tuning",
+                         [(name, *mnk, ()) for name in ("naive", "coalesced", "tiled")
+                          for mnk in MATMUL_SIZES] +
+                         [pytest.param("regblock", *mnk, tuning, id=f"regblock-BK{bk}-{mnk}")
+                          for mnk in REGBLOCK_SIZES for bk in K.REGBLOCK_BK
+                          for tuning in [(bk,) if bk != 8 else ()]])
+def test_emulated_matmul(emu_builds, name, M, N, Kd, tuning, reverse):
+    """tuning: regblock's BK, built in with -DBK as the wrapper builds it (none: the default)."""
     rng = np.random.default_rng(M + N)
     A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
     C = _empty((M, N), np.float32)
-    _launch(emu, f"run_matmul_{name}", K.launch_config(name, M, N, Kd),
-            _guarded(A), _guarded(B), C, M, N, Kd, reverse=reverse)
+    _launch(emu_builds(tuple(zip(("BK",), tuning))), f"run_matmul_{name}",
+            K.launch_config(name, M, N, Kd, *tuning), _guarded(A), _guarded(B), C, M, N, Kd,
+            reverse=reverse)
     np.testing.assert_allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
@@ -679,26 +700,36 @@ def _emulated_kernel(emu, file, name):
 
 
 @pytest.fixture
-def emulated_gpu(emu, monkeypatch):
+def emulated_gpu(emu_builds, monkeypatch):
     """dlcourse.kernels and the layers' kernel branches running on the emulated kernels."""
     monkeypatch.setattr(K._build, "device_of", lambda a: "gpu")
     for module in (K.matmul, K.fused, K.unfold):
         monkeypatch.setattr(module, "require_cupy", lambda: FAKE_CUPY)
-        monkeypatch.setattr(module, "get_kernel", lambda f, n: _emulated_kernel(emu, f, n))
+        monkeypatch.setattr(module, "get_kernel",
+                            lambda f, n, defines=(): _emulated_kernel(emu_builds(defines), f, n))
     for module in (dl.conv, dl.fusion, dl.losses, dl.optim):
         monkeypatch.setattr(module, "gpu_kernels", lambda x, enabled=True: K if enabled else None)
 
 
 @pytest.mark.parametrize("M, N, Kd, misaligned", [(37, 45, 29, False), (33, 64, 8, False),
                                                  (33, 64, 8, True), (130, 7, 5, False)])
-@pytest.mark.parametrize("name", sorted(K.MATMUL_KERNELS))
+@pytest.mark.parametrize("name", sorted(K.MATMUL_KERNELS) + ["regblock, bk=16"])
 def test_emulated_matmul_wrappers(emulated_gpu, name, M, N, Kd, misaligned):
     """(130, 7, 5) and the misaligned view take matmul_regblock's zero-padded copies."""
     rng = np.random.default_rng(M * N)
     A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
     A_dev = _device(np.vstack([A[:1], A]))[1:] if misaligned else _device(A)   # 4 B * K past
-    C = K.MATMUL_KERNELS[name](A_dev, _device(B))
+    if name == "regblock, bk=16":
+        C = K.matmul_regblock(A_dev, _device(B), bk=16)
+    else:
+        C = K.MATMUL_KERNELS[name](A_dev, _device(B))
     np.testing.assert_allclose(np.asarray(C), R.matmul(A, B), rtol=1e-5, atol=1e-5)
+
+
+def test_emulated_matmul_regblock_refuses_an_untested_bk(emulated_gpu):
+    A = _device(np.ones((4, 4), np.float32))
+    with pytest.raises(ValueError, match=r"bk must be one of \(8, 16\).*got 12"):
+        K.matmul_regblock(A, A, bk=12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -264,6 +264,7 @@ def test_other_launch_geometry():
     assert K.launch_config("im2col", 256, 1, 28, 28, 3, 3, 1, 1).block == (256, 1, 1)
     assert K.launch_config("maxpool_forward", 256, 16, 28, 28, 2, 2, 2).num_blocks == 256 * 16 * 14 * 14 // 256
     assert K.launch_config("maxpool_backward", 256, 16, 28, 28, 2, 2, 2).grid[0] == 256 * 16 * 28 * 28 // 256
+    assert K.launch_config("regblock", 4096, 4096, 4096, 16).static_shared_mem == 2 * 16 * 128 * 4
     assert K.launch_config("optimizer_update", 1).grid == (1, 1, 1)
     assert K.launch_config("optimizer_update", 784 * 512).grid == (1568, 1, 1)
     assert K.launch_config("optimizer_update", 10**9).grid == (4096, 1, 1)   # then grid-stride
@@ -303,6 +304,10 @@ def test_kernels_import_and_references_work_without_cupy():
 # --------------------------------------------------------------------------------------
 NVCC = shutil.which("nvcc")
 NVCC_ARCH = os.environ.get("DLCOURSE_NVCC_ARCH", "sm_90")
+#: Every build the wrappers ask for: each file as it is, and regblock with each other BK.
+BUILDS = {file: (file, ()) for file in sorted(K.SOURCES)}
+BUILDS.update({f"matmul_regblock.cu -DBK={bk}": ("matmul_regblock.cu", (("BK", bk),))
+               for bk in K.REGBLOCK_BK if bk != 8})
 
 
 def _compile_unit(info) -> str:
@@ -321,12 +326,13 @@ def nvcc_builds(tmp_path_factory):
     """Start nvcc on every source at once (they run in parallel); tests wait on their own."""
     out = tmp_path_factory.mktemp("nvcc")
     procs = {}
-    for file, info in K.SOURCES.items():
-        unit = out / f"unit_{file}"
-        unit.write_text(_compile_unit(info))
-        cubin = out / (file + ".cubin")
-        cmd = [NVCC, *K.NVRTC_OPTIONS, f"-arch={NVCC_ARCH}", "--cubin", "-o", str(cubin), str(unit)]
-        procs[file] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    for i, (build, (file, defines)) in enumerate(BUILDS.items()):
+        unit = out / f"unit{i}_{file}"
+        unit.write_text(_compile_unit(K.SOURCES[file]))
+        cubin = out / f"{i}_{file}.cubin"
+        cmd = [NVCC, *K.NVRTC_OPTIONS, *K._build.define_options(defines), f"-arch={NVCC_ARCH}",
+               "--cubin", "-o", str(cubin), str(unit)]
+        procs[build] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True), cubin, cmd)
     yield procs
     for proc, _, _ in procs.values():
@@ -336,12 +342,13 @@ def nvcc_builds(tmp_path_factory):
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on the PATH: the CUDA sources are "
                                          "compile-checked only where the CUDA toolkit is installed")
-@pytest.mark.parametrize("file", sorted(K.SOURCES))
-def test_cuda_source_compiles_with_nvcc(nvcc_builds, file):
-    proc, cubin, cmd = nvcc_builds[file]
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_cuda_source_compiles_with_nvcc(nvcc_builds, build):
+    proc, cubin, cmd = nvcc_builds[build]
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{output}"
     binary = cubin.read_bytes()
+    file = BUILDS[build][0]
     for name in K.SOURCES[file].kernels:   # every kernel made it into the binary
         assert name.split("<")[0].encode() in binary, (file, name)
 
@@ -375,11 +382,12 @@ NVRTC = _load_nvrtc()
 
 @pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (install nvidia-cuda-nvrtc or set "
                                           "DLCOURSE_NVRTC=/path/to/libnvrtc.so)")
-@pytest.mark.parametrize("file", sorted(K.SOURCES))
-def test_cuda_source_compiles_with_nvrtc(file):
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_cuda_source_compiles_with_nvrtc(build):
     """The compiler CuPy really uses at run time, with the same options and name expressions
     (NVRTC has no system headers: an #include <cstdint> passes nvcc but fails here)."""
     import ctypes
+    file, defines = BUILDS[build]
     info = K.SOURCES[file]
     prog = ctypes.c_void_p()
 
@@ -397,7 +405,8 @@ def test_cuda_source_compiles_with_nvrtc(file):
         names = info.kernels if info.templated else ()
         for name in names:
             check(NVRTC.nvrtcAddNameExpression(prog, name.encode()))
-        opts = [o.encode() for o in K.NVRTC_OPTIONS] + [b"-arch=compute_90"]
+        opts = [o.encode() for o in K.NVRTC_OPTIONS + K._build.define_options(defines)]
+        opts.append(b"-arch=compute_90")
         check(NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts)))
         for name in names:
             lowered = ctypes.c_char_p()
@@ -431,6 +440,18 @@ def test_gpu_matmul_matches_reference(cp, name, M, N, Kd):
     B = rng.standard_normal((Kd, N)).astype(np.float32)
     C = K.MATMUL_KERNELS[name](cp.asarray(A), cp.asarray(B))
     assert C.shape == (M, N) and C.dtype == np.float32 and C.flags.c_contiguous
+    np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
+
+
+@needs_gpu
+@pytest.mark.parametrize("bk", [bk for bk in K.REGBLOCK_BK if bk != 8])
+@pytest.mark.parametrize("M, N, Kd", MATMUL_SHAPES)
+def test_gpu_matmul_regblock_tuned(cp, bk, M, N, Kd):
+    """matmul_regblock built with another depth of tile (-DBK=16) against the reference."""
+    rng = np.random.default_rng(M * 1000 + N + Kd)
+    A = rng.standard_normal((M, Kd)).astype(np.float32)
+    B = rng.standard_normal((Kd, N)).astype(np.float32)
+    C = K.matmul_regblock(cp.asarray(A), cp.asarray(B), bk=bk)
     np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
 
 

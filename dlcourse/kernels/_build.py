@@ -93,17 +93,24 @@ def source(file: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _module(file: str):
+def _module(file: str, defines: tuple = ()):
     cupy = require_cupy()
     info = SOURCES[file]
     name_expressions = info.kernels if info.templated else None
-    return cupy.RawModule(code=source(file), options=NVRTC_OPTIONS,
+    return cupy.RawModule(code=source(file), options=NVRTC_OPTIONS + define_options(defines),
                           name_expressions=name_expressions)
 
 
-def get_kernel(file: str, name: str):
-    """The compiled kernel ``name`` from ``file`` (compiled on first use, then cached)."""
-    return _module(file).get_function(name)
+def define_options(defines: tuple = ()) -> tuple:
+    """Compiler options for ((name, value), ...): ``(("BK", 16),)`` -> ``("-DBK=16",)``."""
+    return tuple(f"-D{name}={value}" for name, value in defines)
+
+
+def get_kernel(file: str, name: str, defines: tuple = ()):
+    """The compiled kernel ``name`` from ``file`` (compiled on first use, then cached).
+    ``defines``: ((name, value), ...) to compile the file with, e.g. ``(("BK", 16),)`` to
+    override a tile size the source #defines only if it is not defined yet."""
+    return _module(file, tuple(defines)).get_function(name)
 
 
 # --------------------------------------------------------------------------------------
@@ -188,7 +195,8 @@ def geometry(name: str):
 def launch_config(name: str, *sizes) -> LaunchConfig:
     """The launch geometry of kernel ``name`` for the given sizes.
 
-    ``launch_config("naive" | "coalesced" | "tiled" | "regblock", M, N, K)`` for C = A @ B;
+    ``launch_config("naive" | "coalesced" | "tiled" | "regblock", M, N, K)`` for C = A @ B
+    (``launch_config("regblock", M, N, K, BK)`` for another depth of tile);
     ``launch_config("bias_relu", N, F[, itemsize])``; ``launch_config("bias_relu_rows", F, M[, itemsize])``;
     ``launch_config("softmax_cross_entropy", N, C[, itemsize])`` (itemsize: 4 for float32, 8 for
     float64; it only changes the shared memory reported);

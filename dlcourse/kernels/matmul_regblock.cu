@@ -35,8 +35,9 @@
 // A `float4` is 16 bytes; loading one is a single 128-bit instruction instead of four 32-bit
 // ones. It needs a 16-byte-aligned address, so the Python wrapper asks for K % 4 == 0 and
 // N % 4 == 0 (every row then starts on a 16-byte boundary) and pads the matrices with zeros
-// when that does not hold. Per k-step each of the 256 threads loads exactly one float4 of A
-// (128 x 8 = 1024 floats) and one float4 of B (8 x 128 = 1024 floats).
+// when that does not hold. Per k-step the block loads BM * BK / 4 float4s of A and
+// BK * BN / 4 of B, the 256 threads taking them in turn: with BK = 8 that is exactly one
+// float4 of A (128 x 8 = 1024 floats) and one of B (8 x 128 = 1024 floats) per thread.
 //
 // A is stored *transposed* in shared memory (As[k][m]): then the TM = 8 values of A a thread
 // needs for one k are contiguous, just like its TN = 8 values of B, and the compiler can read
@@ -54,14 +55,24 @@
 // Ragged edges: M may be anything (rows beyond M load 0 and store nothing); K and N must be
 // multiples of 4 (a float4 is then either wholly inside the matrix or wholly outside).
 //
-// Launch geometry (launch_config("regblock", M, N, K)):
+// Tuning: BK
+// ----------
+// The best tile sizes depend on the GPU, so fast kernels are *tuned*: built with several and
+// timed. BK is a compile-time constant that the build may override (NVRTC option -DBK=16, as
+// matmul_regblock(A, B, bk=16) does; benchmarks/gpu_suite.py times both). A deeper tile does
+// twice the FMAs between two __syncthreads() and halves the number of k-steps, for twice the
+// shared memory; Simon Boehm's autotuning (kernel 9 of the article) picked BK = 16 on his GPU.
+//
+// Launch geometry (launch_config("regblock", M, N, K[, BK])):
 //   block = (256, 1, 1)
 //   grid  = (ceil(N / 128), ceil(M / 128), 1)
-//   shared_mem = 0 dynamic bytes; 2 * 8 * 128 * 4 B = 8 KiB declared statically.
+//   shared_mem = 0 dynamic bytes; 2 * BK * 128 * 4 B declared statically (8 KiB for BK = 8).
 
 #define BM 128
 #define BN 128
+#ifndef BK
 #define BK 8
+#endif
 #define TM 8
 #define TN 8
 #define NUM_THREADS ((BM / TM) * (BN / TN))   // 256
@@ -80,15 +91,9 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
     const int blockRow = blockIdx.y * BM;        // first row of C owned by this block
     const int blockCol = blockIdx.x * BN;        // first column of C owned by this block
 
-    // Role 1 — compute: the 8 x 8 micro-tile of C this thread owns (inside the block tile).
+    // The 8 x 8 micro-tile of C this thread computes (inside the block tile).
     const int threadRow = tid / (BN / TN);       // 0..15
     const int threadCol = tid % (BN / TN);       // 0..15
-
-    // Role 2 — load: which float4 of the A tile and of the B tile this thread fetches.
-    const int aRow = tid / (BK / 4);             // 0..127  (2 float4 per row of the A tile)
-    const int aCol = (tid % (BK / 4)) * 4;       // 0 or 4
-    const int bRow = tid / (BN / 4);             // 0..7    (32 float4 per row of the B tile)
-    const int bCol = (tid % (BN / 4)) * 4;       // 0, 4, ..., 124
 
     float acc[TM][TN];                           // the micro-tile: 64 registers
 #pragma unroll
@@ -99,8 +104,12 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
     float regB[TN];                              // a row slice of B (TN values)
 
     for (int k0 = 0; k0 < K; k0 += BK) {
-        // ---- global -> shared: one float4 of A (stored transposed) and one of B ----------
-        {
+        // ---- global -> shared: the float4s of the A tile (stored transposed) and of the B
+        // tile; thread tid takes float4 number tid, tid + 256, ... (one of each when BK = 8).
+#pragma unroll
+        for (int f = tid; f < BM * BK / 4; f += NUM_THREADS) {
+            const int aRow = f / (BK / 4);       // 0..127  (BK / 4 float4s per row of the A tile)
+            const int aCol = (f % (BK / 4)) * 4; // 0, 4, ..., BK - 4
             const int r = blockRow + aRow, c = k0 + aCol;
             float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (r < M && c < K) a = *reinterpret_cast<const float4*>(&A[r * K + c]);
@@ -109,7 +118,10 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
             As[(aCol + 2) * BM + aRow] = a.z;
             As[(aCol + 3) * BM + aRow] = a.w;
         }
-        {
+#pragma unroll
+        for (int f = tid; f < BK * BN / 4; f += NUM_THREADS) {
+            const int bRow = f / (BN / 4);       // 0..BK-1 (32 float4s per row of the B tile)
+            const int bCol = (f % (BN / 4)) * 4; // 0, 4, ..., 124
             const int r = k0 + bRow, c = blockCol + bCol;
             float4 b = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (r < K && c < N) b = *reinterpret_cast<const float4*>(&B[r * N + c]);
