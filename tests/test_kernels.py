@@ -274,6 +274,16 @@ def test_other_launch_geometry():
         K.launch_config("fastest", 1, 1, 1)
 
 
+def test_launch_geometry_is_remembered_and_still_checked():
+    """launch_config runs on every launch, so its results are cached; the checks still apply."""
+    assert K.launch_config("tiled", 64, 64, 64) is K.launch_config("tiled", 64, 64, 64)
+    K.launch_config("im2col", 1, 1, 8, 8, 3, 3, 1, 0)
+    with pytest.raises(ValueError, match="stride must be an integer"):
+        K.launch_config("im2col", 1, 1, 8, 8, 3, 3, True, 0)   # True is not the cached 1
+    with pytest.raises(ValueError, match="one number for both directions"):
+        K.launch_config("im2col", 1, 1, 8, 8, [3, 3], 3, 1, 0)   # a list: not cached, checked
+
+
 @pytest.mark.parametrize("call", [
     lambda a: K.matmul_naive(a, a), lambda a: K.matmul_regblock(a, a),
     lambda a: K.bias_relu_forward(a, a[0]), lambda a: K.softmax_cross_entropy(a, a[0]),

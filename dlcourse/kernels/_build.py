@@ -184,6 +184,23 @@ class LaunchConfig:
 _GEOMETRY: dict = {}
 
 
+def remembered(fn):
+    """fn, remembering its results: for the pure functions of a few numbers that the wrappers
+    call on every launch (launch geometry, output sizes). A launch's Python time is part of
+    every training step, and at small batches it is most of it. A call with an argument that
+    cannot be a dictionary key (a list) runs fn itself; typed: 1, 1.0 and True differ."""
+    cache = functools.lru_cache(maxsize=1024, typed=True)(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return fn(*args, **kwargs)
+        return cache(*args, **kwargs)
+    return call
+
+
 def geometry(name: str):
     """Register the function that computes ``name``'s launch geometry from its sizes."""
     def register(fn):
@@ -192,6 +209,7 @@ def geometry(name: str):
     return register
 
 
+@remembered
 def launch_config(name: str, *sizes) -> LaunchConfig:
     """The launch geometry of kernel ``name`` for the given sizes.
 

@@ -21,13 +21,15 @@ import numpy as np
 
 from ..backend import require_cupy
 from ..conv import output_size
-from ._build import CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
+from ._build import (CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel,
+                     launch_config, remembered)
 
 __all__ = ["im2col", "col2im", "maxpool_forward", "maxpool_backward", "output_shape"]
 
 THREADS = 256
 
 
+@remembered
 def output_shape(H, W, KH, KW, stride=1, padding=0, fn="im2col"):
     """(OH, OW) for a KH x KW window sliding over an H x W image; errors say what is wrong."""
     for name, v, lo in (("KH", KH, 1), ("KW", KW, 1), ("stride", stride, 1),
