@@ -7,7 +7,7 @@ Introduced in notebook ``08_cuda_kernels``. Sources: ``bias_relu.cu``, ``softmax
 
 Elementwise operations do a flop or two per number they load, so memory bandwidth sets their
 speed; doing ``x + b`` and ``max(., 0)`` in one kernel halves the bytes moved. The optimizer
-updates fuse the four (SGD) or ten (Adam) array operations of an update into one launch, which
+updates fuse the four (SGD) or twelve (Adam) array operations of an update into one launch, which
 matters most where launches, not bytes, set the time: small batches. The benchmark
 (``benchmarks/gpu_suite.py``) measures exactly that against the device's copy bandwidth.
 All wrappers take float32 or float64 C-contiguous CuPy arrays.

@@ -14,7 +14,7 @@
 // Why a kernel for three lines?
 // -----------------------------
 // Written with arrays, the SGD update is four operations (`v *= momentum`, `v += g`,
-// `lr * v`, `p -= ...`) and Adam's about ten: each one a kernel launch, and each one reading
+// `lr * v`, `p -= ...`) and Adam's twelve: each one a kernel launch, and each one reading
 // and writing whole arrays. For the MLP 784-512-512-10 that is 24 launches for SGD alone,
 // every training step, and at a small batch a step's time is (launches) x (the CPU's cost of
 // one launch). One kernel per parameter does the same arithmetic in ONE launch and one pass
