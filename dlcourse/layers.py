@@ -450,6 +450,11 @@ class Sequential(Layer):
             layer.train(mode)
         return self
 
+    def _map_arrays(self, fn):
+        for layer in self.layers:
+            layer._map_arrays(fn)
+        return self
+
     def to(self, device: str):
         for layer in self.layers:
             layer.to(device)

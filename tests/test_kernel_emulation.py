@@ -651,11 +651,30 @@ def _cu_params(source, kernel):
 
 
 class EmuArray(np.ndarray):
-    """A NumPy array standing in for a CuPy one: ``.data.ptr`` is its address, as in CuPy."""
+    """A NumPy array standing in for a CuPy one: ``.data.ptr`` is its address, as in CuPy.
+
+    It also counts what CuPy would launch a kernel for (``EmuArray.launches``): every ufunc call
+    and reduction on it (``mean`` once: CuPy's is one reduction kernel, NumPy's two ufunc
+    calls), and every launch of an emulated kernel."""
+
+    launches = 0
 
     @property
     def data(self):
         return types.SimpleNamespace(ptr=self.ctypes.data)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        EmuArray.launches += 1
+        plain = [a.view(np.ndarray) if isinstance(a, EmuArray) else a for a in inputs]
+        if out is not None:
+            getattr(ufunc, method)(*plain, out=tuple(o.view(np.ndarray) for o in out), **kwargs)
+            return out[0] if len(out) == 1 else out
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        return result.view(EmuArray) if isinstance(result, np.ndarray) else result
+
+    def mean(self, *args, **kwargs):
+        EmuArray.launches += 1
+        return self.view(np.ndarray).mean(*args, **kwargs)
 
 
 def _device(a):
@@ -696,6 +715,7 @@ def _emulated_kernel(emu, file, name):
             else:
                 assert type(a) is ctype[t], f"{name}: {pname} is a {t}, got {type(a).__name__}"
         _launch(emu, run, types.SimpleNamespace(grid=grid, block=block), *args, strict=False)
+        EmuArray.launches += 1
     return launch
 
 
@@ -846,3 +866,36 @@ def test_emulated_loss_kernel_names_a_bad_label(emulated_gpu):
         every_other = np.array([0, 9, 1, 9, 2, 9, 0, 9], dtype=dtype)[::2]
         assert loss.forward(np.zeros((4, 3))[::-1], every_other) == pytest.approx(np.log(3))
         np.testing.assert_allclose(loss.backward()[-1], [-2 / 12, 1 / 12, 1 / 12])
+
+
+def test_lesson_08_counts_the_launches_of_a_training_step_right(emulated_gpu):
+    """Lesson 08 (section 10) reads off the code how many kernels one training step of the MLP
+    784-512-512-10 launches on the GPU, with SGD's fused update and with the update as array
+    code; nbval checks that output. Count them here: with the arrays standing in for CuPy ones,
+    every array operation and every launch of our kernels (the count does not depend on the
+    layer sizes, so a small MLP will do)."""
+    import json
+    from pathlib import Path
+    path = Path(__file__).parents[1] / "notebooks" / "08_cuda_kernels.ipynb"
+    text = "".join("".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
+                   for o in c.get("outputs", []))
+    stated = re.findall(r"(\d+) kernel launches per training step.*\((\d+) with SGD's update as "
+                        r"array code\)", text)
+    assert len(stated) == 1, "the lesson states the counts once"
+    rng = np.random.default_rng(0)
+    x, labels = _device(rng.standard_normal((8, 12), dtype=np.float32)), rng.integers(0, 10, 8)
+    counted = []
+    for fused_update in (True, False):
+        model = dl.MLP([12, 16, 16, 10], seed=0)._map_arrays(lambda a: a.view(EmuArray))
+        loss, opt = dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.01, momentum=0.9)
+        dl.use_kernels(opt, fused_update)
+
+        def step():
+            loss.forward(model.forward(x), labels)
+            model.backward(loss.backward(), input_grad=False)
+            opt.step()
+        step()                               # the first step makes the momentum buffers
+        before = EmuArray.launches
+        step()
+        counted.append(EmuArray.launches - before)
+    assert counted == [int(n) for n in stated[0]]
