@@ -6,7 +6,7 @@ What it measures (every figure on the GPU it runs on, and each result checked be
 
 1. matmul: the kernel ladder (naive, coalesced, tiled, register-blocked) at 4096x4096 FP32 as a
    share of cuBLAS FP32 (``cp.matmul`` with TF32 OFF), the register-blocked kernel built with
-   each other depth of tile it supports (``REGBLOCK_BK``: tuning), plus cuBLAS with TF32 ON,
+   each other tuning it supports (``REGBLOCK_TUNINGS``: BK and PREFETCH), plus cuBLAS with TF32 ON,
    measured in a separate process because CuPy reads ``CUPY_TF32`` once, at import.
 2. elementwise: the fused kernels on >= 64M elements as a fraction of the device's measured
    device-to-device copy bandwidth, and each fused kernel against the same chain unfused; the
@@ -186,10 +186,11 @@ def section_matmul(cp, cfg, out):
     say(f"  {'cuBLAS FP32 (cp.matmul)':28s} {base_ms:9.3f} ms {out['cublas_fp32']['tflops']:7.2f} "
         f"TFLOP/s  100.0%   (error vs FP64 {err64:.1e})")
 
-    # The ladder, then regblock tuned: built with each other depth of tile (BK) it supports.
+    # The ladder, then regblock tuned: built with each other tuning it supports (BK, PREFETCH).
     runs = [(name, fn, K.launch_config(name, n, n, n)) for name, fn in K.MATMUL_KERNELS.items()]
-    runs += [(f"regblock, BK={bk}", functools.partial(K.matmul_regblock, bk=bk),
-              K.launch_config("regblock", n, n, n, bk)) for bk in K.REGBLOCK_BK if bk != 8]
+    runs += [(f"regblock, BK={t['bk']}" + (", prefetch" if t["prefetch"] else ""),
+              functools.partial(K.matmul_regblock, **t), K.launch_config("regblock", n, n, n, t["bk"]))
+             for t in K.REGBLOCK_TUNINGS[1:]]
     for name, fn, cfg_launch in runs:
         C = fn(A, B)                                    # compiles on first call
         err = rel_err(cp, C, ref)

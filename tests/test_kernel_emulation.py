@@ -397,19 +397,19 @@ def reverse(request):
 
 
 @pytest.mark.parametrize("name, M, N, Kd, tuning",
-                         [(name, *mnk, ()) for name in ("naive", "coalesced", "tiled")
+                         [(name, *mnk, {}) for name in ("naive", "coalesced", "tiled")
                           for mnk in MATMUL_SIZES] +
-                         [pytest.param("regblock", *mnk, tuning, id=f"regblock-BK{bk}-{mnk}")
-                          for mnk in REGBLOCK_SIZES for bk in K.REGBLOCK_BK
-                          for tuning in [(bk,) if bk != 8 else ()]])
+                         [pytest.param("regblock", *mnk, t, id=f"regblock-{mnk}-{t}")
+                          for mnk in REGBLOCK_SIZES for t in K.REGBLOCK_TUNINGS])
 def test_emulated_matmul(emu_builds, name, M, N, Kd, tuning, reverse):
-    """tuning: regblock's BK, built in with -DBK as the wrapper builds it (none: the default)."""
+    """tuning: regblock's, built in with -D options as the wrapper builds it."""
     rng = np.random.default_rng(M + N)
     A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
     C = _empty((M, N), np.float32)
-    _launch(emu_builds(tuple(zip(("BK",), tuning))), f"run_matmul_{name}",
-            K.launch_config(name, M, N, Kd, *tuning), _guarded(A), _guarded(B), C, M, N, Kd,
-            reverse=reverse)
+    geometry = (tuning["bk"],) if tuning else ()
+    defines = K.matmul.regblock_defines(**tuning) if tuning else ()
+    _launch(emu_builds(defines), f"run_matmul_{name}", K.launch_config(name, M, N, Kd, *geometry),
+            _guarded(A), _guarded(B), C, M, N, Kd, reverse=reverse)
     np.testing.assert_allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
@@ -733,22 +733,20 @@ def emulated_gpu(emu_builds, monkeypatch):
 
 @pytest.mark.parametrize("M, N, Kd, misaligned", [(37, 45, 29, False), (33, 64, 8, False),
                                                  (33, 64, 8, True), (130, 7, 5, False)])
-@pytest.mark.parametrize("name", sorted(K.MATMUL_KERNELS) + ["regblock, bk=16"])
-def test_emulated_matmul_wrappers(emulated_gpu, name, M, N, Kd, misaligned):
+@pytest.mark.parametrize("name, tuning", [(name, {}) for name in sorted(K.MATMUL_KERNELS)] +
+                         [("regblock", t) for t in K.REGBLOCK_TUNINGS[1:]], ids=str)
+def test_emulated_matmul_wrappers(emulated_gpu, name, tuning, M, N, Kd, misaligned):
     """(130, 7, 5) and the misaligned view take matmul_regblock's zero-padded copies."""
     rng = np.random.default_rng(M * N)
     A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
     A_dev = _device(np.vstack([A[:1], A]))[1:] if misaligned else _device(A)   # 4 B * K past
-    if name == "regblock, bk=16":
-        C = K.matmul_regblock(A_dev, _device(B), bk=16)
-    else:
-        C = K.MATMUL_KERNELS[name](A_dev, _device(B))
+    C = K.MATMUL_KERNELS[name](A_dev, _device(B), **tuning)
     np.testing.assert_allclose(np.asarray(C), R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
-def test_emulated_matmul_regblock_refuses_an_untested_bk(emulated_gpu):
+def test_emulated_matmul_regblock_refuses_an_untested_tuning(emulated_gpu):
     A = _device(np.ones((4, 4), np.float32))
-    with pytest.raises(ValueError, match=r"bk must be one of \(8, 16\).*got 12"):
+    with pytest.raises(ValueError, match=r"bk must be 8 or 16 .*got bk=12"):
         K.matmul_regblock(A, A, bk=12)
 
 

@@ -314,10 +314,10 @@ def test_kernels_import_and_references_work_without_cupy():
 # --------------------------------------------------------------------------------------
 NVCC = shutil.which("nvcc")
 NVCC_ARCH = os.environ.get("DLCOURSE_NVCC_ARCH", "sm_90")
-#: Every build the wrappers ask for: each file as it is, and regblock with each other BK.
+#: Every build the wrappers ask for: each file as it is, and regblock with each other tuning.
 BUILDS = {file: (file, ()) for file in sorted(K.SOURCES)}
-BUILDS.update({f"matmul_regblock.cu -DBK={bk}": ("matmul_regblock.cu", (("BK", bk),))
-               for bk in K.REGBLOCK_BK if bk != 8})
+BUILDS.update({" ".join(["matmul_regblock.cu", *K._build.define_options(d)]): ("matmul_regblock.cu", d)
+               for d in (K.matmul.regblock_defines(**t) for t in K.REGBLOCK_TUNINGS) if d})
 
 
 def _compile_unit(info) -> str:
@@ -454,14 +454,14 @@ def test_gpu_matmul_matches_reference(cp, name, M, N, Kd):
 
 
 @needs_gpu
-@pytest.mark.parametrize("bk", [bk for bk in K.REGBLOCK_BK if bk != 8])
+@pytest.mark.parametrize("tuning", K.REGBLOCK_TUNINGS[1:], ids=str)
 @pytest.mark.parametrize("M, N, Kd", MATMUL_SHAPES)
-def test_gpu_matmul_regblock_tuned(cp, bk, M, N, Kd):
-    """matmul_regblock built with another depth of tile (-DBK=16) against the reference."""
+def test_gpu_matmul_regblock_tuned(cp, tuning, M, N, Kd):
+    """matmul_regblock built with each other tuning (-DBK=16, -DPREFETCH=1) against the reference."""
     rng = np.random.default_rng(M * 1000 + N + Kd)
     A = rng.standard_normal((M, Kd)).astype(np.float32)
     B = rng.standard_normal((Kd, N)).astype(np.float32)
-    C = K.matmul_regblock(cp.asarray(A), cp.asarray(B), bk=bk)
+    C = K.matmul_regblock(cp.asarray(A), cp.asarray(B), **tuning)
     np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
 
 

@@ -37,15 +37,15 @@ from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, launch_co
                      list_kernels, source)
 from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
-from .matmul import (MATMUL_KERNELS, REGBLOCK_BK, matmul_coalesced, matmul_naive, matmul_regblock,
-                     matmul_tiled)
+from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_naive,
+                     matmul_regblock, matmul_tiled)
 from .unfold import col2im, im2col, maxpool_backward, maxpool_forward
 
 __all__ = [
     "available", "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
-    "REGBLOCK_BK",
+    "REGBLOCK_TUNINGS",
     "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
     "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",

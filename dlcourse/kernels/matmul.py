@@ -27,7 +27,7 @@ from ..backend import require_cupy
 from ._build import LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
 __all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock",
-           "MATMUL_KERNELS", "REGBLOCK_BK"]
+           "MATMUL_KERNELS", "REGBLOCK_TUNINGS", "regblock_defines"]
 
 INT32_MAX = 2**31 - 1
 
@@ -55,9 +55,20 @@ def _tiled_geometry(M, N, K):
                         note="one 32x32 tile of C per block")
 
 
-#: The depths of tile (BK) matmul_regblock is built and tested for: 8 (the source's default)
-#: and 16. benchmarks/gpu_suite.py times both.
-REGBLOCK_BK = (8, 16)
+#: The builds of matmul_regblock that are tested, as its keyword arguments; the first is the
+#: source's default. benchmarks/gpu_suite.py times them all ("Tuning" in matmul_regblock.cu).
+REGBLOCK_TUNINGS = tuple(dict(bk=bk, prefetch=prefetch) for bk in (8, 16)
+                         for prefetch in (False, True))
+
+
+def regblock_defines(bk=8, prefetch=False):
+    """The -D options (as ((name, value), ...)) that build matmul_regblock.cu with this tuning;
+    () for the source's defaults, so the default build is the file as it is."""
+    if dict(bk=bk, prefetch=prefetch) not in REGBLOCK_TUNINGS:
+        raise ValueError(f"matmul_regblock: bk must be 8 or 16 and prefetch True or False (the "
+                         f"builds that are tested), got bk={bk!r}, prefetch={prefetch!r}.")
+    return tuple(d for d in (("BK", bk), ("PREFETCH", int(prefetch)))
+                 if d not in (("BK", 8), ("PREFETCH", 0)))
 
 
 @geometry("regblock")
@@ -93,9 +104,9 @@ def _check_size(fn, M, N, K):
                          f"Use cupy.matmul for matrices this large.")
 
 
-def _launch(name, A, B, M, N, K, *tuning):
+def _launch(name, A, B, M, N, K, defines=()):
     """Allocate C and launch rung ``name`` on it (the shared last step of every wrapper).
-    tuning: regblock's BK, when it is not the source's default."""
+    defines: the -D options to build it with (regblock's tuning)."""
     cupy = require_cupy()
     C = cupy.empty((M, N), dtype=cupy.float32)
     if M == 0 or N == 0:
@@ -103,8 +114,8 @@ def _launch(name, A, B, M, N, K, *tuning):
     if K == 0:
         C.fill(0)
         return C
-    cfg = launch_config(name, M, N, K, *tuning)
-    kernel = get_kernel(cfg.file, f"matmul_{name}", tuple(zip(("BK",), tuning)))
+    cfg = launch_config(name, M, N, K, *(v for d, v in defines if d == "BK"))
+    kernel = get_kernel(cfg.file, f"matmul_{name}", defines)
     kernel(cfg.grid, cfg.block, (A, B, C, np.int32(M), np.int32(N), np.int32(K)),
            shared_mem=cfg.shared_mem)
     return C
@@ -134,11 +145,11 @@ def matmul_tiled(A, B):
     return _launch("tiled", A, B, M, N, K)
 
 
-def matmul_regblock(A, B, bk=8):
+def matmul_regblock(A, B, bk=8, prefetch=False):
     """C = A @ B with 128x128 block tiles, an 8x8 micro-tile of C per thread in registers and
     float4 (16-byte) loads. A: (M, K), B: (K, N) float32, C-contiguous. Returns C: (M, N).
-    bk: the depth of the tiles staged in shared memory, one of REGBLOCK_BK (8, 16): a tuning
-    knob, compiled in (see "Tuning" in matmul_regblock.cu).
+    Tuning knobs, compiled in (see "Tuning" in matmul_regblock.cu): bk, the depth of the tiles
+    staged in shared memory (8 or 16); prefetch, load the next tiles during the computation.
 
     Any M works. float4 loads need K % 4 == 0, N % 4 == 0 and 16-byte-aligned data; when that
     does not hold this wrapper first copies A into (M, K4) and B into (K4, N4) zero-padded
@@ -146,21 +157,18 @@ def matmul_regblock(A, B, bk=8):
     result — correct, at the cost of the copies. See matmul_regblock.cu.
     """
     M, N, K = _check_operands("matmul_regblock", A, B)
-    if bk not in REGBLOCK_BK:
-        raise ValueError(f"matmul_regblock: bk must be one of {REGBLOCK_BK} (the depths of tile "
-                         f"it is built and tested for), got {bk!r}.")
-    tuning = () if bk == 8 else (bk,)
+    defines = regblock_defines(bk, prefetch)
     cupy = require_cupy()
     K4, N4 = ceil_div(K, 4) * 4, ceil_div(N, 4) * 4
     aligned = A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0
     if (K4, N4) == (K, N) and aligned:
-        return _launch("regblock", A, B, M, N, K, *tuning)
+        return _launch("regblock", A, B, M, N, K, defines)
     _check_size("matmul_regblock", M, N4, K4)   # the padded sizes must still fit in int32
     Ap = cupy.zeros((M, K4), dtype=cupy.float32)
     Ap[:, :K] = A
     Bp = cupy.zeros((K4, N4), dtype=cupy.float32)
     Bp[:K, :N] = B
-    return cupy.ascontiguousarray(_launch("regblock", Ap, Bp, M, N4, K4, *tuning)[:, :N])
+    return cupy.ascontiguousarray(_launch("regblock", Ap, Bp, M, N4, K4, defines)[:, :N])
 
 
 #: The ladder in order, name -> wrapper (the benchmark walks this).

@@ -37,7 +37,8 @@
 // N % 4 == 0 (every row then starts on a 16-byte boundary) and pads the matrices with zeros
 // when that does not hold. Per k-step the block loads BM * BK / 4 float4s of A and
 // BK * BN / 4 of B, the 256 threads taking them in turn: with BK = 8 that is exactly one
-// float4 of A (128 x 8 = 1024 floats) and one of B (8 x 128 = 1024 floats) per thread.
+// float4 of A (128 x 8 = 1024 floats) and one of B (8 x 128 = 1024 floats) per thread. Each
+// goes global -> registers -> shared (load() and store() below).
 //
 // A is stored *transposed* in shared memory (As[k][m]): then the TM = 8 values of A a thread
 // needs for one k are contiguous, just like its TN = 8 values of B, and the compiler can read
@@ -55,15 +56,22 @@
 // Ragged edges: M may be anything (rows beyond M load 0 and store nothing); K and N must be
 // multiples of 4 (a float4 is then either wholly inside the matrix or wholly outside).
 //
-// Tuning: BK
-// ----------
-// The best tile sizes depend on the GPU, so fast kernels are *tuned*: built with several and
-// timed. BK is a compile-time constant that the build may override (NVRTC option -DBK=16, as
-// matmul_regblock(A, B, bk=16) does; benchmarks/gpu_suite.py times both). A deeper tile does
-// twice the FMAs between two __syncthreads() and halves the number of k-steps, for twice the
-// shared memory; Simon Boehm's autotuning (kernel 9 of the article) picked BK = 16 on his GPU.
+// Tuning: BK and PREFETCH
+// -----------------------
+// The best choices depend on the GPU, so fast kernels are *tuned*: built several ways and
+// timed. Two compile-time constants may be overridden by the build (NVRTC options -DBK=16,
+// -DPREFETCH=1, as matmul_regblock(A, B, bk=16, prefetch=True) does; benchmarks/gpu_suite.py
+// times every combination):
+//   BK: a deeper tile does twice the FMAs between two __syncthreads() and halves the number of
+//       k-steps, for twice the shared memory. Simon Boehm's autotuning (kernel 9 of the
+//       article) picked BK = 16 on his GPU.
+//   PREFETCH: each thread moves its share of the tiles global -> registers -> shared. With
+//       PREFETCH = 1 it issues the loads of the NEXT tiles before computing on the current
+//       ones, so they travel while the FMAs run (latency hidden inside each thread, as the
+//       micro-tile hides it for shared memory), at the cost of the registers that hold them
+//       across the computation (fewer registers left may mean fewer blocks per SM).
 //
-// Launch geometry (launch_config("regblock", M, N, K[, BK])):
+// Launch geometry (launch_config("regblock", M, N, K[, BK]); PREFETCH does not change it):
 //   block = (256, 1, 1)
 //   grid  = (ceil(N / 128), ceil(M / 128), 1)
 //   shared_mem = 0 dynamic bytes; 2 * BK * 128 * 4 B declared statically (8 KiB for BK = 8).
@@ -75,7 +83,14 @@
 #endif
 #define TM 8
 #define TN 8
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
 #define NUM_THREADS ((BM / TM) * (BN / TN))   // 256
+#define LOADS_A (BM * BK / 4 / NUM_THREADS)   // float4s of the A tile per thread (1 at BK = 8)
+#define LOADS_B (BK * BN / 4 / NUM_THREADS)   // float4s of the B tile per thread (1 at BK = 8)
+static_assert(LOADS_A * NUM_THREADS * 4 == BM * BK && LOADS_B * NUM_THREADS * 4 == BK * BN,
+              "the threads of a block must split the tiles into whole float4s");
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS)
 matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-byte aligned
@@ -103,31 +118,50 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
     float regA[TM];                              // a column slice of A (TM values)
     float regB[TN];                              // a row slice of B (TN values)
 
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        // ---- global -> shared: the float4s of the A tile (stored transposed) and of the B
-        // tile; thread tid takes float4 number tid, tid + 256, ... (one of each when BK = 8).
+    // ---- global -> registers -> shared: this thread's float4s of the tiles at k0 ----------
+    // Thread tid takes float4 number f = tid + i * 256 of each tile (i < LOADS_A, LOADS_B).
+    float4 aNext[LOADS_A], bNext[LOADS_B];       // on their way from global memory
+    auto load = [&](int k0) {
 #pragma unroll
-        for (int f = tid; f < BM * BK / 4; f += NUM_THREADS) {
+        for (int i = 0; i < LOADS_A; ++i) {
+            const int f = tid + i * NUM_THREADS;
+            const int r = blockRow + f / (BK / 4), c = k0 + (f % (BK / 4)) * 4;
+            aNext[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < M && c < K) aNext[i] = *reinterpret_cast<const float4*>(&A[r * K + c]);
+        }
+#pragma unroll
+        for (int i = 0; i < LOADS_B; ++i) {
+            const int f = tid + i * NUM_THREADS;
+            const int r = k0 + f / (BN / 4), c = blockCol + (f % (BN / 4)) * 4;
+            bNext[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < K && c < N) bNext[i] = *reinterpret_cast<const float4*>(&B[r * N + c]);
+        }
+    };
+    auto store = [&]() {
+#pragma unroll
+        for (int i = 0; i < LOADS_A; ++i) {      // A goes in transposed: As[k][m]
+            const int f = tid + i * NUM_THREADS;
             const int aRow = f / (BK / 4);       // 0..127  (BK / 4 float4s per row of the A tile)
             const int aCol = (f % (BK / 4)) * 4; // 0, 4, ..., BK - 4
-            const int r = blockRow + aRow, c = k0 + aCol;
-            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < M && c < K) a = *reinterpret_cast<const float4*>(&A[r * K + c]);
-            As[(aCol + 0) * BM + aRow] = a.x;
-            As[(aCol + 1) * BM + aRow] = a.y;
-            As[(aCol + 2) * BM + aRow] = a.z;
-            As[(aCol + 3) * BM + aRow] = a.w;
+            As[(aCol + 0) * BM + aRow] = aNext[i].x;
+            As[(aCol + 1) * BM + aRow] = aNext[i].y;
+            As[(aCol + 2) * BM + aRow] = aNext[i].z;
+            As[(aCol + 3) * BM + aRow] = aNext[i].w;
         }
 #pragma unroll
-        for (int f = tid; f < BK * BN / 4; f += NUM_THREADS) {
+        for (int i = 0; i < LOADS_B; ++i) {
+            const int f = tid + i * NUM_THREADS;
             const int bRow = f / (BN / 4);       // 0..BK-1 (32 float4s per row of the B tile)
             const int bCol = (f % (BN / 4)) * 4; // 0, 4, ..., 124
-            const int r = k0 + bRow, c = blockCol + bCol;
-            float4 b = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < K && c < N) b = *reinterpret_cast<const float4*>(&B[r * N + c]);
-            *reinterpret_cast<float4*>(&Bs[bRow * BN + bCol]) = b;
+            *reinterpret_cast<float4*>(&Bs[bRow * BN + bCol]) = bNext[i];
         }
+    };
+
+    load(0);
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        store();
         __syncthreads();
+        if (PREFETCH && k0 + BK < K) load(k0 + BK);   // the next tiles travel during the FMAs
 
         // ---- shared -> registers -> TM * TN FMAs per k ------------------------------------
 #pragma unroll
@@ -142,6 +176,7 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
                 for (int j = 0; j < TN; ++j) acc[i][j] += regA[i] * regB[j];  // outer product
         }
         __syncthreads();
+        if (!PREFETCH && k0 + BK < K) load(k0 + BK);  // without prefetch: load, then wait
     }
 
     // ---- registers -> global: the micro-tile, one float4 (4 columns) at a time ------------
