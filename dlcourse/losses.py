@@ -53,8 +53,8 @@ class SoftmaxCrossEntropy(Loss):
     loss = -mean_n log softmax(logits)[n, labels[n]]
 
     On the GPU, forward runs the fused CUDA kernel ``softmax_xent.cu`` (loss and gradient in one
-    launch, instead of about a dozen array operations) and backward returns the gradient it
-    made; ``dl.use_kernels(loss, False)`` switches to the array code below.
+    launch, instead of more than fifteen array operations) and backward returns the gradient
+    it made; ``dl.use_kernels(loss, False)`` switches to the array code below.
     """
 
     use_kernels = True
