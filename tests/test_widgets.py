@@ -248,4 +248,10 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
         raise NotImplementedError("d_in * d_out weights and d_out biases")
     with pytest.raises(AssertionError, match="not implemented yet: d_in"):
         check.mlp_parameter_count(not_yet)
-    assert "all 4 checks pass" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match=r"(?s)crashes raised IndexError.*epoch 1.*"
+                                             r"likely fix: the callback"):
+        def crashes(target):
+            return lambda epoch, h: h.val_accuracy[5]
+        check.early_stop(crashes)
+    out = capsys.readouterr().out   # the success line every check in the course prints
+    assert "\u2713 early_stop: all 4 cases pass (NumPy)." in out and "all 4 cases pass" in out
