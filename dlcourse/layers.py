@@ -15,6 +15,8 @@ runs on whichever backend its input lives on: ``xp = get_array_module(x)``.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ._validate import check_input, shape_str
@@ -367,6 +369,21 @@ class BatchNorm2d(Layer):
 # ======================================================================================
 # Sequential
 # ======================================================================================
+@contextlib.contextmanager
+def eval_mode(model):
+    """``with eval_mode(model):`` runs the block with the model in evaluation mode (Dropout
+    passes everything through, BatchNorm uses its running statistics), then puts back the mode
+    the model had, even if the block fails. A model without modes (no ``eval``) is left as is."""
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        yield model
+    finally:
+        if hasattr(model, "train"):
+            model.train(was_training)
+
+
 class Sequential(Layer):
     """Layers applied one after another; backward runs them in reverse.
 
@@ -407,14 +424,10 @@ class Sequential(Layer):
 
     def predict(self, x, batch_size: int = 1024):
         """Class indices for x, in evaluation mode, on x's device (restores the mode)."""
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             xp = get_array_module(x)
             out = [self.forward(x[i:i + batch_size]).argmax(axis=1) for i in range(0, len(x), batch_size)]
             return xp.concatenate(out) if out else xp.zeros(0, dtype=np.int64)
-        finally:
-            self.train(was_training)
 
     def _gather(self, attr):
         return {f"{i}.{k}": v for i, layer in enumerate(self.layers)

@@ -33,6 +33,7 @@ import numpy as np
 
 from . import backend
 from .backend import device_of, get_array_module, to_numpy
+from .layers import eval_mode
 
 __all__ = ["fit", "evaluate", "confusion_matrix", "History", "TrainingDiverged", "StopTraining"]
 
@@ -268,21 +269,18 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
     from .data import batches
 
     device, dtype = _model_device(model), _model_dtype(model)
-    was_training = getattr(model, "training", True)
-    model.eval()
     total_loss, tally = 0.0, _Tally(loss)
     try:
-        for xb, yb in batches(X, y, batch_size, shuffle=False, device=device):
-            out = model.forward(_prepare(xb, dtype))
-            if loss is not None:
-                total_loss += loss.forward(out, yb) * len(xb)
-            tally.add(out, yb)
+        with eval_mode(model):
+            for xb, yb in batches(X, y, batch_size, shuffle=False, device=device):
+                out = model.forward(_prepare(xb, dtype))
+                if loss is not None:
+                    total_loss += loss.forward(out, yb) * len(xb)
+                tally.add(out, yb)
     except Exception as err:
         if _is_out_of_memory(err):
             raise _out_of_memory(err, batch_size, "in evaluate") from err
         raise
-    finally:
-        model.train(was_training)
     N = len(X)
     return {"loss": total_loss / N if loss is not None else None,
             "accuracy": tally.accuracy(N),

@@ -298,3 +298,19 @@ def test_sgd_matches_the_formula():
     opt.step()
     opt.step()    # v = 1, then 1.9: W = W0 - 0.1*(1 + 1.9)
     assert np.allclose(model.params["W"], W0 - 0.29)
+
+
+def test_eval_mode_switches_and_restores_the_mode():
+    from dlcourse.layers import eval_mode
+    model = dl.MLP([3, 4, 2], dropout=0.5, seed=0)
+    x = np.ones((5, 3), np.float32)
+    with eval_mode(model):
+        assert not model.training and not model[1].training
+        np.testing.assert_array_equal(model.forward(x), model.forward(x))   # no Dropout now
+    assert model.training and model[1].training
+    model.eval()
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError("the block fails")
+    assert not model.training, "the mode it had before, also after a failure"
+    with eval_mode(plain := object()) as same:   # no modes: left as it is
+        assert same is plain

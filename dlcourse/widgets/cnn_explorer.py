@@ -17,7 +17,7 @@ import numpy as np
 from .. import data as dldata
 from ..backend import get_device, to_device, to_numpy
 from ..conv import Conv2d
-from ..layers import BatchNorm2d, ReLU
+from ..layers import BatchNorm2d, ReLU, eval_mode
 from ..losses import SoftmaxCrossEntropy, softmax
 from ..models import CNN
 from ..optim import Adam
@@ -77,9 +77,7 @@ def layer_outputs(model, x) -> list:
         raise ValueError(f"layer_outputs takes one image (C, H, W) or (1, C, H, W), got "
                          f"{x.shape}.")
     layers = _layers(model)
-    was_training = getattr(model, "training", False)
-    model.eval()
-    try:
+    with eval_mode(model):
         out = to_device(x.astype(_float_dtype(model)),
                         getattr(model, "device", "cpu"))
         result = []
@@ -87,8 +85,6 @@ def layer_outputs(model, x) -> list:
             out = layer.forward(out)
             result.append((f"{i} {type(layer).__name__}", to_numpy(out)[0]))
         return result
-    finally:
-        model.train(was_training)
 
 
 def feature_maps(model, x) -> list:
@@ -170,19 +166,16 @@ class CNNExplorer:
         self.redraw()
 
     def _probabilities(self):
-        was_training = getattr(self.model, "training", False)
-        self.model.eval()
         try:
-            dtype = _float_dtype(self.model)
-            out = []
-            for i in range(0, len(self.images), 256):
-                xb = to_device(self.images[i:i + 256].astype(dtype), self.model.device)
-                out.append(to_numpy(softmax(self.model.forward(xb))))
+            with eval_mode(self.model):
+                dtype = _float_dtype(self.model)
+                out = []
+                for i in range(0, len(self.images), 256):
+                    xb = to_device(self.images[i:i + 256].astype(dtype), self.model.device)
+                    out.append(to_numpy(softmax(self.model.forward(xb))))
         except Exception as err:
             raise ValueError(f"The model could not run on these images "
                              f"{self.images.shape}: {type(err).__name__}: {err}") from err
-        finally:
-            self.model.train(was_training)
         return np.concatenate(out).astype(np.float64)
 
     # -- the figure: made once; redraw() only updates its artists -------------------------

@@ -33,6 +33,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .. import data as dldata
 from ..backend import describe_device, get_device, to_device, to_numpy
+from ..layers import eval_mode
 from ..losses import SoftmaxCrossEntropy, softmax
 from ..models import MLP
 from ..optim import SGD, Adam
@@ -187,14 +188,8 @@ def decision_grid(model, X, resolution: int = 80, pad: float = 0.5):
     points = np.stack([gx.ravel(), gy.ravel()], axis=1)                    # (R*R, 2)
     dtype = _float_dtype(model)
     device = getattr(model, "device", "cpu")
-    was_training = getattr(model, "training", False)
-    if hasattr(model, "eval"):
-        model.eval()
-    try:
+    with eval_mode(model):
         logits = to_numpy(model.forward(to_device(points.astype(dtype), device)))
-    finally:
-        if hasattr(model, "train"):
-            model.train(was_training)
     logits = logits.astype(np.float64).reshape(len(points), -1)            # (R*R, K)
     if logits.shape[1] == 1:                                               # sigmoid: p(class 1)
         p1 = 1.0 / (1.0 + np.exp(-logits))
