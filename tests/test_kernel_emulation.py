@@ -44,7 +44,7 @@ import dlcourse as dl
 import dlcourse.kernels as K
 from dlcourse.kernels import reference as R
 from test_fusion import MODELS, OPTIMIZERS, check_kernels_in_training
-from test_kernels import CONV_CASES, POOL_CASES
+from test_kernels import CONV_CASES, MATMUL_BUILDS, POOL_CASES
 
 GXX = shutil.which("g++")
 pytestmark = [
@@ -733,8 +733,7 @@ def emulated_gpu(emu_builds, monkeypatch):
 
 @pytest.mark.parametrize("M, N, Kd, misaligned", [(37, 45, 29, False), (33, 64, 8, False),
                                                  (33, 64, 8, True), (130, 7, 5, False)])
-@pytest.mark.parametrize("name, tuning", [(name, {}) for name in sorted(K.MATMUL_KERNELS)] +
-                         [("regblock", t) for t in K.REGBLOCK_TUNINGS[1:]], ids=str)
+@pytest.mark.parametrize("name, tuning", MATMUL_BUILDS, ids=str)
 def test_emulated_matmul_wrappers(emulated_gpu, name, tuning, M, N, Kd, misaligned):
     """(130, 7, 5) and the misaligned view take matmul_regblock's zero-padded copies."""
     rng = np.random.default_rng(M * N)

@@ -433,6 +433,10 @@ needs_gpu = pytest.mark.gpu   # skipped with the reason where there is no GPU (c
 
 MATMUL_SHAPES = [(1, 1, 1), (37, 45, 29), (130, 68, 36), (129, 257, 300), (128, 128, 128),
                  (5, 3, 0), (0, 4, 4)]
+#: (rung, keyword arguments): every rung as it is, and regblock with each other tuning it is
+#: built for (-DBK=16, -DPREFETCH=1).
+MATMUL_BUILDS = ([(name, {}) for name in K.MATMUL_KERNELS] +
+                 [("regblock", t) for t in K.REGBLOCK_TUNINGS[1:]])
 
 
 @pytest.fixture
@@ -442,26 +446,14 @@ def cp():
 
 
 @needs_gpu
-@pytest.mark.parametrize("name", list(K.MATMUL_KERNELS))
+@pytest.mark.parametrize("name, tuning", MATMUL_BUILDS, ids=str)
 @pytest.mark.parametrize("M, N, Kd", MATMUL_SHAPES)
-def test_gpu_matmul_matches_reference(cp, name, M, N, Kd):
+def test_gpu_matmul_matches_reference(cp, name, tuning, M, N, Kd):
     rng = np.random.default_rng(M * 1000 + N + Kd)
     A = rng.standard_normal((M, Kd)).astype(np.float32)
     B = rng.standard_normal((Kd, N)).astype(np.float32)
-    C = K.MATMUL_KERNELS[name](cp.asarray(A), cp.asarray(B))
+    C = K.MATMUL_KERNELS[name](cp.asarray(A), cp.asarray(B), **tuning)
     assert C.shape == (M, N) and C.dtype == np.float32 and C.flags.c_contiguous
-    np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
-
-
-@needs_gpu
-@pytest.mark.parametrize("tuning", K.REGBLOCK_TUNINGS[1:], ids=str)
-@pytest.mark.parametrize("M, N, Kd", MATMUL_SHAPES)
-def test_gpu_matmul_regblock_tuned(cp, tuning, M, N, Kd):
-    """matmul_regblock built with each other tuning (-DBK=16, -DPREFETCH=1) against the reference."""
-    rng = np.random.default_rng(M * 1000 + N + Kd)
-    A = rng.standard_normal((M, Kd)).astype(np.float32)
-    B = rng.standard_normal((Kd, N)).astype(np.float32)
-    C = K.matmul_regblock(cp.asarray(A), cp.asarray(B), **tuning)
     np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
 
 

@@ -64,11 +64,13 @@ REGBLOCK_TUNINGS = tuple(dict(bk=bk, prefetch=prefetch) for bk in (8, 16)
 def regblock_defines(bk=8, prefetch=False):
     """The -D options (as ((name, value), ...)) that build matmul_regblock.cu with this tuning;
     () for the source's defaults, so the default build is the file as it is."""
-    if dict(bk=bk, prefetch=prefetch) not in REGBLOCK_TUNINGS:
+    tuning = dict(bk=bk, prefetch=prefetch)
+    if tuning not in REGBLOCK_TUNINGS:
         raise ValueError(f"matmul_regblock: bk must be 8 or 16 and prefetch True or False (the "
                          f"builds that are tested), got bk={bk!r}, prefetch={prefetch!r}.")
-    return tuple(d for d in (("BK", bk), ("PREFETCH", int(prefetch)))
-                 if d not in (("BK", 8), ("PREFETCH", 0)))
+    default = REGBLOCK_TUNINGS[0]                # what the source #defines itself
+    return tuple((key.upper(), int(value)) for key, value in tuning.items()
+                 if value != default[key])
 
 
 @geometry("regblock")
