@@ -169,9 +169,9 @@ def fuse(model: Sequential) -> Sequential:
 def use_kernels(model, enabled: bool = True):
     """Let (``enabled=True``, the default) or stop every layer of ``model`` that has a
     hand-written CUDA kernel from using it on the GPU: Conv2d's im2col/col2im, MaxPool2d's
-    pooling kernels and the fused layers' bias+ReLU. Without them the same layers run plain CuPy code. No effect on the CPU.
-    A loss (dl.SoftmaxCrossEntropy) or an optimizer (dl.SGD, dl.Adam) works too: its fused
-    kernel. Returns ``model``."""
+    pooling kernels and the fused layers' bias+ReLU. Without them the same layers run plain
+    CuPy code. No effect on the CPU. A loss (dl.SoftmaxCrossEntropy) or an optimizer (dl.SGD,
+    dl.Adam) works too: its fused kernel. Returns ``model``."""
     layers = model.layers if isinstance(model, Sequential) else [model]
     for layer in layers:
         for part in (layer, getattr(layer, "layer", None)):

@@ -463,19 +463,9 @@ class Sequential(Layer):
             layer.train(mode)
         return self
 
-    def _map_arrays(self, fn):
+    def _map_arrays(self, fn):   # so Layer.to and Layer.astype reach every layer
         for layer in self.layers:
             layer._map_arrays(fn)
-        return self
-
-    def to(self, device: str):
-        for layer in self.layers:
-            layer.to(device)
-        return self
-
-    def astype(self, dtype):
-        for layer in self.layers:
-            layer.astype(dtype)
         return self
 
     def state_dict(self):

@@ -15,8 +15,9 @@ check their inputs, name the launch geometry, and launch.
 Importing this package never imports CuPy; the kernels are compiled (by CuPy with NVRTC) the
 first time they are called, and only there is a GPU needed. The library calls them where its
 arrays are on the GPU (:func:`available` says whether they can run): ``dl.Conv2d`` calls
-:func:`im2col` / :func:`col2im`, ``dl.MaxPool2d`` the pooling kernels, the fused layers the bias+ReLU kernels, the loss and the
-optimizers theirs; ``dl.use_kernels(obj, False)`` turns that off for a model, loss or optimizer.
+:func:`im2col` / :func:`col2im`, ``dl.MaxPool2d`` the pooling kernels, the fused layers the
+bias+ReLU kernels, the loss and the optimizers theirs; ``dl.use_kernels(obj, False)`` turns
+that off for a model, loss or optimizer.
 
 The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
 ``matmul_regblock``. Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``
