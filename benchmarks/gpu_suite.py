@@ -6,7 +6,8 @@ What it measures (every figure on the GPU it runs on, and each result checked be
 
 1. matmul: the kernel ladder (naive, coalesced, tiled, register-blocked) at 4096x4096 FP32 as a
    share of cuBLAS FP32 (``cp.matmul`` with TF32 OFF), the register-blocked kernel built with
-   each other tuning it supports (``REGBLOCK_TUNINGS``: BK and PREFETCH), plus cuBLAS with TF32 ON,
+   each other tuning it supports (``REGBLOCK_TUNINGS``: BK, PREFETCH, DOUBLE_BUFFER and
+   AVOID_CONFLICTS), plus cuBLAS with TF32 ON,
    measured in a separate process because CuPy reads ``CUPY_TF32`` once, at import.
 2. elementwise: the fused kernels on >= 64M elements as a fraction of the device's measured
    device-to-device copy bandwidth, and each fused kernel against the same chain unfused; the
@@ -174,6 +175,12 @@ def section_matmul(cp, cfg, out):
     say(f"\n[1] matmul {n}x{n}x{n} FP32 — the kernel ladder as a share of cuBLAS (TF32 off)")
     A, B = _matmul_operands(cp, n)
 
+    # The ladder, then regblock built with each other tuning it supports (REGBLOCK_TUNINGS).
+    runs = [(name, fn, K.launch_config(name, n, n, n)) for name, fn in K.MATMUL_KERNELS.items()]
+    runs += [(K.matmul.regblock_label(**t), functools.partial(K.matmul_regblock, **t),
+              K.launch_config("regblock", n, n, n, **t)) for t in K.REGBLOCK_TUNINGS[1:]]
+    w = max(len(name) for name, _, _ in runs + [("cuBLAS TF32 (CUPY_TF32=1)", 0, 0)])
+
     # The yardstick first, and check it really is FP32: TF32 would show as a ~1e-3 error.
     ref = cp.matmul(A, B)
     err64 = rel_err(cp, ref, A.astype(cp.float64) @ B.astype(cp.float64))
@@ -183,14 +190,9 @@ def section_matmul(cp, cfg, out):
     t = time_cuda(cp, lambda: cp.matmul(A, B, out=ref), cfg["target_s"])
     base_ms = t["median_ms"]
     out["cublas_fp32"] = dict(t, tflops=flops / (base_ms / 1e3) / 1e12, max_rel_err_vs_fp64=err64)
-    say(f"  {'cuBLAS FP32 (cp.matmul)':28s} {base_ms:9.3f} ms {out['cublas_fp32']['tflops']:7.2f} "
+    say(f"  {'cuBLAS FP32 (cp.matmul)':{w}s} {base_ms:9.3f} ms {out['cublas_fp32']['tflops']:7.2f} "
         f"TFLOP/s  100.0%   (error vs FP64 {err64:.1e})")
 
-    # The ladder, then regblock tuned: built with each other tuning it supports (BK, PREFETCH).
-    runs = [(name, fn, K.launch_config(name, n, n, n)) for name, fn in K.MATMUL_KERNELS.items()]
-    runs += [(f"regblock, BK={t['bk']}" + (", prefetch" if t["prefetch"] else ""),
-              functools.partial(K.matmul_regblock, **t), K.launch_config("regblock", n, n, n, t["bk"]))
-             for t in K.REGBLOCK_TUNINGS[1:]]
     for name, fn, cfg_launch in runs:
         C = fn(A, B)                                    # compiles on first call
         err = rel_err(cp, C, ref)
@@ -198,15 +200,21 @@ def section_matmul(cp, cfg, out):
         out["kernels"][name] = entry
         if not err < 1e-4:
             entry["error"] = f"wrong result: max relative error {err:.2e} against cp.matmul"
-            say(f"  {name:28s} WRONG RESULT (error {err:.2e}); not timed")
+            say(f"  {name:{w}s} WRONG RESULT (error {err:.2e}); not timed")
             continue
         t = time_cuda(cp, lambda: fn(A, B), cfg["target_s"], warmup=1)
         entry.update(t, tflops=flops / (t["median_ms"] / 1e3) / 1e12,
                      share_of_cublas_fp32=base_ms / t["median_ms"])
-        say(f"  {name:28s} {t['median_ms']:9.3f} ms {entry['tflops']:7.2f} TFLOP/s "
+        say(f"  {name:{w}s} {t['median_ms']:9.3f} ms {entry['tflops']:7.2f} TFLOP/s "
             f"{entry['share_of_cublas_fp32']:6.1%}   {cfg_launch.grid} x {cfg_launch.block}")
         del C
     cp.get_default_memory_pool().free_all_blocks()
+    builds = {k: v for k, v in out["kernels"].items()
+              if k.startswith("regblock") and "share_of_cublas_fp32" in v}
+    if builds:   # the one to make the default build (see "Tuning" in matmul_regblock.cu)
+        out["fastest_regblock"] = max(builds, key=lambda k: builds[k]["share_of_cublas_fp32"])
+        say(f"  fastest regblock build: {out['fastest_regblock']} "
+            f"({builds[out['fastest_regblock']]['share_of_cublas_fp32']:.1%} of cuBLAS FP32)")
 
     # TF32 in a fresh process: CuPy decides at import time.
     env = dict(os.environ, CUPY_TF32="1")
@@ -220,7 +228,7 @@ def section_matmul(cp, cfg, out):
         tf32["tf32_active"] = tf32["max_rel_err_vs_fp64"] > 1e-5   # TF32 keeps 10 mantissa bits
         tf32["speedup_over_fp32"] = base_ms / tf32["median_ms"]
         out["cublas_tf32"] = tf32
-        say(f"  {'cuBLAS TF32 (CUPY_TF32=1)':28s} {tf32['median_ms']:9.3f} ms {tf32['tflops']:7.2f} "
+        say(f"  {'cuBLAS TF32 (CUPY_TF32=1)':{w}s} {tf32['median_ms']:9.3f} ms {tf32['tflops']:7.2f} "
             f"TFLOP/s {tf32['speedup_over_fp32']:6.1%}   (error vs FP64 "
             f"{tf32['max_rel_err_vs_fp64']:.1e}{'' if tf32['tf32_active'] else ', TF32 NOT active?'})")
     except Exception as err:   # the TF32 line is extra: record why it is missing
@@ -608,15 +616,18 @@ def plot(results, path):
     ax = axes[0, 0]
     timed = {k: v for k, v in mm.get("kernels", {}).items() if "share_of_cublas_fp32" in v}
     if timed:
+        # Horizontal bars, top to bottom: the regblock builds have long names.
         names = list(timed) + ["cuBLAS FP32"]
         shares = [100 * v["share_of_cublas_fp32"] for v in timed.values()] + [100.0]
-        bars = ax.bar(names, shares, color=["#9ecae1"] * len(timed) + ["#3182bd"])
-        ax.bar_label(bars, fmt="%.1f%%")
+        bars = ax.barh(names, shares, color=["#9ecae1"] * len(timed) + ["#3182bd"])
+        ax.bar_label(bars, fmt="%.1f%%", fontsize=7)
+        ax.invert_yaxis()
+        ax.tick_params(axis="y", labelsize=7)
         tf32 = mm.get("cublas_tf32", {})
         if "speedup_over_fp32" in tf32:
-            ax.axhline(100 * tf32["speedup_over_fp32"], ls="--", color="gray")
-            ax.text(0, 100 * tf32["speedup_over_fp32"], " cuBLAS TF32", va="bottom", color="gray")
-        ax.set_ylabel("% of cuBLAS FP32 speed")
+            ax.axvline(100 * tf32["speedup_over_fp32"], ls="--", color="gray")
+            ax.text(100 * tf32["speedup_over_fp32"], 0, " cuBLAS TF32", va="top", color="gray")
+        ax.set_xlabel("% of cuBLAS FP32 speed")
         ax.set_title(f"matmul {mm['n']}³ FP32: the kernel ladder")
     else:
         empty(ax, "matmul ladder", mm.get("error", "not measured"))

@@ -307,9 +307,8 @@ def emu_builds(emu, tmp_path_factory):
     def build(defines):
         defines = tuple(defines)
         if defines not in builds:
-            heads = "".join(f"#define {name} {value}\n" for name, value in defines)
-            sources = {f: heads + text for f, text in _all_sources().items()}
-            builds[defines] = _compile(tmp_path_factory.mktemp("emulated_build"), sources)
+            builds[defines] = _compile(tmp_path_factory.mktemp("emulated_build"),
+                                       _with_defines(_all_sources(), defines))
         return builds[defines]
     return build
 
@@ -387,7 +386,9 @@ def _elements(a):
 
 
 MATMUL_SIZES = [(1, 1, 1), (37, 45, 29), (33, 64, 7), (70, 33, 65)]
-REGBLOCK_SIZES = [(1, 4, 4), (130, 136, 20), (257, 132, 12)]   # K, N multiples of 4 (float4)
+#: K, N multiples of 4 (float4); K = 52 is 4 k-steps at BK = 16, so double buffering reuses
+#: each copy of the shared tiles.
+REGBLOCK_SIZES = [(1, 4, 4), (130, 136, 20), (257, 132, 12), (70, 260, 52)]
 
 
 @pytest.fixture(params=[False, True], ids=["warps-in-order", "warps-reversed"])
@@ -406,20 +407,25 @@ def test_emulated_matmul(emu_builds, name, M, N, Kd, tuning, reverse):
     rng = np.random.default_rng(M + N)
     A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
     C = _empty((M, N), np.float32)
-    geometry = (tuning["bk"],) if tuning else ()
     defines = K.matmul.regblock_defines(**tuning) if tuning else ()
-    _launch(emu_builds(defines), f"run_matmul_{name}", K.launch_config(name, M, N, Kd, *geometry),
+    _launch(emu_builds(defines), f"run_matmul_{name}", K.launch_config(name, M, N, Kd, **tuning),
             _guarded(A), _guarded(B), C, M, N, Kd, reverse=reverse)
     np.testing.assert_allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
-def _planted(tmp_path, plants):
+def _with_defines(sources, defines):
+    """The sources built with ((name, value), ...), as NVRTC's -D options would."""
+    heads = "".join(f"#define {name} {value}\n" for name, value in defines)
+    return {f: heads + text for f, text in sources.items()}
+
+
+def _planted(tmp_path, plants, defines=()):
     """The kernels with bugs planted: plants maps a .cu file to (text, replacement)."""
     sources = _all_sources()
     for file, (old, new) in plants.items():
         assert sources[file].count(old) == 1, f"{file} changed: update the planted bug"
         sources[file] = sources[file].replace(old, new)
-    return _compile(tmp_path, sources, name="planted")
+    return _compile(tmp_path, _with_defines(sources, defines), name="planted")
 
 
 def _tiled_64(emu):
@@ -439,6 +445,25 @@ def test_emulation_catches_a_missing_syncthreads(tmp_path):
         "        __syncthreads();                          // 4.", "        // (removed) 4.")})
     C, want = _tiled_64(broken)
     assert not np.allclose(C, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("plant", [
+    ("            if (more) store(s ^ 1);", "            if (more) store(s);"),
+    ("    if (DOUBLE_BUFFER) { store(0); __syncthreads(); }", "    if (DOUBLE_BUFFER) { store(0); }"),
+], ids=["stores-into-the-copy-being-read", "no-wait-for-the-first-tiles"])
+def test_emulation_catches_double_buffering_mistakes(tmp_path, plant):
+    """Double buffering waits once per k-step, so the next tiles must go to the copy nobody
+    reads during the step, and the first tiles must be waited for before the loop."""
+    rng = np.random.default_rng(1)
+    M, N, Kd = 130, 136, 52
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
+    tuning = dict(prefetch=True, double_buffer=True)
+    broken = _planted(tmp_path, {"matmul_regblock.cu": plant},
+                      defines=K.matmul.regblock_defines(**tuning))
+    C = _empty((M, N), np.float32)
+    _launch(broken, "run_matmul_regblock", K.launch_config("regblock", M, N, Kd, **tuning),
+            _guarded(A), _guarded(B), C, M, N, Kd)
+    assert not np.allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
 def test_emulation_reports_threads_that_would_hang(tmp_path):
@@ -745,8 +770,10 @@ def test_emulated_matmul_wrappers(emulated_gpu, name, tuning, M, N, Kd, misalign
 
 def test_emulated_matmul_regblock_refuses_an_untested_tuning(emulated_gpu):
     A = _device(np.ones((4, 4), np.float32))
-    with pytest.raises(ValueError, match=r"bk must be 8 or 16 .*got bk=12"):
+    with pytest.raises(ValueError, match=r"bk 8 or 16.*got bk=12"):
         K.matmul_regblock(A, A, bk=12)
+    with pytest.raises(ValueError, match=r"with double_buffer only together with prefetch"):
+        K.matmul_regblock(A, A, double_buffer=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -252,6 +253,26 @@ def test_matmul_launch_geometry_covers_C(name, M, N, Kd):
     assert gy * tile >= along_y > (gy - 1) * tile
 
 
+@pytest.mark.parametrize("tuning", K.REGBLOCK_TUNINGS, ids=str)
+def test_every_regblock_build_fits_the_static_shared_memory_limit(tuning):
+    cfg = K.launch_config("regblock", 4096, 4096, 4096, **tuning)
+    assert cfg.static_shared_mem <= 48 * 1024
+    assert cfg.grid == K.launch_config("regblock", 4096, 4096, 4096).grid
+
+
+def test_regblock_tunings_name_their_builds():
+    assert K.matmul.regblock_defines() == ()                 # the default build: the file as it is
+    assert K.matmul.regblock_defines(bk=16, prefetch=True, double_buffer=True) == (
+        ("BK", 16), ("PREFETCH", 1), ("DOUBLE_BUFFER", 1))
+    assert K.matmul.regblock_label(prefetch=True, avoid_conflicts=True) == (
+        "regblock, BK=8, prefetch, no bank conflicts")
+    labels = [K.matmul.regblock_label(**t) for t in K.REGBLOCK_TUNINGS]
+    assert len(set(labels)) == len(labels) == 12
+    with pytest.raises(ValueError, match=r"double_buffer only together with prefetch.*"
+                                         r"got bk=8, prefetch=False, double_buffer=True"):
+        K.matmul.regblock_defines(double_buffer=True)
+
+
 def test_other_launch_geometry():
     cfg = K.launch_config("bias_relu", 65536, 1024)
     assert cfg.block == (32, 8, 1) and cfg.grid[0] == 32 and cfg.grid[1] <= 65535
@@ -264,7 +285,9 @@ def test_other_launch_geometry():
     assert K.launch_config("im2col", 256, 1, 28, 28, 3, 3, 1, 1).block == (256, 1, 1)
     assert K.launch_config("maxpool_forward", 256, 16, 28, 28, 2, 2, 2).num_blocks == 256 * 16 * 14 * 14 // 256
     assert K.launch_config("maxpool_backward", 256, 16, 28, 28, 2, 2, 2).grid[0] == 256 * 16 * 28 * 28 // 256
-    assert K.launch_config("regblock", 4096, 4096, 4096, 16).static_shared_mem == 2 * 16 * 128 * 4
+    assert K.launch_config("regblock", 4096, 4096, 4096, bk=16).static_shared_mem == 2 * 16 * 128 * 4
+    assert K.launch_config("regblock", 4096, 4096, 4096, bk=16, prefetch=True, double_buffer=True,
+                           avoid_conflicts=True).static_shared_mem == 2 * 16 * (132 + 128) * 4
     assert K.launch_config("optimizer_update", 1).grid == (1, 1, 1)
     assert K.launch_config("optimizer_update", 784 * 512).grid == (1568, 1, 1)
     assert K.launch_config("optimizer_update", 10**9).grid == (4096, 1, 1)   # then grid-stride
@@ -341,7 +364,7 @@ def nvcc_builds(tmp_path_factory):
         unit.write_text(_compile_unit(K.SOURCES[file]))
         cubin = out / f"{i}_{file}.cubin"
         cmd = [NVCC, *K.NVRTC_OPTIONS, *K._build.define_options(defines), f"-arch={NVCC_ARCH}",
-               "--cubin", "-o", str(cubin), str(unit)]
+               "--cubin", "-Xptxas", "-v", "-o", str(cubin), str(unit)]   # -v: registers, spills
         procs[build] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True), cubin, cmd)
     yield procs
@@ -361,6 +384,10 @@ def test_cuda_source_compiles_with_nvcc(nvcc_builds, build):
     file = BUILDS[build][0]
     for name in K.SOURCES[file].kernels:   # every kernel made it into the binary
         assert name.split("<")[0].encode() in binary, (file, name)
+    # ptxas -v reports, per kernel, "N bytes spill stores": registers that ran out and went to
+    # local memory (slow, and in a loop a kernel's speed). None of our kernels may spill.
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", output)]
+    assert spills and not any(spills), f"{build} spills registers:\n{output}"
 
 
 def _load_nvrtc():
@@ -434,7 +461,7 @@ needs_gpu = pytest.mark.gpu   # skipped with the reason where there is no GPU (c
 MATMUL_SHAPES = [(1, 1, 1), (37, 45, 29), (130, 68, 36), (129, 257, 300), (128, 128, 128),
                  (5, 3, 0), (0, 4, 4)]
 #: (rung, keyword arguments): every rung as it is, and regblock with each other tuning it is
-#: built for (-DBK=16, -DPREFETCH=1).
+#: built for (-DBK=16, -DPREFETCH=1, ...: REGBLOCK_TUNINGS).
 MATMUL_BUILDS = ([(name, {}) for name in K.MATMUL_KERNELS] +
                  [("regblock", t) for t in K.REGBLOCK_TUNINGS[1:]])
 

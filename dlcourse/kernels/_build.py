@@ -210,11 +210,12 @@ def geometry(name: str):
 
 
 @remembered
-def launch_config(name: str, *sizes) -> LaunchConfig:
+def launch_config(name: str, *sizes, **tuning) -> LaunchConfig:
     """The launch geometry of kernel ``name`` for the given sizes.
 
     ``launch_config("naive" | "coalesced" | "tiled" | "regblock", M, N, K)`` for C = A @ B
-    (``launch_config("regblock", M, N, K, BK)`` for another depth of tile);
+    (``launch_config("regblock", M, N, K, bk=16, double_buffer=True, ...)`` for another build
+    of regblock: the keywords of ``matmul_regblock``);
     ``launch_config("bias_relu", N, F[, itemsize])``; ``launch_config("bias_relu_rows", F, M[, itemsize])``;
     ``launch_config("softmax_cross_entropy", N, C[, itemsize])`` (itemsize: 4 for float32, 8 for
     float64; it only changes the shared memory reported);
@@ -224,4 +225,4 @@ def launch_config(name: str, *sizes) -> LaunchConfig:
     """
     if name not in _GEOMETRY:
         raise KeyError(f"No kernel named {name!r}; the names are: {', '.join(_GEOMETRY)}.")
-    return _GEOMETRY[name](*sizes)
+    return _GEOMETRY[name](*sizes, **tuning)

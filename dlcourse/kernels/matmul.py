@@ -27,7 +27,7 @@ from ..backend import require_cupy
 from ._build import LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
 __all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock",
-           "MATMUL_KERNELS", "REGBLOCK_TUNINGS", "regblock_defines"]
+           "MATMUL_KERNELS", "REGBLOCK_TUNINGS", "regblock_defines", "regblock_label"]
 
 INT32_MAX = 2**31 - 1
 
@@ -57,30 +57,56 @@ def _tiled_geometry(M, N, K):
 
 #: The builds of matmul_regblock that are tested, as its keyword arguments; the first is the
 #: source's default. benchmarks/gpu_suite.py times them all ("Tuning" in matmul_regblock.cu).
-REGBLOCK_TUNINGS = tuple(dict(bk=bk, prefetch=prefetch) for bk in (8, 16)
-                         for prefetch in (False, True))
+#: Double buffering stores the prefetched tiles, so it comes only with prefetch.
+REGBLOCK_TUNINGS = tuple(dict(bk=bk, prefetch=prefetch, double_buffer=double_buffer,
+                              avoid_conflicts=avoid_conflicts)
+                         for bk in (8, 16) for avoid_conflicts in (False, True)
+                         for prefetch, double_buffer in ((False, False), (True, False), (True, True)))
 
 
-def regblock_defines(bk=8, prefetch=False):
-    """The -D options (as ((name, value), ...)) that build matmul_regblock.cu with this tuning;
-    () for the source's defaults, so the default build is the file as it is."""
-    tuning = dict(bk=bk, prefetch=prefetch)
+def _tuning(bk=8, prefetch=False, double_buffer=False, avoid_conflicts=False):
+    """The tuning as a dict, refused unless it is one of REGBLOCK_TUNINGS (the tested builds)."""
+    tuning = dict(bk=bk, prefetch=prefetch, double_buffer=double_buffer,
+                  avoid_conflicts=avoid_conflicts)
     if tuning not in REGBLOCK_TUNINGS:
-        raise ValueError(f"matmul_regblock: bk must be 8 or 16 and prefetch True or False (the "
-                         f"builds that are tested), got bk={bk!r}, prefetch={prefetch!r}.")
+        given = ", ".join(f"{k}={v!r}" for k, v in tuning.items())
+        raise ValueError(f"matmul_regblock: the tested builds take bk 8 or 16, and prefetch, "
+                         f"double_buffer and avoid_conflicts True or False, with double_buffer "
+                         f"only together with prefetch (it stores the prefetched tiles); got "
+                         f"{given}.")
+    return tuning
+
+
+def regblock_defines(**tuning):
+    """The -D options (as ((name, value), ...)) that build matmul_regblock.cu with this tuning
+    (keywords as matmul_regblock's); () for the source's defaults, so the default build is the
+    file as it is."""
+    tuning = _tuning(**tuning)
     default = REGBLOCK_TUNINGS[0]                # what the source #defines itself
     return tuple((key.upper(), int(value)) for key, value in tuning.items()
                  if value != default[key])
 
 
+def regblock_label(**tuning):
+    """A short name for a build, for tables and plots: "regblock, BK=16, prefetch"."""
+    tuning = _tuning(**tuning)
+    flags = {"prefetch": "prefetch", "double_buffer": "double buffer",
+             "avoid_conflicts": "no bank conflicts"}
+    return ", ".join([f"regblock, BK={tuning['bk']}"] +
+                     [text for key, text in flags.items() if tuning[key]])
+
+
 @geometry("regblock")
-def _regblock_geometry(M, N, K, BK=8):
+def _regblock_geometry(M, N, K, bk=8, prefetch=False, double_buffer=False,
+                       avoid_conflicts=False):
     BM, BN, TM, TN = 128, 128, 8, 8
+    stages = 2 if double_buffer else 1           # copies of each shared tile
+    as_stride = BM + (4 if avoid_conflicts else 0)
     return LaunchConfig("regblock", "matmul_regblock.cu",
                         grid=(ceil_div(N, BN), ceil_div(M, BM), 1),
                         block=((BM // TM) * (BN // TN), 1, 1),
-                        static_shared_mem=(BM * BK + BK * BN) * 4,
-                        note=f"one 128x128 tile of C per block, 8x8 per thread, BK = {BK}")
+                        static_shared_mem=stages * (bk * as_stride + bk * BN) * 4,
+                        note=f"one 128x128 tile of C per block, 8x8 per thread, BK = {bk}")
 
 
 # --------------------------------------------------------------------------------------
@@ -106,9 +132,9 @@ def _check_size(fn, M, N, K):
                          f"Use cupy.matmul for matrices this large.")
 
 
-def _launch(name, A, B, M, N, K, defines=()):
-    """Allocate C and launch rung ``name`` on it (the shared last step of every wrapper).
-    defines: the -D options to build it with (regblock's tuning)."""
+def _launch(cfg, A, B, M, N, K, defines=()):
+    """Allocate C and launch the rung cfg (its launch_config) on it (the shared last step of
+    every wrapper). defines: the -D options to build it with (regblock's tuning)."""
     cupy = require_cupy()
     C = cupy.empty((M, N), dtype=cupy.float32)
     if M == 0 or N == 0:
@@ -116,8 +142,7 @@ def _launch(name, A, B, M, N, K, defines=()):
     if K == 0:
         C.fill(0)
         return C
-    cfg = launch_config(name, M, N, K, *(v for d, v in defines if d == "BK"))
-    kernel = get_kernel(cfg.file, f"matmul_{name}", defines)
+    kernel = get_kernel(cfg.file, f"matmul_{cfg.name}", defines)
     kernel(cfg.grid, cfg.block, (A, B, C, np.int32(M), np.int32(N), np.int32(K)),
            shared_mem=cfg.shared_mem)
     return C
@@ -128,7 +153,7 @@ def matmul_naive(A, B):
     (uncoalesced: the teaching baseline). A: (M, K), B: (K, N) float32 CuPy arrays,
     C-contiguous. Returns C: (M, N). Any M, N, K. See matmul_naive.cu."""
     M, N, K = _check_operands("matmul_naive", A, B)
-    return _launch("naive", A, B, M, N, K)
+    return _launch(launch_config("naive", M, N, K), A, B, M, N, K)
 
 
 def matmul_coalesced(A, B):
@@ -136,7 +161,7 @@ def matmul_coalesced(A, B):
     (coalesced loads and stores). A: (M, K), B: (K, N) float32, C-contiguous. Returns C: (M, N).
     Any M, N, K. See matmul_coalesced.cu."""
     M, N, K = _check_operands("matmul_coalesced", A, B)
-    return _launch("coalesced", A, B, M, N, K)
+    return _launch(launch_config("coalesced", M, N, K), A, B, M, N, K)
 
 
 def matmul_tiled(A, B):
@@ -144,14 +169,17 @@ def matmul_tiled(A, B):
     float32, C-contiguous. Returns C: (M, N). Any M, N, K (edge tiles are zero-filled).
     See matmul_tiled.cu."""
     M, N, K = _check_operands("matmul_tiled", A, B)
-    return _launch("tiled", A, B, M, N, K)
+    return _launch(launch_config("tiled", M, N, K), A, B, M, N, K)
 
 
-def matmul_regblock(A, B, bk=8, prefetch=False):
+def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_conflicts=False):
     """C = A @ B with 128x128 block tiles, an 8x8 micro-tile of C per thread in registers and
     float4 (16-byte) loads. A: (M, K), B: (K, N) float32, C-contiguous. Returns C: (M, N).
-    Tuning knobs, compiled in (see "Tuning" in matmul_regblock.cu): bk, the depth of the tiles
-    staged in shared memory (8 or 16); prefetch, load the next tiles during the computation.
+    Tuning knobs, compiled in (see "Tuning" in matmul_regblock.cu; REGBLOCK_TUNINGS lists the
+    tested builds): bk, the depth of the tiles staged in shared memory (8 or 16); prefetch, load
+    the next tiles during the computation; double_buffer (with prefetch), two copies of the
+    shared tiles and one __syncthreads() per step; avoid_conflicts, the shared-memory layout
+    without bank conflicts.
 
     Any M works. float4 loads need K % 4 == 0, N % 4 == 0 and 16-byte-aligned data; when that
     does not hold this wrapper first copies A into (M, K4) and B into (K4, N4) zero-padded
@@ -159,18 +187,21 @@ def matmul_regblock(A, B, bk=8, prefetch=False):
     result — correct, at the cost of the copies. See matmul_regblock.cu.
     """
     M, N, K = _check_operands("matmul_regblock", A, B)
-    defines = regblock_defines(bk, prefetch)
+    tuning = dict(bk=bk, prefetch=prefetch, double_buffer=double_buffer,
+                  avoid_conflicts=avoid_conflicts)
+    defines = regblock_defines(**tuning)
     cupy = require_cupy()
     K4, N4 = ceil_div(K, 4) * 4, ceil_div(N, 4) * 4
     aligned = A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0
     if (K4, N4) == (K, N) and aligned:
-        return _launch("regblock", A, B, M, N, K, defines)
+        return _launch(launch_config("regblock", M, N, K, **tuning), A, B, M, N, K, defines)
     _check_size("matmul_regblock", M, N4, K4)   # the padded sizes must still fit in int32
     Ap = cupy.zeros((M, K4), dtype=cupy.float32)
     Ap[:, :K] = A
     Bp = cupy.zeros((K4, N4), dtype=cupy.float32)
     Bp[:K, :N] = B
-    return cupy.ascontiguousarray(_launch("regblock", Ap, Bp, M, N4, K4, defines)[:, :N])
+    C = _launch(launch_config("regblock", M, N4, K4, **tuning), Ap, Bp, M, N4, K4, defines)
+    return cupy.ascontiguousarray(C[:, :N])
 
 
 #: The ladder in order, name -> wrapper (the benchmark walks this).

@@ -42,8 +42,21 @@
 //
 // A is stored *transposed* in shared memory (As[k][m]): then the TM = 8 values of A a thread
 // needs for one k are contiguous, just like its TN = 8 values of B, and the compiler can read
-// both with 128-bit shared-memory loads. (The transposed store costs a 2-way bank conflict;
-// kernel 6 in the article accepts it, and so do we.)
+// both with 128-bit shared-memory loads.
+//
+// Bank conflicts
+// --------------
+// Shared memory is 32 *banks*, 4 bytes wide: word w lives in bank w % 32, and each bank
+// serves one word per pass. A warp's request takes as many passes as the most DIFFERENT words
+// any one bank must deliver (threads reading the SAME word share it: a broadcast). In the
+// default build the 16 threads along a warp read B at columns threadCol * 8: the first float4
+// of each is words 0-3, 8-11, ..., 120-123, so banks 0-3 serve words 0, 32, 64 and 96 in four
+// passes, where 64 words could come in two. The transposed store of A has a 2-way conflict of
+// its own (4-way at BK = 16). Kernel 6 in the article accepts both. AVOID_CONFLICTS (below)
+// removes them: a thread's 8 columns become two groups of 4, BN / 2 = 64 apart, so the 16
+// threads read 64 consecutive words (two passes, the least there is); and each k-row of As
+// gets 4 words of padding, which moves the stores of neighbouring threads into different banks
+// (one pass at BK = 8; two at BK = 16, where four threads share a row of A).
 //
 // Registers and occupancy
 // -----------------------
@@ -51,17 +64,21 @@
 // 65 536 registers, so about two blocks of 256 threads fit at once (occupancy ~ 25%). That is
 // fine: each thread has plenty of independent FMAs to hide latency (instruction-level
 // parallelism instead of thread-level parallelism). __launch_bounds__(256) tells the compiler
-// the block size so it may use registers up to that limit.
+// the block size so it may use registers up to that limit. The compiler has the last word:
+// `nvcc -arch=sm_90 -cubin -Xptxas -v` (CUDA 13.0) reports 127 registers for the default
+// build, so two blocks fit, and 147 at BK = 16, so one does. Asking for two blocks there
+// (__launch_bounds__(256, 2)) makes it spill registers to local memory, which is worse; the
+// nvcc test in tests/test_kernels.py checks that no build spills.
 //
 // Ragged edges: M may be anything (rows beyond M load 0 and store nothing); K and N must be
 // multiples of 4 (a float4 is then either wholly inside the matrix or wholly outside).
 //
-// Tuning: BK and PREFETCH
-// -----------------------
+// Tuning: BK, PREFETCH, DOUBLE_BUFFER, AVOID_CONFLICTS
+// -----------------------------------------------------
 // The best choices depend on the GPU, so fast kernels are *tuned*: built several ways and
-// timed. Two compile-time constants may be overridden by the build (NVRTC options -DBK=16,
-// -DPREFETCH=1, as matmul_regblock(A, B, bk=16, prefetch=True) does; benchmarks/gpu_suite.py
-// times every combination):
+// timed. Four compile-time constants may be overridden by the build (NVRTC options -DBK=16,
+// -DPREFETCH=1, ..., as matmul_regblock(A, B, bk=16, prefetch=True) does;
+// benchmarks/gpu_suite.py times every combination, REGBLOCK_TUNINGS in matmul.py):
 //   BK: a deeper tile does twice the FMAs between two __syncthreads() and halves the number of
 //       k-steps, for twice the shared memory. Simon Boehm's autotuning (kernel 9 of the
 //       article) picked BK = 16 on his GPU.
@@ -70,11 +87,16 @@
 //       ones, so they travel while the FMAs run (latency hidden inside each thread, as the
 //       micro-tile hides it for shared memory), at the cost of the registers that hold them
 //       across the computation (fewer registers left may mean fewer blocks per SM).
+//   DOUBLE_BUFFER (needs PREFETCH): two copies of each shared tile. The FMAs read one while
+//       the prefetched next tiles are stored into the other, so a k-step needs one
+//       __syncthreads() instead of two; costs twice the shared memory.
+//   AVOID_CONFLICTS: the layout without bank conflicts described above.
 //
-// Launch geometry (launch_config("regblock", M, N, K[, BK]); PREFETCH does not change it):
+// Launch geometry (launch_config("regblock", M, N, K, **tuning)):
 //   block = (256, 1, 1)
 //   grid  = (ceil(N / 128), ceil(M / 128), 1)
-//   shared_mem = 0 dynamic bytes; 2 * BK * 128 * 4 B declared statically (8 KiB for BK = 8).
+//   shared_mem = 0 dynamic bytes; STAGES * BK * (AS_STRIDE + BN) * 4 B declared statically
+//                (8 KiB for the default build).
 
 #define BM 128
 #define BN 128
@@ -86,11 +108,20 @@
 #ifndef PREFETCH
 #define PREFETCH 0
 #endif
+#ifndef DOUBLE_BUFFER
+#define DOUBLE_BUFFER 0
+#endif
+#ifndef AVOID_CONFLICTS
+#define AVOID_CONFLICTS 0
+#endif
+#define STAGES (DOUBLE_BUFFER ? 2 : 1)              // copies of each shared tile
+#define AS_STRIDE (BM + (AVOID_CONFLICTS ? 4 : 0))  // floats per k-row of As (4 of them padding)
 #define NUM_THREADS ((BM / TM) * (BN / TN))   // 256
 #define LOADS_A (BM * BK / 4 / NUM_THREADS)   // float4s of the A tile per thread (1 at BK = 8)
 #define LOADS_B (BK * BN / 4 / NUM_THREADS)   // float4s of the B tile per thread (1 at BK = 8)
 static_assert(LOADS_A * NUM_THREADS * 4 == BM * BK && LOADS_B * NUM_THREADS * 4 == BK * BN,
               "the threads of a block must split the tiles into whole float4s");
+static_assert(PREFETCH || !DOUBLE_BUFFER, "DOUBLE_BUFFER stores the prefetched tiles: it needs PREFETCH");
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS)
 matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-byte aligned
@@ -99,8 +130,8 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
                 int M, int N, int K)
 {
     // 16-byte aligned: Bs is written with float4 stores, and both are read 4 floats at a time.
-    __shared__ __align__(16) float As[BK * BM];   // A tile, transposed: As[k * BM + m]
-    __shared__ __align__(16) float Bs[BK * BN];   // B tile:             Bs[k * BN + n]
+    __shared__ __align__(16) float As[STAGES][BK * AS_STRIDE];   // A tile, transposed: [k * AS_STRIDE + m]
+    __shared__ __align__(16) float Bs[STAGES][BK * BN];          // B tile:             [k * BN + n]
 
     const int tid = threadIdx.x;                 // 0..255
     const int blockRow = blockIdx.y * BM;        // first row of C owned by this block
@@ -109,6 +140,11 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
     // The 8 x 8 micro-tile of C this thread computes (inside the block tile).
     const int threadRow = tid / (BN / TN);       // 0..15
     const int threadCol = tid % (BN / TN);       // 0..15
+    // Column j (0..TN-1) of the micro-tile, inside the block tile: threadCol * 8 + j, or with
+    // AVOID_CONFLICTS two groups of 4, BN / 2 apart: threadCol * 4 + j, 64 + threadCol * 4 + j - 4.
+    auto col = [&](int j) {
+        return AVOID_CONFLICTS ? (j / 4) * (BN / 2) + threadCol * 4 + j % 4 : threadCol * TN + j;
+    };
 
     float acc[TM][TN];                           // the micro-tile: 64 registers
 #pragma unroll
@@ -137,46 +173,56 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
             if (r < K && c < N) bNext[i] = *reinterpret_cast<const float4*>(&B[r * N + c]);
         }
     };
-    auto store = [&]() {
+    auto store = [&](int s) {                    // into copy s of the shared tiles
 #pragma unroll
         for (int i = 0; i < LOADS_A; ++i) {      // A goes in transposed: As[k][m]
             const int f = tid + i * NUM_THREADS;
             const int aRow = f / (BK / 4);       // 0..127  (BK / 4 float4s per row of the A tile)
             const int aCol = (f % (BK / 4)) * 4; // 0, 4, ..., BK - 4
-            As[(aCol + 0) * BM + aRow] = aNext[i].x;
-            As[(aCol + 1) * BM + aRow] = aNext[i].y;
-            As[(aCol + 2) * BM + aRow] = aNext[i].z;
-            As[(aCol + 3) * BM + aRow] = aNext[i].w;
+            As[s][(aCol + 0) * AS_STRIDE + aRow] = aNext[i].x;
+            As[s][(aCol + 1) * AS_STRIDE + aRow] = aNext[i].y;
+            As[s][(aCol + 2) * AS_STRIDE + aRow] = aNext[i].z;
+            As[s][(aCol + 3) * AS_STRIDE + aRow] = aNext[i].w;
         }
 #pragma unroll
         for (int i = 0; i < LOADS_B; ++i) {
             const int f = tid + i * NUM_THREADS;
             const int bRow = f / (BN / 4);       // 0..BK-1 (32 float4s per row of the B tile)
             const int bCol = (f % (BN / 4)) * 4; // 0, 4, ..., 124
-            *reinterpret_cast<float4*>(&Bs[bRow * BN + bCol]) = bNext[i];
+            *reinterpret_cast<float4*>(&Bs[s][bRow * BN + bCol]) = bNext[i];
         }
     };
 
+    // Each k-step: the tiles at k0 go to shared memory (store), every thread waits for them
+    // (__syncthreads), the FMAs read them, and every thread waits again before the tiles are
+    // overwritten. With DOUBLE_BUFFER the FMAs read copy s while the next tiles go to copy
+    // s ^ 1, which nobody reads during this step: one wait per step.
     load(0);
+    int s = 0;                                   // the copy of the shared tiles the FMAs read
+    if (DOUBLE_BUFFER) { store(0); __syncthreads(); }
     for (int k0 = 0; k0 < K; k0 += BK) {
-        store();
-        __syncthreads();
-        if (PREFETCH && k0 + BK < K) load(k0 + BK);   // the next tiles travel during the FMAs
+        const bool more = k0 + BK < K;           // is there a next k-step?
+        if (!DOUBLE_BUFFER) { store(0); __syncthreads(); }
+        if (PREFETCH && more) load(k0 + BK);     // the next tiles travel during the FMAs
 
         // ---- shared -> registers -> TM * TN FMAs per k ------------------------------------
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
 #pragma unroll
-            for (int i = 0; i < TM; ++i) regA[i] = As[k * BM + threadRow * TM + i];
+            for (int i = 0; i < TM; ++i) regA[i] = As[s][k * AS_STRIDE + threadRow * TM + i];
 #pragma unroll
-            for (int j = 0; j < TN; ++j) regB[j] = Bs[k * BN + threadCol * TN + j];
+            for (int j = 0; j < TN; ++j) regB[j] = Bs[s][k * BN + col(j)];
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] += regA[i] * regB[j];  // outer product
         }
+        if (DOUBLE_BUFFER) {
+            if (more) store(s ^ 1);              // the other copy: its last readers were
+            s ^= 1;                              // released by the previous step's wait
+        }
         __syncthreads();
-        if (!PREFETCH && k0 + BK < K) load(k0 + BK);  // without prefetch: load, then wait
+        if (!PREFETCH && more) load(k0 + BK);    // without prefetch: load, then wait
     }
 
     // ---- registers -> global: the micro-tile, one float4 (4 columns) at a time ------------
@@ -186,7 +232,7 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
         if (r >= M) continue;
 #pragma unroll
         for (int j = 0; j < TN; j += 4) {
-            const int c = blockCol + threadCol * TN + j;
+            const int c = blockCol + col(j);
             if (c < N) {
                 *reinterpret_cast<float4*>(&C[r * N + c]) =
                     make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
