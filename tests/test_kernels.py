@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import re
@@ -258,6 +259,19 @@ def test_every_regblock_build_fits_the_static_shared_memory_limit(tuning):
     cfg = K.launch_config("regblock", 4096, 4096, 4096, **tuning)
     assert cfg.static_shared_mem <= 48 * 1024
     assert cfg.grid == K.launch_config("regblock", 4096, 4096, 4096).grid
+
+
+def test_regblock_default_build_is_the_source_as_it_is():
+    """Another default build (after a GPU run, gpu_suite's fastest) is set in several places:
+    the #ifndef defaults of matmul_regblock.cu, REGBLOCK_TUNINGS[0] and the keyword defaults of
+    the functions that take a tuning. This keeps them in step."""
+    default = K.REGBLOCK_TUNINGS[0]
+    in_source = re.findall(r"#ifndef (\w+)\n#define \1 (\d+)\n#endif", K.source("matmul_regblock.cu"))
+    assert {name.lower(): int(value) for name, value in in_source} == {
+        key: int(value) for key, value in default.items()}
+    for fn in (K.matmul_regblock, K.matmul._tuning, K.matmul._regblock_geometry):
+        parameters = inspect.signature(fn).parameters
+        assert {key: parameters[key].default for key in default} == default, fn.__name__
 
 
 def test_regblock_tunings_name_their_builds():

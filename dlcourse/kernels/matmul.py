@@ -57,7 +57,9 @@ def _tiled_geometry(M, N, K):
 
 #: The builds of matmul_regblock that are tested, as its keyword arguments; the first is the
 #: source's default. benchmarks/gpu_suite.py times them all ("Tuning" in matmul_regblock.cu).
-#: Double buffering stores the prefetched tiles, so it comes only with prefetch.
+#: Double buffering stores the prefetched tiles, so it comes only with prefetch. To make
+#: another build the default, change the source's #ifndef defaults, the order here and the
+#: keyword defaults below together (a test in tests/test_kernels.py checks that they agree).
 REGBLOCK_TUNINGS = tuple(dict(bk=bk, prefetch=prefetch, double_buffer=double_buffer,
                               avoid_conflicts=avoid_conflicts)
                          for bk in (8, 16) for avoid_conflicts in (False, True)
