@@ -59,6 +59,15 @@ def test_decision_grid_sigmoid_model_and_bad_input():
         widgets.decision_grid(model, np.zeros((3, 64)))
 
 
+def test_panels_give_a_model_its_input_in_its_dtype_on_its_device():
+    from dlcourse.widgets._common import model_input
+    points = np.zeros((3, 2))                        # float64, as np.linspace makes them
+    x = model_input(dl.MLP([2, 3], seed=0), points)
+    assert x.dtype == np.float32 and dl.backend.device_of(x) == "cpu"
+    assert model_input(dl.MLP([2, 3], seed=0).astype("float64"), points).dtype == np.float64
+    assert model_input(dl.Linear(2, 1, seed=0), points.tolist()).dtype == np.float32
+
+
 def test_probability_image_is_rgb_and_white_where_unsure():
     probs = np.array([[[0.5, 0.5], [1.0, 0.0]]])     # (1, 2, K=2)
     img = widgets.probability_image(probs)

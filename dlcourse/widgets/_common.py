@@ -16,6 +16,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..backend import to_device
+
 # Class colours: orange and blue as in TensorFlow Playground, then matplotlib's tab10.
 CLASS_COLORS = np.array([
     [0.961, 0.576, 0.133],   # orange
@@ -40,6 +42,11 @@ def _float_dtype(model):
     """The model's float dtype (float32 when it does not say)."""
     dtype = getattr(model, "dtype", None)
     return np.float32 if dtype is None else dtype
+
+
+def model_input(model, x):
+    """x (a NumPy array) as the model takes it: in its float dtype, on its device."""
+    return to_device(np.asarray(x).astype(_float_dtype(model)), getattr(model, "device", "cpu"))
 
 
 def ipywidgets():

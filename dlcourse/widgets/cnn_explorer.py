@@ -15,14 +15,14 @@ import traceback
 import numpy as np
 
 from .. import data as dldata
-from ..backend import get_device, to_device, to_numpy
+from ..backend import get_device, to_numpy
 from ..conv import Conv2d
 from ..layers import BatchNorm2d, ReLU, eval_mode
 from ..losses import SoftmaxCrossEntropy, softmax
 from ..models import CNN
 from ..optim import Adam
 from ..train import fit
-from ._common import FigurePNG, _float_dtype, class_colors, ipywidgets, status_html
+from ._common import FigurePNG, class_colors, ipywidgets, model_input, status_html
 
 __all__ = ["train_digits_cnn", "conv_filters", "layer_outputs", "feature_maps",
            "CNNExplorer", "cnn_explorer"]
@@ -78,8 +78,7 @@ def layer_outputs(model, x) -> list:
                          f"{x.shape}.")
     layers = _layers(model)
     with eval_mode(model):
-        out = to_device(x.astype(_float_dtype(model)),
-                        getattr(model, "device", "cpu"))
+        out = model_input(model, x)
         result = []
         for i, layer in enumerate(layers):
             out = layer.forward(out)
@@ -168,10 +167,9 @@ class CNNExplorer:
     def _probabilities(self):
         try:
             with eval_mode(self.model):
-                dtype = _float_dtype(self.model)
                 out = []
                 for i in range(0, len(self.images), 256):
-                    xb = to_device(self.images[i:i + 256].astype(dtype), self.model.device)
+                    xb = model_input(self.model, self.images[i:i + 256])
                     out.append(to_numpy(softmax(self.model.forward(xb))))
         except Exception as err:
             raise ValueError(f"The model could not run on these images "

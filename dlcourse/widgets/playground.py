@@ -32,13 +32,13 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from .. import data as dldata
-from ..backend import describe_device, get_device, to_device, to_numpy
+from ..backend import describe_device, get_device, to_numpy
 from ..layers import eval_mode
 from ..losses import SoftmaxCrossEntropy, softmax
 from ..models import MLP
 from ..optim import SGD, Adam
 from ..train import StopTraining, TrainingDiverged, fit
-from ._common import FigurePNG, _float_dtype, class_colors, ipywidgets, status_html
+from ._common import FigurePNG, class_colors, ipywidgets, model_input, status_html
 
 __all__ = ["DATASETS", "PlaygroundData", "load_dataset", "build_model", "decision_grid",
            "probability_image", "Playground", "playground"]
@@ -186,10 +186,8 @@ def decision_grid(model, X, resolution: int = 80, pad: float = 0.5):
     x0, x1, y0, y1 = extent = grid_extent(X, pad)
     gx, gy = np.meshgrid(np.linspace(x0, x1, R), np.linspace(y0, y1, R))   # (R, R) each
     points = np.stack([gx.ravel(), gy.ravel()], axis=1)                    # (R*R, 2)
-    dtype = _float_dtype(model)
-    device = getattr(model, "device", "cpu")
     with eval_mode(model):
-        logits = to_numpy(model.forward(to_device(points.astype(dtype), device)))
+        logits = to_numpy(model.forward(model_input(model, points)))
     logits = logits.astype(np.float64).reshape(len(points), -1)            # (R*R, K)
     if logits.shape[1] == 1:                                               # sigmoid: p(class 1)
         p1 = 1.0 / (1.0 + np.exp(-logits))
@@ -631,7 +629,7 @@ class Playground:
             self.boundary.set_extent(extent)
         else:
             n = len(self.mosaic_texts)
-            X = to_device(d.X_val[:n], model.device)
+            X = model_input(model, d.X_val[:n])
             pred = to_numpy(model.predict(X))
             for t, p, y in zip(self.mosaic_texts, pred, d.y_val[:n]):
                 t.set_text(d.classes[int(p)])
