@@ -209,12 +209,16 @@ def section_matmul(cp, cfg, out):
             f"{entry['share_of_cublas_fp32']:6.1%}   {cfg_launch.grid} x {cfg_launch.block}")
         del C
     cp.get_default_memory_pool().free_all_blocks()
-    builds = {k: v for k, v in out["kernels"].items()
-              if k.startswith("regblock") and "share_of_cublas_fp32" in v}
-    if builds:   # the one to make the default build (see "Tuning" in matmul_regblock.cu)
-        out["fastest_regblock"] = max(builds, key=lambda k: builds[k]["share_of_cublas_fp32"])
-        say(f"  fastest regblock build: {out['fastest_regblock']} "
-            f"({builds[out['fastest_regblock']]['share_of_cublas_fp32']:.1%} of cuBLAS FP32)")
+    # The build to make the default (see "Tuning" in matmul_regblock.cu), as its keywords.
+    builds = [(name, tuning) for name, tuning in
+              [("regblock", K.REGBLOCK_TUNINGS[0])] +
+              [(K.matmul.regblock_label(**t), t) for t in K.REGBLOCK_TUNINGS[1:]]
+              if "share_of_cublas_fp32" in out["kernels"].get(name, {})]
+    if builds:
+        name, tuning = max(builds, key=lambda b: out["kernels"][b[0]]["share_of_cublas_fp32"])
+        out["fastest_regblock"] = dict(name=name, tuning=tuning)
+        say(f"  fastest regblock build: {name} ({tuning}): "
+            f"{out['kernels'][name]['share_of_cublas_fp32']:.1%} of cuBLAS FP32")
 
     # TF32 in a fresh process: CuPy decides at import time.
     env = dict(os.environ, CUPY_TF32="1")
@@ -626,7 +630,8 @@ def plot(results, path):
         tf32 = mm.get("cublas_tf32", {})
         if "speedup_over_fp32" in tf32:
             ax.axvline(100 * tf32["speedup_over_fp32"], ls="--", color="gray")
-            ax.text(100 * tf32["speedup_over_fp32"], 0, " cuBLAS TF32", va="top", color="gray")
+            ax.text(100 * tf32["speedup_over_fp32"], len(names) - 1, " cuBLAS TF32", va="center",
+                    color="gray")
         ax.set_xlabel("% of cuBLAS FP32 speed")
         ax.set_title(f"matmul {mm['n']}³ FP32: the kernel ladder")
     else:

@@ -279,12 +279,14 @@ def test_regblock_tunings_name_their_builds():
     assert K.matmul.regblock_defines(bk=16, prefetch=True, double_buffer=True) == (
         ("BK", 16), ("PREFETCH", 1), ("DOUBLE_BUFFER", 1))
     assert K.matmul.regblock_label(prefetch=True, avoid_conflicts=True) == (
-        "regblock, BK=8, prefetch, no bank conflicts")
+        "regblock, BK=8, prefetch, fewer bank conflicts")
     labels = [K.matmul.regblock_label(**t) for t in K.REGBLOCK_TUNINGS]
     assert len(set(labels)) == len(labels) == 12
     with pytest.raises(ValueError, match=r"double_buffer only together with prefetch.*"
                                          r"got bk=8, prefetch=False, double_buffer=True"):
         K.matmul.regblock_defines(double_buffer=True)
+    with pytest.raises(ValueError, match=r"bk 8 or 16.*got bk=12"):   # nor its geometry
+        K.launch_config("regblock", 64, 64, 64, bk=12)
 
 
 def test_other_launch_geometry():

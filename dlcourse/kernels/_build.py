@@ -214,8 +214,8 @@ def launch_config(name: str, *sizes, **tuning) -> LaunchConfig:
     """The launch geometry of kernel ``name`` for the given sizes.
 
     ``launch_config("naive" | "coalesced" | "tiled" | "regblock", M, N, K)`` for C = A @ B
-    (``launch_config("regblock", M, N, K, bk=16, double_buffer=True, ...)`` for another build
-    of regblock: the keywords of ``matmul_regblock``);
+    (``launch_config("regblock", M, N, K, bk=16, prefetch=True, ...)`` for another build of
+    regblock: the keywords of ``matmul_regblock``);
     ``launch_config("bias_relu", N, F[, itemsize])``; ``launch_config("bias_relu_rows", F, M[, itemsize])``;
     ``launch_config("softmax_cross_entropy", N, C[, itemsize])`` (itemsize: 4 for float32, 8 for
     float64; it only changes the shared memory reported);

@@ -93,7 +93,7 @@ def regblock_label(**tuning):
     """A short name for a build, for tables and plots: "regblock, BK=16, prefetch"."""
     tuning = _tuning(**tuning)
     flags = {"prefetch": "prefetch", "double_buffer": "double buffer",
-             "avoid_conflicts": "no bank conflicts"}
+             "avoid_conflicts": "fewer bank conflicts"}
     return ", ".join([f"regblock, BK={tuning['bk']}"] +
                      [text for key, text in flags.items() if tuning[key]])
 
@@ -101,6 +101,7 @@ def regblock_label(**tuning):
 @geometry("regblock")
 def _regblock_geometry(M, N, K, bk=8, prefetch=False, double_buffer=False,
                        avoid_conflicts=False):
+    _tuning(bk, prefetch, double_buffer, avoid_conflicts)   # a build that is tested, or an error
     BM, BN, TM, TN = 128, 128, 8, 8
     stages = 2 if double_buffer else 1           # copies of each shared tile
     as_stride = BM + (4 if avoid_conflicts else 0)
@@ -180,8 +181,8 @@ def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_confl
     Tuning knobs, compiled in (see "Tuning" in matmul_regblock.cu; REGBLOCK_TUNINGS lists the
     tested builds): bk, the depth of the tiles staged in shared memory (8 or 16); prefetch, load
     the next tiles during the computation; double_buffer (with prefetch), two copies of the
-    shared tiles and one __syncthreads() per step; avoid_conflicts, the shared-memory layout
-    without bank conflicts.
+    shared tiles and one __syncthreads() per step; avoid_conflicts, a shared-memory layout with
+    fewer bank conflicts.
 
     Any M works. float4 loads need K % 4 == 0, N % 4 == 0 and 16-byte-aligned data; when that
     does not hold this wrapper first copies A into (M, K4) and B into (K4, N4) zero-padded

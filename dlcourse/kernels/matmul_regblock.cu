@@ -47,16 +47,20 @@
 // Bank conflicts
 // --------------
 // Shared memory is 32 *banks*, 4 bytes wide: word w lives in bank w % 32, and each bank
-// serves one word per pass. A warp's request takes as many passes as the most DIFFERENT words
-// any one bank must deliver (threads reading the SAME word share it: a broadcast). In the
-// default build the 16 threads along a warp read B at columns threadCol * 8: the first float4
-// of each is words 0-3, 8-11, ..., 120-123, so banks 0-3 serve words 0, 32, 64 and 96 in four
-// passes, where 64 words could come in two. The transposed store of A has a 2-way conflict of
-// its own (4-way at BK = 16). Kernel 6 in the article accepts both. AVOID_CONFLICTS (below)
-// removes them: a thread's 8 columns become two groups of 4, BN / 2 = 64 apart, so the 16
-// threads read 64 consecutive words (two passes, the least there is); and each k-row of As
-// gets 4 words of padding, which moves the stores of neighbouring threads into different banks
-// (one pass at BK = 8; two at BK = 16, where four threads share a row of A).
+// serves one word per pass. In a simplified model, a warp's request takes as many passes as
+// the most DIFFERENT words any one bank must deliver (threads reading the SAME word share it:
+// a broadcast). In the default build the 16 threads along a warp read B at columns
+// threadCol * 8: the first float4 of each is words 0-3, 8-11, ..., 120-123, so banks 0-3 serve
+// words 0, 32, 64 and 96 in four passes, where 64 words could come in two. The transposed
+// store of A has a 2-way conflict of its own (4-way at BK = 16). Kernel 6 in the article
+// accepts both. AVOID_CONFLICTS (below) halves them: a thread's 8 columns become two groups of
+// 4, BN / 2 = 64 apart, so the 16 threads read 64 consecutive words (two passes, the fewest);
+// and each k-row of As gets 4 words of padding, which moves the stores of neighbouring threads
+// into different banks: one pass at BK = 8; two at BK = 16, the best any padding can do that
+// keeps the rows 16-byte aligned for the float4 reads (a multiple of 4 words shifts the rows
+// aCol = 0, 4, 8, 12 by 0, 16, 0, 16 banks). Real GPUs serve a 128-bit request in several
+// parts, so a profiler counts more passes than this model; for these layouts the ratio
+// between the two builds is the same.
 //
 // Registers and occupancy
 // -----------------------
@@ -79,24 +83,25 @@
 // timed. Four compile-time constants may be overridden by the build (NVRTC options -DBK=16,
 // -DPREFETCH=1, ..., as matmul_regblock(A, B, bk=16, prefetch=True) does;
 // benchmarks/gpu_suite.py times every combination, REGBLOCK_TUNINGS in matmul.py):
-//   BK: a deeper tile does twice the FMAs between two __syncthreads() and halves the number of
-//       k-steps, for twice the shared memory. Simon Boehm's autotuning (kernel 9 of the
+//   BK: a deeper tile does twice the FMAs per k-step (between waits at __syncthreads()) and
+//       halves the number of k-steps, for twice the shared memory. Simon Boehm's autotuning (kernel 9 of the
 //       article) picked BK = 16 on his GPU.
 //   PREFETCH: each thread moves its share of the tiles global -> registers -> shared. With
 //       PREFETCH = 1 it issues the loads of the NEXT tiles before computing on the current
 //       ones, so they travel while the FMAs run (latency hidden inside each thread, as the
 //       micro-tile hides it for shared memory), at the cost of the registers that hold them
-//       across the computation (fewer registers left may mean fewer blocks per SM).
+//       across the computation (fewer registers left may mean fewer blocks per SM; with
+//       CUDA 13.0 ptxas reports the same count either way).
 //   DOUBLE_BUFFER (needs PREFETCH): two copies of each shared tile. The FMAs read one while
 //       the prefetched next tiles are stored into the other, so a k-step needs one
 //       __syncthreads() instead of two; costs twice the shared memory.
-//   AVOID_CONFLICTS: the layout without bank conflicts described above.
+//   AVOID_CONFLICTS: the layout with fewer bank conflicts described above.
 //
 // Launch geometry (launch_config("regblock", M, N, K, **tuning)):
 //   block = (256, 1, 1)
 //   grid  = (ceil(N / 128), ceil(M / 128), 1)
 //   shared_mem = 0 dynamic bytes; STAGES * BK * (AS_STRIDE + BN) * 4 B declared statically
-//                (8 KiB for the default build).
+//                (8 KiB for BK = 8 without DOUBLE_BUFFER or AVOID_CONFLICTS).
 
 #define BM 128
 #define BN 128
