@@ -57,8 +57,9 @@
 // 4, BN / 2 = 64 apart, so the 16 threads read 64 consecutive words (two passes, the fewest);
 // and each k-row of As gets 4 words of padding, which moves the stores of neighbouring threads
 // into different banks: one pass at BK = 8; two at BK = 16, the best any padding can do that
-// keeps the rows 16-byte aligned for the float4 reads (a multiple of 4 words shifts the rows
-// aCol = 0, 4, 8, 12 by 0, 16, 0, 16 banks). Real GPUs serve a 128-bit request in several
+// keeps the rows 16-byte aligned for the float4 reads (with 4 words it shifts the k-rows
+// aCol = 0, 4, 8, 12 by 0, 16, 0, 16 banks; with any multiple of 4, k-row 8 lands on the banks
+// of k-row 0). Real GPUs serve a 128-bit request in several
 // parts, so a profiler counts more passes than this model; for these layouts the ratio
 // between the two builds is the same.
 //
