@@ -49,6 +49,25 @@ def model_input(model, x):
     return to_device(np.asarray(x).astype(_float_dtype(model)), getattr(model, "device", "cpu"))
 
 
+class Panel:
+    """What both panels show the same way. A subclass sets ``self.image`` (its ``Image``
+    widget) and ``self.widget`` (the whole panel), and names itself in ``panel_name``."""
+    panel_name = "panel"
+
+    def snapshot(self):
+        """The current plot as an ``IPython.display.Image`` (a static picture that stays in
+        the saved notebook)."""
+        from IPython.display import Image
+        return Image(data=self.image.value, format="png")
+
+    def _repr_mimebundle_(self, **kwargs):
+        # The widget view, plus the text a saved notebook shows before the cell runs again.
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = (f"[dlcourse {self.panel_name} panel: it appears here when this "
+                                f"cell runs in JupyterLab with ipywidgets]")
+        return bundle
+
+
 def ipywidgets():
     """The ``ipywidgets`` module, or an ImportError that says how to install it."""
     try:

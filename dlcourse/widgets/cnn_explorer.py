@@ -22,7 +22,7 @@ from ..losses import SoftmaxCrossEntropy, softmax
 from ..models import CNN
 from ..optim import Adam
 from ..train import fit
-from ._common import FigurePNG, class_colors, ipywidgets, model_input, status_html
+from ._common import FigurePNG, Panel, class_colors, ipywidgets, model_input, status_html
 
 __all__ = ["train_digits_cnn", "conv_filters", "layer_outputs", "feature_maps",
            "CNNExplorer", "cnn_explorer"]
@@ -108,7 +108,7 @@ def feature_maps(model, x) -> list:
     return result
 
 
-class CNNExplorer:
+class CNNExplorer(Panel):
     """Filters and feature maps of a small CNN, one image at a time.
 
     ``CNNExplorer()`` trains :func:`train_digits_cnn` first (a few seconds); pass your own
@@ -116,6 +116,8 @@ class CNNExplorer:
     ``labels`` (N,) and ``classes``. Widgets: ``index`` (slider), ``next_mistake_button``,
     ``image`` (the plot, PNG bytes), ``status``; ``widget`` is the whole panel.
     """
+
+    panel_name = "CNN explorer"
 
     def __init__(self, model=None, images=None, labels=None, classes=None, index: int = 0,
                  epochs: int = 5, seed: int = 0):
@@ -297,18 +299,6 @@ class CNNExplorer:
         later = wrong[wrong > self.index.value]
         self.index.value = int(later[0] if len(later) else wrong[0])
         return int(self.index.value)
-
-    def snapshot(self):
-        """The current plot as an ``IPython.display.Image``."""
-        from IPython.display import Image
-        return Image(data=self.image.value, format="png")
-
-    def _repr_mimebundle_(self, **kwargs):
-        # The widget view, plus the text a saved notebook shows before the cell runs again.
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        bundle["text/plain"] = ("[dlcourse CNN explorer panel: it appears here when this "
-                                "cell runs in JupyterLab with ipywidgets]")
-        return bundle
 
     def __repr__(self) -> str:
         acc = f", accuracy={self.accuracy:.3f}" if self.accuracy is not None else ""

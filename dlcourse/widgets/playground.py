@@ -38,7 +38,7 @@ from ..losses import SoftmaxCrossEntropy, softmax
 from ..models import MLP
 from ..optim import SGD, Adam
 from ..train import StopTraining, TrainingDiverged, fit
-from ._common import FigurePNG, class_colors, ipywidgets, model_input, status_html
+from ._common import FigurePNG, Panel, class_colors, ipywidgets, model_input, status_html
 
 __all__ = ["DATASETS", "PlaygroundData", "load_dataset", "build_model", "decision_grid",
            "probability_image", "Playground", "playground"]
@@ -216,7 +216,7 @@ def probability_image(probs, colors=None, strength: float = 0.65):
 # ======================================================================================
 # The panel
 # ======================================================================================
-class Playground:
+class Playground(Panel):
     """The interactive panel: controls on the left, the live plot on the right.
 
     Drive it from code exactly as a learner does with the mouse::
@@ -231,6 +231,8 @@ class Playground:
     ``error`` (the exception of the last run, or None), ``widget`` (the whole panel).
     ``blocking`` (default False): whether a click on Train trains in the clicking thread.
     """
+
+    panel_name = "playground"
 
     redraw_interval = 0.2     # seconds between live redraws while training
     resolution = 60           # decision-grid resolution while training (twice that at the end)
@@ -663,19 +665,6 @@ class Playground:
             ax.set_xlim(0.5, right + 0.5)
 
     # -- display ------------------------------------------------------------------------
-    def snapshot(self):
-        """The current plot as an ``IPython.display.Image`` (a static picture that stays in
-        the saved notebook)."""
-        from IPython.display import Image
-        return Image(data=self.image.value, format="png")
-
-    def _repr_mimebundle_(self, **kwargs):
-        # The widget view, plus the text a saved notebook shows before the cell runs again.
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        bundle["text/plain"] = ("[dlcourse playground panel: it appears here when this "
-                                "cell runs in JupyterLab with ipywidgets]")
-        return bundle
-
     def __repr__(self) -> str:
         c = self.config()
         return (f"Playground(dataset={c['dataset']!r}, hidden_layers={c['hidden_layers']}, "
