@@ -175,10 +175,14 @@ def section_matmul(cp, cfg, out):
     say(f"\n[1] matmul {n}x{n}x{n} FP32 — the kernel ladder as a share of cuBLAS (TF32 off)")
     A, B = _matmul_operands(cp, n)
 
-    # The ladder, then regblock built with each other tuning it supports (REGBLOCK_TUNINGS).
+    # The ladder, then regblock built with each other tuning it supports (REGBLOCK_TUNINGS);
+    # regblock_builds: name -> keywords, the default build under its ladder name.
+    regblock_builds = {"regblock": K.REGBLOCK_TUNINGS[0]}
+    regblock_builds.update({K.matmul.regblock_label(**t): t for t in K.REGBLOCK_TUNINGS[1:]})
     runs = [(name, fn, K.launch_config(name, n, n, n)) for name, fn in K.MATMUL_KERNELS.items()]
-    runs += [(K.matmul.regblock_label(**t), functools.partial(K.matmul_regblock, **t),
-              K.launch_config("regblock", n, n, n, **t)) for t in K.REGBLOCK_TUNINGS[1:]]
+    runs += [(name, functools.partial(K.matmul_regblock, **t),
+              K.launch_config("regblock", n, n, n, **t))
+             for name, t in regblock_builds.items() if name != "regblock"]
     w = max(len(name) for name, _, _ in runs + [("cuBLAS TF32 (CUPY_TF32=1)", 0, 0)])
 
     # The yardstick first, and check it really is FP32: TF32 would show as a ~1e-3 error.
@@ -209,15 +213,12 @@ def section_matmul(cp, cfg, out):
             f"{entry['share_of_cublas_fp32']:6.1%}   {cfg_launch.grid} x {cfg_launch.block}")
         del C
     cp.get_default_memory_pool().free_all_blocks()
-    # The build to make the default (see "Tuning" in matmul_regblock.cu), as its keywords.
-    builds = [(name, tuning) for name, tuning in
-              [("regblock", K.REGBLOCK_TUNINGS[0])] +
-              [(K.matmul.regblock_label(**t), t) for t in K.REGBLOCK_TUNINGS[1:]]
-              if "share_of_cublas_fp32" in out["kernels"].get(name, {})]
-    if builds:
-        name, tuning = max(builds, key=lambda b: out["kernels"][b[0]]["share_of_cublas_fp32"])
-        out["fastest_regblock"] = dict(name=name, tuning=tuning)
-        say(f"  fastest regblock build: {name} ({tuning}): "
+    # The build to make the default (see "Tuning" in matmul_regblock.cu), with its keywords.
+    timed = [name for name in regblock_builds if "share_of_cublas_fp32" in out["kernels"][name]]
+    if timed:
+        name = max(timed, key=lambda name: out["kernels"][name]["share_of_cublas_fp32"])
+        out["fastest_regblock"] = dict(name=name, tuning=regblock_builds[name])
+        say(f"  fastest regblock build: {name} ({regblock_builds[name]}): "
             f"{out['kernels'][name]['share_of_cublas_fp32']:.1%} of cuBLAS FP32")
 
     # TF32 in a fresh process: CuPy decides at import time.

@@ -190,8 +190,7 @@ def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_confl
     result — correct, at the cost of the copies. See matmul_regblock.cu.
     """
     M, N, K = _check_operands("matmul_regblock", A, B)
-    tuning = dict(bk=bk, prefetch=prefetch, double_buffer=double_buffer,
-                  avoid_conflicts=avoid_conflicts)
+    tuning = _tuning(bk, prefetch, double_buffer, avoid_conflicts)
     defines = regblock_defines(**tuning)
     cupy = require_cupy()
     K4, N4 = ceil_div(K, 4) * 4, ceil_div(N, 4) * 4
