@@ -49,6 +49,7 @@ class DeviceError(RuntimeError):
 _probe_result: tuple | None = None   # (cupy module or None, problem text or None)
 _notice_shown = False
 _requested: str | None = None        # set by set_device(); None means "read the env var"
+_seed: int | None = None             # the last manual_seed, applied to CuPy once it is found
 
 _FIXES = {
     "missing": ("CuPy is not installed. For the GPU path install the CuPy build that "
@@ -86,6 +87,8 @@ def _probe():
     except Exception as err:
         _probe_result = (None, _FIXES["driver"].format(err=err))
         return _probe_result
+    if _seed is not None:   # manual_seed ran before anything looked for the GPU
+        cupy.random.seed(_seed)
     _probe_result = (cupy, None)
     return _probe_result
 
@@ -278,9 +281,14 @@ _rng = np.random.default_rng()
 
 
 def manual_seed(seed: int) -> None:
-    """Seed dlcourse's generator (weights, shuffling, dropout), and CuPy's when present."""
-    global _rng
+    """Seed dlcourse's generator (weights, shuffling, dropout), and CuPy's when present.
+
+    Seeding does not look for a GPU (that imports CuPy, which takes a while): if none has been
+    looked for yet, CuPy's generator is seeded when one is found.
+    """
+    global _rng, _seed
     _rng = np.random.default_rng(seed)
+    _seed = seed
     cupy = _probe_result[0] if _probe_result else None
     if cupy is not None:
         cupy.random.seed(seed)

@@ -97,6 +97,12 @@ def save(model, path) -> Path:
     bad = [name for name in arrays if name.startswith("__")]   # META_KEY among them
     if bad:
         raise ValueError(f"State names may not start with '__' (reserved), got {bad}.")
+    objects = [f"{name} ({a.dtype})" for name, a in arrays.items() if a.dtype.hasobject]
+    if objects:   # np.savez would pickle them, and load refuses pickles
+        raise TypeError(f"Cannot save {', '.join(objects)}: a checkpoint holds numeric arrays "
+                        f"only (an object array would need pickle, which dl.load refuses). "
+                        f"Store numbers in the layer's params or buffers, and settings in its "
+                        f"get_config().")
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
             "dlcourse_version": _version(), "architecture": architecture,
             "sha256": _digest(architecture, arrays)}

@@ -30,6 +30,17 @@ def _pair(v, name):
     return int(v), int(v)
 
 
+def _single(v, name, layer):
+    """stride and padding are one number for both axes here (the kernels take one); a pair
+    of equal numbers is accepted as that number."""
+    if isinstance(v, (tuple, list)):
+        if len(v) == 2 and int(v[0]) == int(v[1]):
+            return int(v[0])
+        raise ValueError(f"{layer} takes one {name} for both height and width (an int), got "
+                         f"{name}={v!r}. Pass an int, e.g. {name}={int(v[0]) if v else 1}.")
+    return int(v)
+
+
 def output_size(H, W, KH, KW, stride=1, padding=0):
     """(OH, OW) of a KH×KW window slid with ``stride`` over an H×W input padded by ``padding``."""
     if stride < 1 or padding < 0:
@@ -208,7 +219,11 @@ class Conv2d(Layer):
         super().__init__()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.stride, self.padding = int(stride), int(padding)
+        if min(self.in_channels, self.out_channels, *self.kernel_size) < 1:
+            raise ValueError(f"Conv2d needs in_channels, out_channels and kernel_size >= 1, got "
+                             f"Conv2d({in_channels}, {out_channels}, kernel_size={kernel_size}).")
+        self.stride = _single(stride, "stride", "Conv2d")
+        self.padding = _single(padding, "padding", "Conv2d")
         if self.stride < 1 or self.padding < 0:
             raise ValueError(f"Conv2d needs stride >= 1 and padding >= 0, got stride={stride}, "
                              f"padding={padding}.")
@@ -276,7 +291,8 @@ class Conv2d(Layer):
 
 
 class MaxPool2d(Layer):
-    """Max over each KH×KW window, slid by ``stride`` (default: the kernel size).
+    """Max over each KH×KW window, slid by ``stride`` (default: the kernel size; one stride
+    serves both axes, so a KH×KW window with KH != KW needs it given).
 
     x: (N, C, H, W) -> out: (N, C, OH, OW), OH = (H - KH) // stride + 1.
     Backward sends each window's gradient to its maximum; with overlapping windows
@@ -291,7 +307,13 @@ class MaxPool2d(Layer):
     def __init__(self, kernel_size, stride=None):
         super().__init__()
         self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.stride = int(stride) if stride is not None else self.kernel_size[0]
+        KH, KW = self.kernel_size
+        if stride is None and KH != KW:
+            raise ValueError(f"MaxPool2d(kernel_size={kernel_size}) needs a stride: the default is "
+                             f"the kernel size, but a {KH}x{KW} window has two, and one stride "
+                             f"serves both axes here. Pass stride=, e.g. MaxPool2d({kernel_size}, "
+                             f"stride={min(KH, KW)}).")
+        self.stride = _single(stride, "stride", "MaxPool2d") if stride is not None else KH
         if self.stride < 1 or min(self.kernel_size) < 1:
             raise ValueError(f"MaxPool2d needs kernel_size and stride >= 1, got "
                              f"kernel_size={kernel_size}, stride={stride}.")

@@ -20,7 +20,7 @@ import contextlib
 import numpy as np
 
 from ._validate import check_input, shape_str
-from .backend import get_array_module, random_uniform, rng, to_device
+from .backend import device_of, get_array_module, random_uniform, rng, to_device
 
 LAYERS: dict[str, type] = {}   # name -> class, so a checkpoint can rebuild a model
 
@@ -95,10 +95,14 @@ class Layer:
         return {}
 
     def state_dict(self) -> dict:
-        """Every array to save: parameters and buffers."""
+        """Every array to save: parameters and buffers (the layer's own arrays, not copies:
+        training changes them in place, so copy them to keep a snapshot)."""
         return {**self.params, **self.buffers}
 
     def load_state_dict(self, state: dict) -> None:
+        """Copy ``state``'s arrays into this layer's, in place: each keeps its device and dtype,
+        and the layer never shares an array with the caller (``best.load_state_dict(
+        model.state_dict())`` keeps a snapshot that training ``model`` does not change)."""
         for group in (self.params, self.buffers):
             for k in group:
                 if k not in state:
@@ -107,8 +111,7 @@ class Layer:
                     raise ValueError(f"{type(self).__name__}: {k} should have shape "
                                      f"{shape_str(group[k].shape)}, the state has "
                                      f"{shape_str(state[k].shape)}.")
-                xp = get_array_module(group[k])
-                group[k] = xp.asarray(state[k], dtype=group[k].dtype)
+                group[k][...] = to_device(state[k], device_of(group[k]))   # casts the dtype
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())

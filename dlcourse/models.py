@@ -46,7 +46,8 @@ class Perceptron:
         return (self.decision_function(X) > 0).astype(np.int64)
 
     def fit(self, X, y):
-        """Run Rosenblatt's rule until an epoch makes no mistake (or max_epochs). Returns self."""
+        """Run Rosenblatt's rule from w = 0, b = 0 until an epoch makes no mistake (or
+        max_epochs). Fitting again starts again (as scikit-learn's fit does). Returns self."""
         X = self._check(X)
         y = to_numpy(y).reshape(-1)
         if y.shape[0] != X.shape[0]:
@@ -55,6 +56,7 @@ class Perceptron:
             raise ValueError(f"Perceptron expects labels 0 and 1, got {sorted(set(np.unique(y).tolist()))}. "
                              f"Map -1/+1 labels with (y > 0).astype(int).")
         order = rng(self.seed)
+        self.w, self.b = np.zeros(self.n_features), 0.0
         self.errors_ = []
         for _ in range(self.max_epochs):
             mistakes = 0

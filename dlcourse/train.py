@@ -161,6 +161,13 @@ def _correct(task, out, y):
     return None
 
 
+def _one_hot(y) -> bool:
+    """Whether every row of y (N, K) is a one-hot vector (one 1, the rest 0). Asked once, on
+    the first batch: on a GPU the answer waits for it."""
+    xp = get_array_module(y)
+    return bool(xp.all((y == 0) | (y == 1)) and xp.all(y.sum(axis=1) == 1))
+
+
 class _Tally:
     """Right predictions counted over batches; the task is found from the first batch."""
 
@@ -170,6 +177,8 @@ class _Tally:
     def add(self, out, y):
         if self.task == "unknown":
             self.task = _task(self.loss, out)
+            if self.task == "multiclass" and y.ndim == 2 and not _one_hot(y):
+                self.task = None          # real-valued targets (regression): no accuracy
         if self.task is not None:
             c = _correct(self.task, out, y)
             if c is None:

@@ -58,6 +58,24 @@ def test_each_missing_gpu_case_falls_back_with_one_notice(case, fresh_probe, cap
         dl.get_device()
 
 
+def test_manual_seed_before_the_gpu_is_found_still_seeds_cupy(fresh_probe):
+    """A notebook seeds first and looks for the GPU later: CuPy's generator must be seeded when
+    it is found, or dropout masks on the GPU would differ from run to run."""
+    seeds = []
+    cupy = fake_cupy(device_count=1)
+    cupy.arange = lambda n, dtype=None: np.arange(n, dtype=dtype)
+    cupy.float32 = np.float32
+    cupy.random = types.SimpleNamespace(seed=seeds.append)
+    fresh_probe.setitem(sys.modules, "cupy", cupy)
+    fresh_probe.setattr(backend, "_seed", None)
+    dl.manual_seed(5)
+    assert seeds == []                       # seeding alone does not import CuPy
+    assert dl.gpu_available()
+    assert seeds == [5]
+    dl.manual_seed(6)                        # once found, seeded at once
+    assert seeds == [5, 6]
+
+
 def test_cpu_choice_is_silent(fresh_probe, capsys):
     fresh_probe.setitem(sys.modules, "cupy", None)
     fresh_probe.setenv("DLCOURSE_DEVICE", "cpu")

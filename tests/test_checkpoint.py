@@ -186,6 +186,14 @@ def test_a_pickled_object_array_is_never_loaded(tmp_path):
         load(path)
 
 
+def test_save_refuses_an_object_array_instead_of_pickling_it(tmp_path):
+    model = MLP([2, 2], seed=0)
+    model.layers[0].buffers["notes"] = np.array([{"x": 1}], dtype=object)   # a custom layer's
+    with pytest.raises(TypeError, match=r"0\.notes \(object\).*pickle"):
+        save(model, tmp_path / "m.npz")
+    assert os.listdir(tmp_path) == []
+
+
 def test_files_that_are_not_checkpoints(tmp_path):
     plain = tmp_path / "plain.npz"
     np.savez(plain, w=np.zeros(3))

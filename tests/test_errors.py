@@ -56,6 +56,24 @@ def test_bad_layer_arguments():
         dl.SGD(dl.Linear(2, 2), lr=0)
 
 
+@pytest.mark.parametrize("make,words", [
+    (lambda: dl.Conv2d(1, 4, 0), r"kernel_size >= 1, got Conv2d\(1, 4, kernel_size=0\)"),
+    (lambda: dl.Conv2d(0, 4, 3), r"in_channels, out_channels and kernel_size >= 1"),
+    (lambda: dl.Conv2d(1, 4, 3, stride=(1, 2)), r"one stride for both height and width"),
+    (lambda: dl.MaxPool2d((2, 3)), r"needs a stride.*MaxPool2d\(\(2, 3\), stride=2\)"),
+    (lambda: dl.MaxPool2d(2, stride=(2, 1)), r"one stride for both height and width"),
+])
+def test_conv_and_pool_sizes_say_what_is_wrong(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
+
+
+def test_a_pair_of_equal_strides_is_that_stride():
+    assert dl.Conv2d(1, 2, 3, stride=(2, 2), padding=[1, 1]).get_config()["stride"] == 2
+    assert dl.MaxPool2d((2, 2), stride=(2, 2)).stride == 2
+    assert dl.MaxPool2d((3, 3)).stride == 3
+
+
 @pytest.mark.parametrize("labels,words", [
     (np.array([0, 1, 10]), r"labels must be in \[0, 9\].*from 0 to 10"),
     (np.array([0, -1, 2]), r"from -1 to 2"),

@@ -214,6 +214,25 @@ def test_model_seed_argument_is_independent_of_global_state():
     assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
 
 
+def test_load_state_dict_copies_into_the_models_own_arrays(device, to_dev, xp):
+    """The "keep the best model" pattern: a loaded state is copied, never shared, so training
+    one model leaves the other as it was; each array keeps its device and dtype."""
+    model, best = (dl.MLP([4, 5, 3], seed=s).to(device) for s in (0, 1))
+    before = {k: id(v) for k, v in best.params.items()}
+    best.load_state_dict(model.state_dict())
+    assert {k: id(v) for k, v in best.params.items()} == before      # same arrays, new values
+    kept = {k: dl.to_numpy(v).copy() for k, v in best.params.items()}
+    x, y = to_dev(randn(8, 4).astype(np.float32)), to_dev(np.arange(8) % 3)
+    dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.5), x, y, epochs=2, batch_size=4,
+           progress=False)
+    assert not np.allclose(dl.to_numpy(model.params["0.W"]), kept["0.W"])   # model trained
+    for k, v in best.params.items():
+        assert np.array_equal(dl.to_numpy(v), kept[k]), k                   # best untouched
+    best.load_state_dict({k: dl.to_numpy(v).astype(np.float64) for k, v in model.state_dict().items()})
+    assert best.params["0.W"].dtype == np.float32 and dl.device_of(best.params["0.W"]) == device
+    assert np.array_equal(dl.to_numpy(best.params["0.W"]), dl.to_numpy(model.params["0.W"]))
+
+
 def test_model_moves_between_devices(device, to_dev, xp):
     model = dl.CNN(1, (8, 8), 3).to(device)
     assert model.device == device
@@ -273,6 +292,8 @@ def test_perceptron_learns_separable_data_and_fails_on_xor():
     yx = np.array([0, 1, 1, 0])
     px = dl.Perceptron(2, max_epochs=50, seed=0).fit(Xx, yx)
     assert px.score(Xx, yx) < 1.0 and min(px.errors_) > 0
+    again = px.fit(X, y)                  # fitting again starts from w = 0, like a new model
+    assert np.array_equal(again.w, p.w) and again.b == p.b and again.errors_ == p.errors_
 
 
 def test_optimizers_reduce_a_quadratic(device, to_dev):

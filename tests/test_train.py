@@ -338,6 +338,20 @@ def test_evaluate_binary_and_regression(xor):
     assert result["accuracy"] is None and result["loss"] > 0
 
 
+def test_accuracy_with_mse_only_for_one_hot_targets(xor):
+    """MSELoss with several outputs: one-hot targets are classification (accuracy), real-valued
+    ones are regression (no accuracy, as the docs promise)."""
+    (X, y), _ = xor
+    model = Linear(2, 3, seed=0)
+    real = np.random.default_rng(0).standard_normal((200, 3)).astype(np.float32)
+    assert evaluate(model, X, real, loss=MSELoss())["accuracy"] is None
+    history = fit(model, MSELoss(), SGD(model, lr=0.01), X, real, epochs=1, progress=False)
+    assert history.train_accuracy == [None]
+    one_hot = np.eye(3, dtype=np.float32)[y]
+    expected = float((model.forward(X).argmax(1) == y).mean())
+    assert evaluate(model, X, one_hot, loss=MSELoss())["accuracy"] == pytest.approx(expected)
+
+
 def test_fit_with_a_sigmoid_loss_reports_binary_accuracy(xor):
     (X, y), val = xor
     model = MLP([2, 16, 1], seed=0)
