@@ -31,6 +31,7 @@ import os
 import sys
 import tarfile
 from dataclasses import dataclass
+from http.client import IncompleteRead
 from pathlib import Path
 from typing import NamedTuple
 from urllib.error import HTTPError, URLError
@@ -509,7 +510,8 @@ def _digest_file(path: Path, with_md5: bool) -> _Digests:
 
 
 def _sidecar(dest: Path) -> Path:
-    """``file.gz.sha256``: the SHA-256 recorded after a verified download."""
+    """``file.gz.sha256``: the SHA-256 recorded after a download, to notice later damage.
+    It never replaces a check: a digest the caller gives is compared on every call."""
     return dest.with_name(dest.name + ".sha256")
 
 
@@ -543,15 +545,16 @@ def download(url: str, dest, sha256: str | None = None, md5: str | None = None,
 
     * **Reuse.** If ``dest`` already exists and passes the check below, nothing is
       downloaded. A file that fails it is downloaded again.
-    * **Verification.** SHA-256 is the check: the SHA-256 of the file is always
-      computed and compared with ``sha256`` when given. Where only an ``md5`` is known,
-      the MD5 is checked on download and the file's SHA-256 is then recorded in a
-      sidecar ``<dest>.sha256``, so later reuse is checked by SHA-256 against it.
+    * **Verification.** Every digest given (``sha256``, ``md5``) is checked on every
+      call, on download and on reuse alike. After a download the file's SHA-256 is also
+      recorded in a sidecar ``<dest>.sha256``; on reuse without a ``sha256`` the file
+      must match it too, which catches later damage even when no digest is known.
       (Every file dlcourse itself downloads has a known SHA-256.)
     * **Atomic.** The bytes go to a temporary file in the same folder; only after it
       is verified does ``os.replace`` move it to ``dest``. A failed or interrupted
       download never leaves a half file under the final name, and never touches a
-      file already at ``dest``.
+      file already at ``dest``. A download cut short (fewer bytes than the server
+      announced) is an error, not a file.
 
     Args:
         url: ``https://...``, ``http://...`` or ``file://...``.
@@ -560,7 +563,8 @@ def download(url: str, dest, sha256: str | None = None, md5: str | None = None,
         progress: show a progress bar (tqdm).
 
     Raises:
-        DownloadError: the server could not be reached (e.g. offline) or refused.
+        DownloadError: the server could not be reached (e.g. offline) or refused, or
+            the connection closed before the whole file arrived.
         ChecksumError: the downloaded bytes do not match the checksum.
     """
     return _download(url, Path(dest), sha256, md5, progress,
@@ -574,9 +578,8 @@ def _download(url, dest: Path, sha256, md5, progress, by_hand) -> Path:
 
     if dest.exists():
         recorded = _recorded_sha256(dest)
-        need_md5 = bool(md5) and not sha256 and not recorded   # MD5 only as a last resort
-        found = _digest_file(dest, with_md5=need_md5)
-        problem = _mismatch(found, sha256, md5 if need_md5 else None, recorded)
+        found = _digest_file(dest, with_md5=bool(md5))   # a given MD5 is always checked
+        problem = _mismatch(found, sha256, md5, recorded)
         if problem is None:
             if recorded != found.sha256:
                 _write_sidecar(dest, found.sha256)
@@ -587,7 +590,7 @@ def _download(url, dest: Path, sha256, md5, progress, by_hand) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     # Written to a temporary file beside dest, which becomes dest only once it is verified.
     with atomic_write(dest) as out:
-        found = _fetch(url, out, with_md5=bool(md5), progress=progress, label=dest.name,
+        found = _fetch(url, out, with_md5=bool(md5), progress=progress, dest=dest,
                        by_hand=by_hand)
         problem = _mismatch(found, sha256, md5, None)
         if problem is not None:
@@ -599,9 +602,10 @@ def _download(url, dest: Path, sha256, md5, progress, by_hand) -> Path:
     return dest
 
 
-def _fetch(url: str, out, with_md5: bool, progress: bool, label: str,
+def _fetch(url: str, out, with_md5: bool, progress: bool, dest: Path,
            by_hand: str) -> _Digests:
-    """Stream `url` into the open file `out`, hashing as it goes."""
+    """Stream `url` into the open file `out` (which becomes `dest`), hashing and counting
+    the bytes as it goes; a download shorter than the announced Content-Length raises."""
     from tqdm.auto import tqdm
 
     def offline(reason):
@@ -609,18 +613,25 @@ def _fetch(url: str, out, with_md5: bool, progress: bool, label: str,
                              f"behind a firewall? Connect and try again, or {by_hand}. "
                              f"{_OFFLINE_HINT}")
 
+    def cut_short(received, expected):
+        return DownloadError(f"The download of {url} was cut short: the connection closed "
+                             f"after {received} of {expected} bytes. Nothing was saved as "
+                             f"{dest}; run again to retry, or {by_hand}.")
+
     sha = hashlib.sha256()
     md5 = hashlib.md5(usedforsecurity=False) if with_md5 else None
+    received = 0
     try:
         with urlopen(Request(url, headers={"User-Agent": "dlcourse"}), timeout=60) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                      desc=label, disable=not progress) as bar:
+                      desc=dest.name, disable=not progress) as bar:
                 for chunk in iter(lambda: response.read(1 << 20), b""):
                     out.write(chunk)
                     sha.update(chunk)
                     if md5 is not None:
                         md5.update(chunk)
+                    received += len(chunk)
                     bar.update(len(chunk))
     except HTTPError as err:
         raise DownloadError(f"The server answered HTTP {err.code} ({err.reason}) for {url}: "
@@ -628,8 +639,10 @@ def _fetch(url: str, out, with_md5: bool, progress: bool, label: str,
                             f"{_OFFLINE_HINT}") from err
     except URLError as err:
         raise offline(err.reason) from err
-    except (TimeoutError, ConnectionError) as err:
+    except (TimeoutError, ConnectionError, IncompleteRead) as err:
         raise offline(f"connection lost: {err}") from err
+    if total is not None and received < total:
+        raise cut_short(received, total)
     return _Digests(sha.hexdigest(), md5.hexdigest() if md5 else None)
 
 

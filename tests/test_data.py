@@ -2,6 +2,7 @@
 or a patched urlopen."""
 import gzip
 import hashlib
+import io
 import struct
 import sys
 import tarfile
@@ -413,6 +414,46 @@ def test_download_md5_only_records_sha256(tmp_path, served, count_urlopen):
     dest.write_bytes(b"tampered")
     data.download(url, dest, md5=hashlib.md5(content).hexdigest(), progress=False)
     assert len(count_urlopen) == 2 and dest.read_bytes() == content
+
+
+def test_download_md5_is_checked_even_after_an_unchecked_download(tmp_path, served,
+                                                                    count_urlopen):
+    """A sidecar written after a download with no checksum must not stand in for a later
+    md5=: the caller's MD5 is checked, and a file that fails it is downloaded again."""
+    url, content = served
+    remote = tmp_path / "remote" / "payload.bin"            # where `served` put it
+    md5 = hashlib.md5(content).hexdigest()
+    dest = tmp_path / "payload.bin"
+    remote.write_bytes(b"tampered")
+    data.download(url, dest, progress=False)             # no checksum: sidecar of "tampered"
+    remote.write_bytes(content)
+    assert data.download(url, dest, md5=md5, progress=False).read_bytes() == content
+    assert len(count_urlopen) == 2
+    dest.write_bytes(b"tampered")                         # file and sidecar changed together
+    (tmp_path / "payload.bin.sha256").write_text(f"{sha256_of(b'tampered')}  payload.bin\n")
+    assert data.download(url, dest, md5=md5, progress=False).read_bytes() == content
+    assert len(count_urlopen) == 3
+
+
+class _CutShortReply(io.BytesIO):
+    """What urlopen returns when the server announces `announced` bytes, sends `body`,
+    and closes the connection: reads end early, with no error."""
+    def __init__(self, body: bytes, announced: int):
+        super().__init__(body)
+        self.headers = {"Content-Length": str(announced)}
+
+
+@pytest.mark.parametrize("with_sha256", [False, True])
+def test_download_cut_short_is_an_error_not_a_file(tmp_path, monkeypatch, with_sha256):
+    content = b"x" * 5000
+    monkeypatch.setattr(data, "urlopen", lambda *a, **k: _CutShortReply(content[:1200], 5000))
+    kwargs = {"sha256": sha256_of(content)} if with_sha256 else {}
+    dest = tmp_path / "f.gz"
+    with pytest.raises(data.DownloadError, match="closed after 1200 of 5000 bytes") as err:
+        data.download("https://example.invalid/f.gz", dest, progress=False, **kwargs)
+    assert not isinstance(err.value, data.ChecksumError)   # not "a different file"
+    assert "run again" in str(err.value)
+    assert list(tmp_path.iterdir()) == []                  # no file, no sidecar, no .part
 
 
 def test_download_offline_names_load_digits(tmp_path, monkeypatch):
