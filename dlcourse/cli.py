@@ -64,6 +64,7 @@ def _number(cast, ok, expected):
 _positive_int = _number(int, lambda v: v >= 1, "a positive whole number")
 _positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "a positive number")
 _fraction = _number(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+_seed = _number(int, lambda v: v >= 0, "a whole number, 0 or more")
 
 
 def _int_list(text):
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--epochs", type=_positive_int, help="passes over the training data")
     train.add_argument("--batch-size", type=_positive_int, help="samples per step")
     train.add_argument("--lr", type=_positive_float, help="learning rate")
-    train.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
+    train.add_argument("--optimizer", choices=("sgd", "adam"),
                        help="default: adam (sgd uses momentum 0.9)")
     train.add_argument("--hidden", type=_int_list, metavar="SIZES",
                        help="mlp hidden layer sizes, comma-separated, e.g. 256,128")
@@ -142,16 +143,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data-path", metavar="DIR",
                        help="for mnist, fashion-mnist, cifar10: a folder holding the files "
                             "already (no download)")
-    train.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                       help="auto (default) uses the GPU when one is usable")
+    train.add_argument("--device", choices=("auto", "cpu", "gpu"),
+                       help="auto uses the GPU when one is usable (default: $DLCOURSE_DEVICE, "
+                            "or auto when it is unset)")
     train.add_argument("--threads", type=_positive_int,
                        help="BLAS threads on the CPU (default: 1 for digits and the 2-D sets, "
                             "whose small matrix products get slower, not faster, when split "
                             "across threads, above all on a busy machine; else all of them)")
-    train.add_argument("--seed", type=int, default=0, help="default: 0")
+    train.add_argument("--seed", type=_seed, default=0, help="default: 0")
     train.add_argument("--save", metavar="PATH", help="save the trained model (.npz) to PATH")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bar: print one line per epoch instead")
+    train.set_defaults(usage_error=train.error)   # for the checks done after parsing (main)
 
     notebooks = commands.add_parser(
         "student-notebooks", help="write the student notebooks (exercises blanked) to OUTDIR",
@@ -391,6 +394,22 @@ def _smoke_test() -> float:
 # ======================================================================================
 # dlcourse train
 # ======================================================================================
+# Options only some models use: given to another model they would be silently ignored.
+MODEL_OPTIONS = {"--hidden": ("mlp",), "--channels": ("cnn",), "--dropout": ("mlp", "cnn"),
+                 "--batch-size": ("mlp", "cnn"), "--optimizer": ("mlp", "cnn")}
+
+
+def _options_of_other_models(args) -> str | None:
+    """The usage error when options given (not defaults) belong to another model, else None."""
+    wrong = [f"{option} ({' and '.join(models)} only)" for option, models in MODEL_OPTIONS.items()
+             if args.model not in models and getattr(args, option[2:].replace("-", "_")) is not None]
+    if not wrong:
+        return None
+    them, they = ("it", "it belongs") if len(wrong) == 1 else ("them", "they belong")
+    return (f"--model {args.model} does not use {', '.join(wrong)}: leave {them} out, or choose "
+            f"the model {they} to.")
+
+
 def _load_data(name: str, flat: bool, progress: bool, path=None):
     """((X_train, y_train), (X_val, y_val), (X_test, y_test)) as float32 / int64 NumPy."""
     from . import data
@@ -424,10 +443,12 @@ def _defaults(args) -> dict:
     else:  # mnist, fashion-mnist, cifar10
         d = {"epochs": 5, "batch_size": 64, "lr": 1e-3, "hidden": [256, 128], "dropout": 0.2,
              "channels": [32, 64]}
-    if args.optimizer == "sgd" and args.model != "perceptron":
+    if args.optimizer == "sgd":
         d["lr"] = 0.05
+    d["optimizer"] = "adam"
     d["threads"] = 1 if args.dataset in ("digits",) + POINT_SETS else None
-    for key in ("epochs", "batch_size", "lr", "hidden", "channels", "dropout", "threads"):
+    for key in ("epochs", "batch_size", "lr", "hidden", "channels", "dropout", "optimizer",
+                "threads"):
         given = getattr(args, key)
         if given is not None:
             d[key] = given
@@ -475,7 +496,8 @@ def _train(args) -> int:
         raise CLIError(f"--channels takes two sizes (one per conv layer), e.g. 32,64; got "
                        f"{','.join(map(str, args.channels))}.")
     settings = _defaults(args)
-    backend.set_device(args.device)
+    if args.device is not None:            # else $DLCOURSE_DEVICE (auto when unset), as doctor says
+        backend.set_device(args.device)
     device = backend.get_device()
     backend.manual_seed(args.seed)
 
@@ -521,7 +543,9 @@ def _train(args) -> int:
 
 
 def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
-    """Train the MLP or CNN, report each epoch, save it if asked, print the test accuracy."""
+    """Train the MLP or CNN, report each epoch, save it if asked, print the test accuracy.
+
+    Returns 0, or 130 after Ctrl-C (what was trained is still saved when --save was given)."""
     from . import backend
     from .checkpoint import save
     from .losses import SoftmaxCrossEntropy
@@ -529,14 +553,14 @@ def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
     from .train import TrainingDiverged, evaluate, fit
 
     (X_train, y_train), (X_val, y_val), (X_test, y_test) = train, val, test
-    if args.optimizer == "adam":
+    if settings["optimizer"] == "adam":
         optimizer = Adam(model, lr=settings["lr"])
     else:
         optimizer = SGD(model, lr=settings["lr"], momentum=0.9)
     epochs, batch_size = settings["epochs"], settings["batch_size"]
     print(f"{what} on {args.dataset} ({len(X_train)} train / {len(X_val)} val / "
           f"{len(X_test)} test), {model.num_parameters():,} parameters")
-    print(f"{args.optimizer} lr {settings['lr']:g} (cosine decay), {epochs} epochs, batch {batch_size}, "
+    print(f"{settings['optimizer']} lr {settings['lr']:g} (cosine decay), {epochs} epochs, batch {batch_size}, "
           f"seed {args.seed}, {backend.describe_device(device)}")
 
     lr0 = settings["lr"]
@@ -564,7 +588,11 @@ def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
     print(f"trained {history.epochs} epochs in {seconds:.1f} s{note}")
     if args.save:
         path = save(model, args.save)
-        print(f"saved the model to {path}")
+        print(f"saved the model{' trained so far' if history.interrupted else ''} to {path}")
+    if history.interrupted:
+        print(f"{PROG} train: interrupted after {history.epochs} of {epochs} epochs (Ctrl-C), so "
+              f"no test accuracy.", file=sys.stderr)
+        return 130
     result = evaluate(model, X_test, y_test, batch_size=max(batch_size, 256))
     print(f"test accuracy: {result['accuracy']:.4f}")
     return 0
@@ -609,6 +637,8 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (0: success)."""
     parser = build_parser()
     args = parser.parse_args(argv)     # bad arguments: usage + one line, exit 2
+    if args.command == "train" and (problem := _options_of_other_models(args)):
+        args.usage_error(problem)      # the same, for options that belong to another model
     run = {"doctor": lambda a: doctor(), "train": _train,
            "student-notebooks": _student_notebooks}[args.command]
     try:

@@ -88,9 +88,42 @@ def test_short_runs_on_digits_already_reach_90_percent(capsys):
 
 def test_train_defaults_are_the_cnn_on_digits():
     args = cli.build_parser().parse_args(["train"])
-    assert (args.model, args.dataset, args.optimizer, args.device) == ("cnn", "digits", "adam", "auto")
+    assert (args.model, args.dataset, args.device) == ("cnn", "digits", None)  # None: $DLCOURSE_DEVICE
     settings = cli._defaults(args)
     assert settings["channels"] == [32, 64] and settings["epochs"] == 30
+    assert settings["optimizer"] == "adam"
+
+
+def test_train_follows_dlcourse_device_unless_device_is_given(monkeypatch, capsys):
+    monkeypatch.setattr(backend, "_requested", None)             # as in a fresh `dlcourse train`
+    monkeypatch.setattr(backend, "_probe_result", (None, "No GPU here (test)."))
+    monkeypatch.setenv("DLCOURSE_DEVICE", "gpu")                 # doctor says FAIL: so must train
+    args = ["train", "--model", "mlp", "--dataset", "xor", "--epochs", "1", "--no-progress"]
+    assert cli.main(args) == 1
+    assert "A GPU was asked for" in capsys.readouterr().err
+    assert cli.main(args + ["--device", "cpu"]) == 0              # the option wins over the variable
+    assert "CPU:" in capsys.readouterr().out
+
+
+def test_ctrl_c_saves_what_was_trained_and_exits_130(tmp_path, monkeypatch, capsys):
+    from dlcourse import optim
+    from dlcourse.checkpoint import load
+    real_step, steps = optim.Adam.step, []
+
+    def step(self, *args, **kwargs):                              # Ctrl-C in the second epoch
+        steps.append(1)
+        if len(steps) == 25:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+    monkeypatch.setattr(optim.Adam, "step", step)
+    path = tmp_path / "partial.npz"
+    assert cli.main(["train", "--model", "mlp", "--dataset", "xor", "--epochs", "3",
+                     "--no-progress", "--device", "cpu", "--save", str(path)]) == 130
+    captured = capsys.readouterr()
+    assert f"saved the model trained so far to {path}" in captured.out
+    assert "test accuracy" not in captured.out
+    assert "interrupted after 1 of 3 epochs" in captured.err
+    assert load(path).sizes == [2, 64, 64, 2]
 
 
 def test_perceptron_on_blobs_and_on_digits(capsys):
@@ -153,11 +186,29 @@ def test_bad_arguments_exit_2_without_a_traceback(args, capsys):
     ("--lr", "inf", "expected a positive number, got inf"),
     ("--dropout", "1", "expected a number in [0, 1), got 1"),
     ("--dropout", "x", "expected a number in [0, 1), got 'x'"),
+    ("--seed", "-1", "expected a whole number, 0 or more, got -1"),
 ])
 def test_bad_numbers_say_what_was_expected_and_given(option, value, message, capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", option, value])
     assert f"argument {option}: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "cnn", "--hidden", "999"], "--model cnn does not use --hidden (mlp only): "
+                                            "leave it out, or choose the model it belongs to."),
+    (["--model", "mlp", "--channels", "8,16"], "--model mlp does not use --channels (cnn only)"),
+    (["--model", "perceptron", "--hidden", "8", "--dropout", "0.1", "--batch-size", "8",
+      "--optimizer", "sgd", "--channels", "8,16"],
+     "--model perceptron does not use --hidden (mlp only), --channels (cnn only), --dropout "
+     "(mlp and cnn only), --batch-size (mlp and cnn only), --optimizer (mlp and cnn only): "
+     "leave them out"),
+])
+def test_options_of_another_model_are_a_usage_error(args, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", *args])
+    assert info.value.code == 2
+    assert f"dlcourse train: error: {message}" in capsys.readouterr().err
 
 
 def test_bad_arguments_through_python_dash_m():
