@@ -62,8 +62,12 @@ def sgd_plain(params, grads, velocity, lr, momentum):
 def sgd_ema(params, grads, velocity, lr, momentum):
     for k in params:
         velocity[k] = momentum * velocity[k] + (1-momentum)*grads[k]; params[k] -= lr * velocity[k]
+def sgd_reuses_grads(params, grads, velocity, lr, momentum):
+    for k in params:   # right: g becomes the new velocity in the gradient's own memory
+        g = grads[k]; g += momentum * velocity[k]; velocity[k][...] = g; params[k] -= lr * g
 def test_sgd():
     C.sgd_momentum_step(sgd_good)
+    C.sgd_momentum_step(sgd_reuses_grads)
     expect_fail(C.sgd_momentum_step, sgd_rebind, "NEW array")
     expect_fail(C.sgd_momentum_step, sgd_plain, "plain SGD")
     expect_fail(C.sgd_momentum_step, sgd_cs, "other common")
@@ -75,9 +79,51 @@ def fwd_loop2(X, W1, b1, W2, b2): return np.array([np.maximum(x @ W1 + b1, 0) @ 
 def fwd_norelu(X, W1, b1, W2, b2): return (X @ W1 + b1) @ W2 + b2
 def test_fwd():
     C.mlp_forward_batched(fwd_good)
-    expect_fail(C.mlp_forward_batched, fwd_loop, "one sample at a time")
-    expect_fail(C.mlp_forward_batched, fwd_loop2, "one sample at a time")
+    expect_fail(C.mlp_forward_batched, fwd_loop, "row by row", "indexed 7 times (X[0], X[1], ...)",
+                "write it for the whole batch")
+    expect_fail(C.mlp_forward_batched, fwd_loop2, "`for x in X`")
     expect_fail(C.mlp_forward_batched, fwd_norelu, "ReLU is missing")
+
+def _one(x, W1, b1, W2, b2): return np.maximum(x @ W1 + b1, 0) @ W2 + b2
+def fwd_loop_row(X, *p): return np.stack([_one(X[i, :], *p) for i in range(len(X))])
+def fwd_loop_slice(X, *p): return np.concatenate([_one(X[i:i + 1], *p) for i in range(len(X))])
+def fwd_loop_tolist(X, *p): return np.stack([_one(np.array(x), *p) for x in X.tolist()])
+def fwd_loop_take(X, *p): return np.stack([_one(np.take(X, i, 0), *p) for i in range(len(X))])
+def fwd_loop_apply(X, *p): return np.apply_along_axis(lambda x: _one(x, *p), 1, X)
+def fwd_loop_asarray(X, *p):   # X itself is no longer watched: the weights, used N times, are
+    A = np.asarray(X); return np.stack([_one(A[i], *p) for i in range(len(A))])
+def fwd_loop_layer2(X, W1, b1, W2, b2):
+    h = np.maximum(X @ W1 + b1, 0); return np.stack([h[i] @ W2 + b2 for i in range(len(h))])
+@pytest.mark.parametrize("fn, words", [
+    (fwd_loop_row, ["X is indexed 7 times (X[0, :], X[1, :], ...)"]),
+    (fwd_loop_slice, ["X is indexed 7 times (X[0:1], X[1:2], ...)"]),
+    (fwd_loop_tolist, ["X.tolist()"]),
+    (fwd_loop_take, ["np.take(X, 0), np.take(X, 1)"]),
+    (fwd_loop_apply, ["np.apply_along_axis"]),
+    (fwd_loop_asarray, ["W1 takes part in 7 separate operations", "a loop"]),
+    (fwd_loop_layer2, ["W2 takes part in 7 separate operations"]),
+])
+def test_fwd_catches_every_per_sample_loop(fn, words):
+    expect_fail(C.mlp_forward_batched, fn, "the numbers are right", *words,
+                "write it for the whole batch, with no loop: X @ W1 + b1")
+
+def fwd_dot(X, W1, b1, W2, b2): return np.maximum(X.dot(W1) + b1, 0).dot(W2) + b2
+def fwd_matmul(X, W1, b1, W2, b2): return np.matmul(np.maximum(np.matmul(X, W1) + b1, 0), W2) + b2
+def fwd_einsum(X, W1, b1, W2, b2):
+    return np.einsum("nh,hk->nk", np.maximum(np.einsum("nd,dh->nh", X, W1) + b1, 0), W2) + b2
+def fwd_views(X, W1, b1, W2, b2):
+    Xf = X.reshape(len(X), -1).astype(np.float64)[:, :]
+    return (np.maximum(W1.T @ Xf.T + b1[:, None], 0).T @ W2) + b2.reshape(1, -1)
+def fwd_in_place(X, W1, b1, W2, b2):
+    h = X @ W1; h += b1; h[h < 0] = 0; out = h @ W2; out += b2; return out
+def fwd_prints(X, W1, b1, W2, b2):
+    print(X, W1, X.shape, X[0]); return np.maximum(X @ W1 + b1, 0) @ W2 + b2
+def fwd_bias_column(X, W1, b1, W2, b2):
+    Xb = np.hstack([X, np.ones((len(X), 1))]); return np.maximum(Xb @ np.vstack([W1, b1]), 0) @ W2 + b2
+@pytest.mark.parametrize("fn", [fwd_dot, fwd_matmul, fwd_einsum, fwd_views, fwd_in_place,
+                                fwd_prints, fwd_bias_column])
+def test_fwd_accepts_every_batched_solution(fn):
+    C.mlp_forward_batched(fn)
 
 def cos_good(H, K, stride=1, padding=0): return (H + 2*padding - K)//stride + 1
 def cos_noplus(H, K, stride=1, padding=0): return (H + 2*padding - K)//stride

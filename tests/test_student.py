@@ -231,6 +231,15 @@ def _perceptron_update_always(w, b, x, y, lr=1.0):
     return w + lr * y * x, b + lr * y
 
 
+def _perceptron_predict_sign(X, w, b):
+    return np.sign(X @ w + b)
+
+
+def _perceptron_update_ge(w, b, x, y, lr=1.0):
+    y_hat = 1 if x @ w + b >= 0 else 0
+    return w + lr * (y - y_hat) * x, b + lr * (y - y_hat)
+
+
 @pytest.mark.parametrize("checker, wrong, expected", [
     ("linear_backward", _linear_backward_no_bias_sum,
      ["db has shape (4, 2) but b has shape (2,)", "sum of dout over the batch", "dout.sum(axis=0)"]),
@@ -246,6 +255,9 @@ def _perceptron_update_always(w, b, x, y, lr=1.0):
     ("normalize_rows", _normalize_columns, ["normalized the columns"]),
     ("perceptron_predict", _perceptron_predict_ge, ["exactly 0 should give class 0", "> 0"]),
     ("perceptron_update", _perceptron_update_always, ["only on a mistake"]),
+    ("perceptron_predict", _perceptron_predict_sign, ["np.sign gives -1, 0 or +1", "(s > 0)"]),
+    ("perceptron_update", _perceptron_update_ge,
+     ["x @ w + b is exactly 0 here", "x @ w + b > 0, strictly, not >= 0"]),
 ])
 def test_checks_name_the_mistake(checker, wrong, expected):
     with np.errstate(all="ignore"), pytest.raises(ExerciseError) as info:

@@ -242,12 +242,28 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
         check.decision_grid(lambda m, X, R, pad: widgets.decision_grid(m, X, R, pad)[0]
                             .transpose(1, 0, 2))
 
+    def forgets_eval(model, X, R, pad):       # the library's grid, from a training-mode forward
+        probs, _ = widgets.decision_grid(model, X, R, pad)
+        if model.dropout:
+            xs = np.linspace(X[:, 0].min() - pad, X[:, 0].max() + pad, R)
+            ys = np.linspace(X[:, 1].min() - pad, X[:, 1].max() + pad, R)
+            points = np.stack([a.ravel() for a in np.meshgrid(xs, ys)], axis=1).astype(np.float32)
+            probs = dl.to_numpy(dl.softmax(model.forward(points))).reshape(R, R, -1)
+        return probs
+    with pytest.raises(AssertionError, match=r"(?s)only this model has Dropout.*model\.eval\(\)"):
+        check.decision_grid(forgets_eval)
+
     def early_stop(target):
         return lambda epoch, h: not (h.val_accuracy and h.val_accuracy[-1] >= target)
     check.early_stop(early_stop)
-    with pytest.raises(AssertionError, match="did not stop at epoch 1"):
+    with pytest.raises(AssertionError, match=r"(?s)did not stop at epoch 1.*"
+                                             r"likely fix: reaching the target counts: compare "
+                                             r"with >=, not >\."):
         check.early_stop(lambda target: lambda epoch, h: not (h.val_accuracy
                                                                and h.val_accuracy[-1] > target))
+    with pytest.raises(AssertionError, match=r"(?s)did not stop at epoch 3.*"
+                                             r"likely fix: return False \(or raise StopTraining"):
+        check.early_stop(lambda target: lambda epoch, h: None)   # never stops
 
     check.mlp_parameter_count(widgets.count_parameters)
     with pytest.raises(AssertionError, match="weights only"):
@@ -264,3 +280,16 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
         check.early_stop(crashes)
     out = capsys.readouterr().out   # the success line every check in the course prints
     assert "\u2713 early_stop: all 4 cases pass (NumPy)." in out and "all 4 cases pass" in out
+
+
+def test_parameter_count_check_leaves_the_learners_random_generator_alone(capsys):
+    from dlcourse import backend, check
+    for sizes in ([2, 1], [2, 4, 2], [2, 8, 8, 3], [64, 32, 32, 10]):   # its closed form is dl.MLP's
+        assert widgets.count_parameters(sizes) == dl.MLP(sizes, seed=0).num_parameters()
+    dl.manual_seed(0)
+    untouched = backend.rng().random()
+    dl.manual_seed(0)
+    check.mlp_parameter_count(widgets.count_parameters)
+    assert backend.rng().random() == untouched
+    out = capsys.readouterr().out
+    assert "\u2713 count_parameters: all 4 cases pass (NumPy)." in out

@@ -297,6 +297,9 @@ def perceptron_predict(fn):
             ((s >= 0).astype(np.int64),
              "a weighted sum of exactly 0 should give class 0: the step is 1 only where "
              "x @ w + b > 0 (strictly), as in dl.Perceptron."),
+            (np.sign(s),
+             "np.sign gives -1, 0 or +1; this perceptron's classes are 0 and 1: "
+             "(s > 0).astype(np.int64)."),
             (np.where(s > 0, 1, -1),
              "you returned -1/+1; this perceptron's classes are 0 and 1: (s > 0).astype(int)."),
             (s, "you returned the weighted sums themselves: apply the step, 1 where s > 0 else 0."),
@@ -322,6 +325,9 @@ def perceptron_update(fn):
         y_hat = 1 if x @ w + b > 0 else 0
         step = lr * (y - y_hat)
         w_exp, b_exp = w + step * x, b + step
+        step_ge = lr * (y - (1 if x @ w + b >= 0 else 0))   # the step taken with ">= 0"
+        at_zero = ("x @ w + b is exactly 0 here, which predicts class 0 (class 1 needs "
+                   "x @ w + b > 0, strictly, not >= 0), so this is a mistake to learn from.")
         out = call(fn, w.copy(), b, x.copy(), y, lr, case=case)
         w_got, b_got = expect_tuple(out, 2, fn, case, "w, b")
         w_got = to_array(w_got, fn, case, "the new w")
@@ -336,11 +342,13 @@ def perceptron_update(fn):
                              "which is 0 when the prediction is right."),
             (w - step * x, "w moved the wrong way: the step is lr * (y - y_hat), not (y_hat - y)."),
             (w + (y - y_hat) * x, "lr was ignored: multiply the step by lr."),
+            (w + step_ge * x, at_zero),
         ], fix=("nothing should change when the prediction is right." if right else None))
         expect_close(b_got, b_exp, fn, case, "the new b", rtol=1e-12, atol=1e-12, mistakes=[
             (np.asarray(b), "b did not change: the bias learns too, b + lr * (y - y_hat)."),
             (np.asarray(b - step), "b moved the wrong way: add lr * (y - y_hat)."),
             (np.asarray(b + (y - y_hat)), "lr was ignored in the bias update."),
+            (np.asarray(b + step_ge), at_zero),
         ])
     passed(fn, len(cases))
 

@@ -166,7 +166,9 @@ def sgd_momentum_step(fn) -> None:
 
         v = momentum * v + g;   p -= lr * v
 
-    Three steps from the same start are compared with that rule.
+    Three steps from the same start are compared with that rule. The function gets a copy of
+    each step's ``grads``, so an update that reuses the gradient's memory (``g += ...``) is
+    fine, as long as ``params`` and ``velocity`` come out right.
     """
     r = _rng(5)
     shapes = {"W": (4, 3), "b": (3,)}
@@ -184,7 +186,9 @@ def sgd_momentum_step(fn) -> None:
         ema_v = {k: np.zeros_like(v) for k, v in start.items()}
         for t, grads in enumerate(grads_seq, start=1):
             case = f"lr={lr}, momentum={momentum}, step {t} of 3 (velocity starts at zero)"
-            call(fn, params, grads, velocity, lr, momentum, case=case)
+            # a copy: the reference below, and the next settings, use the untouched gradients
+            call(fn, params, {k: g.copy() for k, g in grads.items()}, velocity, lr, momentum,
+                 case=case)
             for k in shapes:
                 ref_v[k] = momentum * ref_v[k] + grads[k]
                 ref_p[k] = ref_p[k] - lr * ref_v[k]
@@ -222,29 +226,132 @@ def sgd_momentum_step(fn) -> None:
 # ======================================================================================
 # 05_gpu_batching
 # ======================================================================================
-class _LoopSpy(np.ndarray):
-    """An array that notices being taken apart one sample at a time: ``for x in X``, or
-    ``X[i]`` for more than one integer ``i``."""
+class _Spy(np.ndarray):
+    """An input array that records how the learner's function uses it.
 
-    iterated = False
-    rows_taken = 0
+    Each spy has a ``role`` (``"X"``, ``"W1"``, ...), passed on to its views (``X.T``,
+    ``X.reshape(...)``, ``X[i]``). What it records goes to the shared :class:`_SpyLog`:
+    every indexing of X (whatever the index: ``X[i]``, ``X[i, :]``, ``X[i:i + 1]``),
+    ``X.take``, ``X.tolist()``, ``for x in X``, NumPy functions that hand out rows
+    (``np.apply_along_axis``, ``np.split``), and how many operations each weight array takes
+    part in. A per-sample loop shows up as N of something; a batched forward pass indexes X
+    at most once or twice and uses each weight once. Results of arithmetic (``X @ W1``, ...)
+    come back as plain arrays, so only the inputs themselves are watched.
+    """
 
-    def __iter__(self):
-        _LoopSpy.iterated = True
-        return super().__iter__()
+    role = None
+    log = None          # the _SpyLog of the case being run
+
+    def __array_finalize__(self, obj):
+        self.role = getattr(obj, "role", None)
 
     def __getitem__(self, index):
-        if isinstance(index, (int, np.integer)):
-            _LoopSpy.rows_taken += 1
+        if self.role == "X":
+            _Spy.log.took(_index_text(index))
         return super().__getitem__(index)
 
-    @classmethod
-    def reset(cls):
-        cls.iterated, cls.rows_taken = False, 0
+    def __iter__(self):
+        if self.role == "X":
+            _Spy.log.iterated = True
+        return iter(self.view(np.ndarray))   # plain rows: the loop is recorded once, here
 
-    @classmethod
-    def looped(cls):
-        return cls.iterated or cls.rows_taken > 1
+    def __repr__(self):                      # print(X) while debugging is not a loop
+        return repr(self.view(np.ndarray))
+
+    def __str__(self):
+        return str(self.view(np.ndarray))
+
+    def tolist(self):
+        if self.role == "X":
+            _Spy.log.tolist = True
+        return super().tolist()
+
+    def take(self, indices, *args, **kwargs):
+        if self.role == "X":
+            _Spy.log.took(f"X.take({indices!r:.20})")
+        return super().take(indices, *args, **kwargs)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _Spy.log.used(inputs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(_plain(o) for o in kwargs["out"])
+        return getattr(ufunc, method)(*(_plain(a) for a in inputs), **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        name = func.__name__
+        if name == "take" and args and getattr(args[0], "role", None) == "X":
+            indices = args[1] if len(args) > 1 else kwargs.get("indices")
+            _Spy.log.took(f"np.take(X, {indices!r:.20})")
+        elif name in _ROW_FUNCTIONS and any(getattr(a, "role", None) == "X"
+                                            for a in (*args, *kwargs.values())):
+            _Spy.log.functions.append(name)
+        _Spy.log.used([*args, *kwargs.values()])
+        return func(*_plain(args), **_plain(kwargs))
+
+
+# NumPy functions that hand the batch out in rows (a loop in disguise)
+_ROW_FUNCTIONS = {"apply_along_axis", "split", "array_split", "vsplit", "unstack"}
+
+
+def _plain(value):
+    """``value`` with every spy (also inside lists, tuples and dicts) as a plain ndarray."""
+    if isinstance(value, _Spy):
+        return value.view(np.ndarray)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _index_text(index) -> str:
+    """``X[...]`` as the learner wrote it, roughly: ``X[3, :]``, ``X[3:4]``, ``X[[...]]``."""
+    def one(i):
+        if isinstance(i, slice):
+            ends = ["" if e is None else str(e) for e in (i.start, i.stop)]
+            return ":".join(ends + ([] if i.step is None else [str(i.step)]))
+        if i is Ellipsis:
+            return "..."
+        if isinstance(i, (int, np.integer)) or i is None:
+            return str(i)
+        return "[...]"
+    parts = index if isinstance(index, tuple) else (index,)
+    return "X[" + ", ".join(one(i) for i in parts) + "]"
+
+
+class _SpyLog:
+    """What one call of the learner's function did with its spied inputs."""
+
+    def __init__(self):
+        self.indexed = []        # "X[0, :]", "np.take(X, 1)", ..., in order
+        self.iterated = self.tolist = False
+        self.functions = []      # the _ROW_FUNCTIONS called on X
+        self.uses = {}           # role -> number of operations it took part in
+
+    def took(self, text):
+        self.indexed.append(text)
+
+    def used(self, arrays):
+        for role in {getattr(a, "role", None) for a in arrays} - {None, "X"}:
+            self.uses[role] = self.uses.get(role, 0) + 1
+
+    def loops(self) -> list[str]:
+        """How the function took the batch apart, in words (empty: it did not)."""
+        found = []
+        if self.iterated:
+            found.append("it loops over the samples (`for x in X`)")
+        if self.tolist:
+            found.append("it turns X into Python lists, one per sample (X.tolist())")
+        found += [f"np.{name} hands it X one row at a time" for name in dict.fromkeys(self.functions)]
+        if len(self.indexed) >= 3:   # a batched forward pass indexes X once or twice at most
+            found.append(f"it takes X apart row by row: X is indexed {len(self.indexed)} times "
+                         f"({', '.join(self.indexed[:2])}, ...)")
+        busy = [(role, n) for role, n in self.uses.items() if n >= 3]
+        if busy and not found:       # X @ W1 + b1 uses W1 and b1 once each
+            (role, n), rest = busy[0], "".join(f", {r} in {k}" for r, k in busy[1:])
+            found.append(f"{role} takes part in {n} separate operations{rest}: the forward pass "
+                         f"runs in a loop, once per sample (or per unit)")
+        return found
 
 
 def mlp_forward_batched(fn) -> None:
@@ -262,8 +369,14 @@ def mlp_forward_batched(fn) -> None:
         W2, b2 = r.standard_normal((H, K)), r.standard_normal(K)
         hidden = X @ W1 + b1
         expected = np.maximum(hidden, 0) @ W2 + b2
-        _LoopSpy.reset()
-        got = to_array(call(fn, X.view(_LoopSpy), W1, b1, W2, b2, case=case), fn, case, "the result")
+        _Spy.log = log = _SpyLog()
+        spies = []
+        for role, a in (("X", X), ("W1", W1), ("b1", b1), ("W2", W2), ("b2", b2)):
+            spies.append(a.view(_Spy))
+            spies[-1].role = role
+        out = call(fn, *spies, case=case)
+        loops = log.loops()
+        got = to_array(out, fn, case, "the result")
         expect_shape(got, (N, K), fn, case, "the array of logits",
                      "one row of logits per sample: (N, D) @ (D, H) @ (H, K) gives (N, K).")
         expect_close(got, expected, fn, case, "the array of logits", mistakes=[
@@ -273,11 +386,11 @@ def mlp_forward_batched(fn) -> None:
             (np.maximum(hidden @ W2 + b2, 0), "the ReLU belongs after the first layer only: "
                                               "the logits are not clipped."),
         ])
-        if _LoopSpy.looped() and N > 1:
-            fail(fn, case, "the numbers are right, but the function takes X one sample at a time "
-                           "(X[i] or `for x in X`).",
-                 "replace the loop: X @ W1 multiplies every row of X at once, and + b1 "
-                 "broadcasts over the rows.")
+        if loops and N > 1:
+            fail(fn, case, "the numbers are right, but the function does not compute the batch "
+                           "at once: " + "; ".join(loops) + ".",
+                 "write it for the whole batch, with no loop: X @ W1 + b1 multiplies every row "
+                 "of X at once (b1 broadcasts over the rows), then np.maximum(..., 0) @ W2 + b2.")
     on_gpu = backend.gpu_available()
     if on_gpu:   # the same code on CuPy arrays: the result must stay on the GPU
         cp = backend.require_cupy()

@@ -122,9 +122,10 @@ def _segments(addresses, segment_bytes):
 
 
 def warp_transactions(fn) -> None:
-    """Check ``fn(addresses, segment_bytes=128)``: the number of distinct, aligned memory
+    """Check ``fn(addresses, segment_bytes=32)``: the number of distinct, aligned memory
     segments of ``segment_bytes`` bytes that the byte ``addresses`` of one warp's 32 threads
-    fall into — how many transactions the memory system needs for that warp's access."""
+    fall into — with 32, the sectors the memory system fetches for that warp's access; with
+    128, the cache lines it touches."""
     lane = np.arange(32)
     cases = [
         ("32 consecutive float32 starting at byte 0 (4 * lane)", 4 * lane, 128),

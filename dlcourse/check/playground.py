@@ -37,7 +37,8 @@ def decision_grid(fn) -> None:
     gen = np.random.default_rng(0)
     cases = [(MLP([2, 5, 3], activation="tanh", seed=0), 4, 0.5),
              (MLP([2, 8, 2], activation="relu", seed=1), 7, 0.0),
-             (MLP([2, 4, 4, 4], activation="sigmoid", seed=2), 5, 1.0)]
+             (MLP([2, 4, 4, 4], activation="sigmoid", seed=2), 5, 1.0),
+             (MLP([2, 16, 3], dropout=0.5, seed=3), 4, 0.5)]   # in training mode, with Dropout
     for model, R, pad in cases:
         X = (gen.standard_normal((12, 2)) * [2.0, 0.5]).astype(np.float32)   # wider than tall
         K = model.sizes[-1]
@@ -67,6 +68,11 @@ def decision_grid(fn) -> None:
         if np.allclose(got, expected[::-1], atol=1e-5):
             fail(fn, case, "the grid is upside down: row 0 must be the SMALLEST y.",
                  "build the rows from ys increasing (imshow then uses origin='lower').")
+        if model.dropout:
+            fail(fn, case, "only this model has Dropout (and it is in training mode): your "
+                           "forward pass most likely dropped random hidden units.",
+                 "predict in evaluation mode: model.eval() before the forward pass (and "
+                 "model.train() after), or `with dl.layers.eval_mode(model):`.")
         diff = np.abs(got - expected)
         i, j, k = np.unravel_index(int(diff.argmax()), diff.shape)
         fail(fn, case, f"at grid row {i}, column {j}, class {k} the probability should be "
@@ -132,24 +138,31 @@ def early_stop(fn) -> None:
                                f"accuracy is {accs[epoch - 1]} < {target}.",
                      "compare the LAST entry, history.val_accuracy[-1], with the target.")
             if should and not stopped:
+                fix = "return False (or raise StopTraining) to stop; None or True go on."
+                if accs[epoch - 1] == target and _stops(
+                        callback, epoch, _history(accs[:epoch - 1] + [target + 0.01]), fn,
+                        f"{case}, epoch {epoch} with accuracy {target + 0.01:g}"):
+                    fix = "reaching the target counts: compare with >=, not >."
                 fail(fn, case, f"its callback did not stop at epoch {epoch}, where the "
-                               f"validation accuracy is {accs[epoch - 1]} >= {target}.",
-                     "return False (or raise StopTraining) to stop; None or True go on.")
+                               f"validation accuracy is {accs[epoch - 1]} >= {target}.", fix)
             if should:
                 break
     passed(fn, len(cases))
 
 
 def mlp_parameter_count(fn) -> None:
-    """Check ``fn(sizes)``: the number of weights and biases of ``dl.MLP(sizes)``."""
+    """Check ``fn(sizes)``: the number of weights and biases of ``dl.MLP(sizes)``, one
+    ``Linear(d_in, d_out)`` per pair of sizes with d_in * d_out weights and d_out biases.
+    (Counted here, not by building an MLP: that would draw from the learner's random
+    generator.)"""
     cases = [[2, 1], [2, 4, 2], [2, 8, 8, 3], [64, 32, 32, 10]]
     for sizes in cases:
-        expected = MLP(sizes).num_parameters()
+        pairs = list(zip(sizes[:-1], sizes[1:]))
+        expected = sum(d_in * d_out + d_out for d_in, d_out in pairs)
         case = f"sizes={sizes}"
         got = to_number(call(fn, list(sizes), case=case), fn, case, "the count")
         if got == expected:
             continue
-        pairs = list(zip(sizes[:-1], sizes[1:]))
         if got == sum(a * b for a, b in pairs):
             hint = "that is the weights only: each layer also has one bias per output."
         elif got == sum(a * b + a for a, b in pairs):
