@@ -19,8 +19,10 @@ What it measures (every figure on the GPU it runs on, and each result checked be
 4. gpu vs cpu: the same MLP step at batch 32 ... 4096, dlcourse on the GPU and on the CPU.
 
 It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
-figure) and a plot ``<out>/<device-name>.png`` beside it. Without a usable GPU it prints why and
-exits 0 having written nothing: a figure nobody measured is never written down.
+figure) and a plot ``<out>/<device-name>.png`` beside it. The JSON is rewritten after each
+section, with ``"complete": false`` until the last one has run, so a run cut short keeps what it
+measured and says it is partial. Without a usable GPU it prints why and exits 0 having
+written nothing: a figure nobody measured is never written down.
 
 Timing (see shared/STYLE.md): GPU calls return before the work is done, so every time here comes
 from CUDA events recorded around the call on the GPU's own clock, after warm-up calls (the first
@@ -37,6 +39,7 @@ if "--tf32-child" not in sys.argv:
     os.environ["CUPY_TF32"] = "0"
 
 import argparse            # noqa: E402
+import contextlib          # noqa: E402
 import functools           # noqa: E402
 import json                # noqa: E402
 import platform            # noqa: E402
@@ -54,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import dlcourse as dl                      # noqa: E402
 from dlcourse import kernels as K          # noqa: E402
+from dlcourse._io import atomic_write       # noqa: E402
 from dlcourse.backend import gpu_available, gpu_problem, require_cupy  # noqa: E402
 from steps import VARIANTS, dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
@@ -507,7 +511,10 @@ def _cuda_graph_line(cp, cfg):
         entry["eager_fused_loss"] = time_cuda(cp, eager, cfg["target_s"])
 
         step = dlcourse_step("mlp", batch, "gpu", fused_loss=True)
+        # A non-blocking stream does not wait for the null stream, where the model and the
+        # data were copied to the GPU (and where the copies below run): wait for it by hand.
         stream = cp.cuda.Stream(non_blocking=True)
+        cp.cuda.Device().synchronize()
         with stream:
             for _ in range(3):      # warm up on this stream: kernels compiled, pool filled
                 step()
@@ -515,12 +522,16 @@ def _cuda_graph_line(cp, cfg):
             stream.begin_capture()
             try:
                 step()
-            finally:
-                graph = stream.end_capture()
+            except BaseException:   # keep the step's own error, not end_capture's
+                with contextlib.suppress(Exception):
+                    stream.end_capture()
+                raise
+            graph = stream.end_capture()
         # Check: one replay must equal one eager step from the same state.
         params = step.model.params
         saved = {k: p.copy() for k, p in params.items()}
         saved_state = {k: v.copy() for k, v in step.opt.state.items()}
+        cp.cuda.Device().synchronize()          # the copies (null stream) before the replay
         graph.launch(stream)
         stream.synchronize()
         replayed = {k: p.copy() for k, p in params.items()}
@@ -588,15 +599,28 @@ def environment(cp, torch):
                    torch_allow_tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
                    torch_allow_tf32_cudnn=torch.backends.cudnn.allow_tf32,
                    torch_cudnn_benchmark=torch.backends.cudnn.benchmark)
-    try:
-        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                           text=True, timeout=10).stdout.strip() or None
-        env["git_uncommitted_changes"] = bool(subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-            text=True, timeout=10).stdout.strip())
-    except Exception:
-        env["git_commit"] = None
+    env["git_commit"] = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    # None where the code is not a git checkout (a copy of the tree): unknown, not "no changes"
+    env["git_uncommitted_changes"] = None if status is None else bool(status)
     return env
+
+
+def _git(*args):
+    """git's output in ROOT, stripped; None when git is missing or fails (not a checkout)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except Exception:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def save(results, path, complete):
+    """Write results to path as JSON, atomically: a reader sees the previous file or the whole
+    new one. ``complete`` says whether every section asked for has run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({**results, "complete": complete}, indent=2, default=str) + "\n")
 
 
 def slug(name):
@@ -728,8 +752,11 @@ def main(argv=None):
         f"{env['memory_total_gb']} GiB), driver {env['driver']}, CUDA runtime {env['cuda_runtime']}, "
         f"CuPy {env['cupy']}, PyTorch {env['torch']}, CUPY_TF32={env['CUPY_TF32']}")
 
+    # The JSON is rewritten (atomically) after every section with "complete": false, so a run
+    # cut short (a time limit, a crash) still leaves what it measured, marked as partial.
+    path = Path(args.out) / f"{slug(env['device'])}.json"
     started = time.perf_counter()
-    for name in sections:
+    for i, name in enumerate(sections):
         out = results[name] = {}
         try:
             if name == "matmul":
@@ -745,16 +772,13 @@ def main(argv=None):
             say(f"  section {name} stopped: {out['error']}")
             traceback.print_exc()
         cp.get_default_memory_pool().free_all_blocks()
-    results["wall_s"] = time.perf_counter() - started
+        results["wall_s"] = time.perf_counter() - started
+        save(results, path, complete=i == len(sections) - 1)
 
-    folder = Path(args.out)
-    folder.mkdir(parents=True, exist_ok=True)
-    base = folder / slug(env["device"])
-    base.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    say(f"\nwrote {base.with_suffix('.json')}")
+    say(f"\nwrote {path}")
     try:
-        plot(results, base.with_suffix(".png"))
-        say(f"wrote {base.with_suffix('.png')}")
+        plot(results, path.with_suffix(".png"))
+        say(f"wrote {path.with_suffix('.png')}")
     except Exception as err:
         say(f"plot not written: {type(err).__name__}: {err}")
     say(f"total {results['wall_s']:.0f} s")

@@ -459,7 +459,8 @@ def test_cuda_source_compiles_with_nvrtc(build):
         for name in names:
             check(NVRTC.nvrtcAddNameExpression(prog, name.encode()))
         opts = [o.encode() for o in K.NVRTC_OPTIONS + K._build.define_options(defines)]
-        opts.append(b"-arch=compute_90")
+        # ... and the options CuPy adds itself (cupy/cuda/compiler.py) for an H100
+        opts += [b"-arch=sm_90", b"-ftz=true", b"--device-as-default-execution-space"]
         check(NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts)))
         for name in names:
             lowered = ctypes.c_char_p()

@@ -106,10 +106,15 @@ def define_options(defines: tuple = ()) -> tuple:
     return tuple(f"-D{name}={value}" for name, value in defines)
 
 
+@functools.lru_cache(maxsize=None)
 def get_kernel(file: str, name: str, defines: tuple = ()):
     """The compiled kernel ``name`` from ``file`` (compiled on first use, then cached).
     ``defines``: ((name, value), ...) to compile the file with, e.g. ``(("BK", 16),)`` to
-    override a tile size the source #defines only if it is not defined yet."""
+    override a tile size the source #defines only if it is not defined yet.
+
+    Cached too, not only the module: CuPy's ``RawModule.get_function`` makes a new kernel
+    object on every call, and looking it up again at each launch would add host time to every
+    training step."""
     return _module(file, tuple(defines)).get_function(name)
 
 
