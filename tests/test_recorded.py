@@ -1,0 +1,83 @@
+"""dl.recorded: the lessons read the GPU suite's results files through it."""
+import importlib.util
+import json
+from pathlib import Path
+
+from dlcourse.recorded import Recorded, gpu_results, lookup, results_folder
+
+
+def write(folder, name, content):
+    path = folder / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+def test_reads_files_that_name_their_device_and_skips_the_rest_saying_why(tmp_path):
+    write(tmp_path, "b.json", {"environment": {"device": "NVIDIA H100"}, "date": "2026-11-22T10:00:00+00:00",
+                               "matmul": {"n": 4096}})
+    write(tmp_path, "a.json", {"environment": {"device": " NVIDIA H200 "}, "quick": True})
+    write(tmp_path, "broken.json", "{ not json")
+    write(tmp_path, "nodevice.json", {"matmul": {}})
+    write(tmp_path, "list.json", [1, 2])
+    write(tmp_path, "notes.txt", "not a results file")
+    said = []
+    found = gpu_results(tmp_path, say=said.append)
+    assert [r.file for r in found] == ["a.json", "b.json"]
+    assert [r.device for r in found] == ["NVIDIA H200", "NVIDIA H100"]
+    assert found[1].results["matmul"]["n"] == 4096
+    assert len(said) == 3
+    assert any("broken.json: not readable JSON" in s for s in said)
+    assert any("nodevice.json" in s and "environment.device" in s for s in said)
+    assert any("list.json" in s for s in said)
+    assert gpu_results(tmp_path, say=None) == found         # silent, same answer
+
+
+def test_title_names_the_device_the_date_and_the_kind_of_run():
+    full = Recorded("h100.json", "NVIDIA H100", {"date": "2026-11-22T10:00:00+00:00", "complete": True})
+    assert full.title == "h100.json: measured on NVIDIA H100 (2026-11-22)"
+    quick = Recorded("h100.json", "NVIDIA H100", {"quick": True, "complete": False})
+    assert quick.date == "date not recorded"
+    assert quick.title == ("h100.json: measured on NVIDIA H100 (date not recorded, a --quick run, "
+                           "partial: the run stopped before its last section)")
+    older = Recorded("old.json", "GPU", {"date": "2026-01-02"})   # before "complete" existed
+    assert "partial" not in older.title
+
+
+def test_a_missing_folder_has_nothing_recorded(tmp_path):
+    assert gpu_results(tmp_path / "nowhere", say=None) == []
+
+
+def test_lookup_walks_dictionaries_and_gives_none_for_what_is_missing():
+    d = {"matmul": {"cublas_fp32": {"tflops": 50.0}, "error": "x"}}
+    assert lookup(d, "matmul", "cublas_fp32", "tflops") == 50.0
+    assert lookup(d, "matmul", "kernels", "naive") is None
+    assert lookup(d, "matmul", "error", "more") is None          # a string is not a level
+    assert lookup(None, "a") is None
+    assert lookup(d) is d
+
+
+def test_results_folder_is_this_checkouts():
+    assert results_folder().parts[-2:] == ("benchmarks", "results")
+    assert results_folder().parent.is_dir()
+
+
+def test_the_suite_saves_what_the_lessons_read_partial_until_its_last_section(tmp_path, monkeypatch):
+    """benchmarks/gpu_suite.py rewrites its JSON after each section (a run cut short keeps what
+    it measured); the file says "complete": false until the last section has run."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.py"
+    monkeypatch.syspath_prepend(str(script.parent))       # the suite imports benchmarks/steps.py
+    monkeypatch.setenv("CUPY_TF32", "0")                  # it sets this on import; undone after
+    spec = importlib.util.spec_from_file_location("gpu_suite_for_test", script)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    path = tmp_path / "results" / f"{suite.slug('NVIDIA H100 80GB HBM3')}.json"
+    assert path.name == "nvidia-h100-80gb-hbm3.json"
+    results = {"environment": {"device": "NVIDIA H100 80GB HBM3"}, "date": "2026-11-22T10:00:00+00:00",
+               "matmul": {"n": 4096}}
+    suite.save(results, path, complete=False)
+    (rec,) = gpu_results(path.parent, say=None)
+    assert rec.title.endswith("(2026-11-22, partial: the run stopped before its last section)")
+    suite.save({**results, "training": {}}, path, complete=True)
+    (rec,) = gpu_results(path.parent, say=None)
+    assert rec.results["complete"] is True and "training" in rec.results
+    assert [p.name for p in path.parent.iterdir()] == [path.name]     # no temporary file left
