@@ -94,6 +94,9 @@ class Adam(Optimizer):
     square (v), bias-corrected for their zero start.
 
     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  p -= lr * m̂ / (sqrt(v̂) + eps)
+
+    The bias correction changes at every step and reaches the GPU kernel as a number, so a step
+    captured in a CUDA graph would replay the captured step's correction (SGD's would not).
     """
 
     def __init__(self, model, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
