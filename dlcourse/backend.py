@@ -25,6 +25,7 @@ none raises :class:`DeviceError`, naming which of the three cases it is:
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -53,14 +54,30 @@ _seed: int | None = None             # the last manual_seed, applied to CuPy onc
 
 _FIXES = {
     "missing": ("CuPy is not installed. For the GPU path install the CuPy build that "
-                "matches your CUDA driver: pip install 'dlcourse[gpu]' (CUDA 12, "
-                "cupy-cuda12x) or pip install cupy-cuda13x (CUDA 13)."),
+                "matches your CUDA driver, with the CUDA libraries: pip install 'dlcourse[gpu]' "
+                "(CUDA 12, cupy-cuda12x[ctk]) or pip install 'cupy-cuda13x[ctk]' (CUDA 13)."),
+    "libraries": ("CuPy is installed but a CUDA library it needs is missing ({err}). CuPy's "
+                  "wheels do not bring the CUDA libraries: reinstall it with them, pip install "
+                  "'cupy-cuda12x[ctk]' (or 'cupy-cuda13x[ctk]' for a CUDA 13 driver), or "
+                  "install the CUDA Toolkit of the same version."),
     "driver": ("CuPy is installed but the CUDA driver could not be used ({err}). Check "
                "that `nvidia-smi` works and that the CuPy build (cupy-cuda12x or "
                "cupy-cuda13x) matches the CUDA version your driver supports."),
     "nodevice": ("CuPy and the CUDA driver are installed but no CUDA device is visible "
                  "({err}). Check `nvidia-smi` and the CUDA_VISIBLE_DEVICES variable."),
 }
+
+
+# Names in an error that point at a CUDA library (not the driver, libcuda): the toolkit's part.
+_LIBRARY_ERROR = re.compile(r"nvrtc|cublas|cudart|curand|cusolver|cusparse|cufft|CUDA_PATH|"
+                            r"CUDA path could not be detected", re.IGNORECASE)
+
+
+def _problem(kind, err):
+    """The fix text for ``kind``, or for missing CUDA libraries when ``err`` names one."""
+    if _LIBRARY_ERROR.search(str(err)):
+        kind = "libraries"
+    return _FIXES[kind].format(err=err)
 
 
 def _probe():
@@ -70,14 +87,14 @@ def _probe():
         return _probe_result
     try:
         import cupy
-    except Exception:  # ImportError, or a broken install raising something else
-        _probe_result = (None, _FIXES["missing"])
+    except Exception as err:  # ImportError, or a broken install raising something else
+        _probe_result = (None, _problem("missing", err))
         return _probe_result
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # cudaErrorInsufficientDriver, libcuda.so missing, ...
         kind = "nodevice" if "no CUDA-capable device" in str(err) else "driver"
-        _probe_result = (None, _FIXES[kind].format(err=err))
+        _probe_result = (None, _problem(kind, err))
         return _probe_result
     if count < 1:
         _probe_result = (None, _FIXES["nodevice"].format(err="device count is 0"))
@@ -85,7 +102,7 @@ def _probe():
     try:  # a tiny real computation: the runtime, the driver and NVRTC all answer
         float(cupy.arange(4, dtype=cupy.float32).sum())
     except Exception as err:
-        _probe_result = (None, _FIXES["driver"].format(err=err))
+        _probe_result = (None, _problem("driver", err))
         return _probe_result
     if _seed is not None:   # manual_seed ran before anything looked for the GPU
         cupy.random.seed(_seed)

@@ -177,12 +177,12 @@ REQUIRED = [  # (distribution, import name, why)
     ("threadpoolctl", "threadpoolctl", "choosing the number of BLAS threads"),
     ("nbformat", "nbformat", "dlcourse student-notebooks"),
 ]
-RECOMMENDED = [  # the "course" extra: pip install 'dlcourse[course]'
-    ("jupyterlab", "jupyterlab", "to open the notebooks", "pip install jupyterlab"),
-    ("ipykernel", "ipykernel", "to run Python in the notebooks", "pip install ipykernel"),
-    ("ipywidgets", "ipywidgets", "sliders and live progress bars in the notebooks",
-     "pip install ipywidgets"),
+RECOMMENDED = [  # the "course" extra: pip install -e '.[course]'
+    ("jupyterlab", "jupyterlab", "to open the notebooks"),
+    ("ipykernel", "ipykernel", "to run Python in the notebooks"),
+    ("ipywidgets", "ipywidgets", "sliders and live progress bars in the notebooks"),
 ]
+COURSE_INSTALL = 'python -m pip install -e ".[course]"'   # README's first command, its install
 CUPY_DISTS = ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")
 MIN_PYTHON = (3, 10)
 
@@ -241,12 +241,17 @@ def doctor(out=None) -> int:
             row("ok", f"NumPy {version} ({detail}; {info.get('cpu_count')} CPU cores)")
         else:
             row("ok", f"{dist} {version}")
-    for dist, module, why, fix in RECOMMENDED:
+    course_missing = []
+    for dist, module, why in RECOMMENDED:
         version = _installed(dist, module)
         if version is None:
-            row("warn", f"{dist} is missing ({why})", fix)
+            course_missing.append(dist)
+            row("warn", f"{dist} is missing ({why})")
         else:
             row("ok", f"{dist} {version}")
+    if course_missing:   # one command for all of them: the README's
+        fixes.append(f"for the notebooks, run {COURSE_INSTALL} in the course folder (it installs "
+                     f"{', '.join(course_missing)})")
 
     # -- the GPU ------------------------------------------------------------------------
     cupy_dists = [(d, _version_of(d)) for d in CUPY_DISTS]
@@ -327,6 +332,11 @@ def doctor(out=None) -> int:
               "again.", file=out)
         return 1
     where = "on the GPU and the CPU" if gpu_ok else "on the CPU (the GPU parts will be skipped)"
+    if {"jupyterlab", "ipykernel"} & set(course_missing):
+        print(f"Result: ready for `dlcourse train`, not yet for the notebooks (no "
+              f"{' or '.join(d for d in ('jupyterlab', 'ipykernel') if d in course_missing)}): "
+              f"run {COURSE_INSTALL}. The library runs {where}.", file=out)
+        return 0
     print(f"Result: ready. The course runs {where}.", file=out)
     return 0
 
@@ -365,12 +375,16 @@ def parse_nvidia_smi(query_csv: str, header: str) -> dict | None:
 
 
 def _cupy_wheel(cuda: str | None) -> str | None:
-    """The CuPy package for the CUDA version a driver supports (e.g. "12.4" -> cupy-cuda12x)."""
+    """What to pip install for the CUDA version a driver supports ("12.4" -> the CuPy for
+    CUDA 12 with its CUDA libraries: "'cupy-cuda12x[ctk]'"). CuPy 14 dropped CUDA 11: its
+    last CuPy is 13, which needs a CUDA 11 toolkit installed beside it."""
     try:
         major = int(str(cuda).split(".")[0])
     except ValueError:
         return None
-    return {11: "cupy-cuda11x", 12: "cupy-cuda12x"}.get(major, "cupy-cuda13x" if major >= 13 else None)
+    if major == 11:
+        return "'cupy-cuda11x<14' (and the CUDA 11 toolkit; or update the driver to CUDA 12+)"
+    return {12: "'cupy-cuda12x[ctk]'"}.get(major, "'cupy-cuda13x[ctk]'" if major >= 13 else None)
 
 
 def _smoke_test() -> float:

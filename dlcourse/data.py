@@ -713,9 +713,12 @@ CIFAR10_FILE = _remote(
     "c32a1d4ab5d03f1284b67883e8d87530")
 
 
-def _fetch_remote(remote: _Remote, folder: Path, progress: bool) -> Path:
-    by_hand = (f"download {remote.filename} ({remote.size} bytes) by hand into a folder "
-               f"and pass path=that_folder")
+def _fetch_remote(remote: _Remote, folder: Path, progress: bool, siblings=()) -> Path:
+    """Download ``remote`` into ``folder`` (checked). ``siblings``: the set's other files, named
+    in the advice for getting them by hand, so that one folder ends up holding them all."""
+    names = ", ".join(f"{r.filename} ({r.size} bytes)" for r in (remote, *siblings))
+    by_hand = (f"download {names} by hand into one folder and pass path=that_folder (from the "
+               f"command line: dlcourse train --data-path that_folder)")
     return _download(remote.url, folder / remote.filename, remote.sha256, remote.md5,
                      progress, by_hand)
 
@@ -760,7 +763,8 @@ def _load_idx_dataset(name, files, classes, split, flat, path, val_size, progres
         _check_split(split)
     if path is None:
         folder = data_dir() / name
-        locate = lambda key: _fetch_remote(files[key], folder, progress)   # noqa: E731
+        locate = lambda key: _fetch_remote(files[key], folder, progress,   # noqa: E731
+                                           [r for k, r in files.items() if k != key])
     else:
         folder = Path(path).expanduser()
         locate = lambda key: _find_local(folder, files[key])               # noqa: E731

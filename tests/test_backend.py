@@ -31,6 +31,12 @@ def fake_cupy(device_count=None, error=None):
     return types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime), __version__="0-fake")
 
 
+def _raises(err):
+    def fn(*args, **kwargs):
+        raise err
+    return fn
+
+
 CASES = {
     "missing": (None, "CuPy is not installed"),
     "driver": (fake_cupy(error=RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is "
@@ -38,6 +44,11 @@ CASES = {
     "nodevice": (fake_cupy(error=RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")),
                  "no CUDA device is visible"),
     "zero": (fake_cupy(device_count=0), "no CUDA device is visible"),
+    "libraries": (types.SimpleNamespace(**vars(fake_cupy(device_count=1)), float32=np.float32,
+                                        arange=_raises(RuntimeError(
+                                            "CuPy failed to load libnvrtc.so.12: OSError: libnvrtc"
+                                            ".so.12: cannot open shared object file"))),
+                  "a CUDA library it needs is missing"),
 }
 
 

@@ -59,6 +59,19 @@ def test_doctor_reports_a_missing_required_package(capsys, monkeypatch):
     assert "tqdm is missing" in out and "pip install tqdm" in out
 
 
+def test_doctor_is_not_ready_for_the_notebooks_without_jupyterlab(capsys, monkeypatch):
+    real = cli._installed
+    monkeypatch.setattr(cli, "_installed", lambda dist, module: None if dist in
+                        ("jupyterlab", "ipywidgets") else real(dist, module))
+    assert cli.main(["doctor"]) == 0                      # the library itself works
+    out = capsys.readouterr().out
+    assert "jupyterlab is missing" in out and "ipywidgets is missing" in out
+    assert 'python -m pip install -e ".[course]" in the course folder (it installs jupyterlab, ' \
+           'ipywidgets)' in out
+    assert "Result: ready for `dlcourse train`, not yet for the notebooks (no jupyterlab)" in out
+    assert "Result: ready. " not in out
+
+
 def test_doctor_through_python_dash_m():
     result = run_module("doctor")
     assert result.returncode == 0, result.stderr
@@ -323,5 +336,7 @@ def test_nvidia_smi_output_is_understood():
         "name": "NVIDIA GeForce RTX 3060", "driver": "550.54.14", "memory": "12288 MiB",
         "cuda": "12.4"}
     assert cli.parse_nvidia_smi("", header) is None
-    assert cli._cupy_wheel("12.4") == "cupy-cuda12x" and cli._cupy_wheel("13.0") == "cupy-cuda13x"
+    assert cli._cupy_wheel("12.4") == "'cupy-cuda12x[ctk]'"
+    assert cli._cupy_wheel("13.0") == "'cupy-cuda13x[ctk]'"
+    assert "cupy-cuda11x<14" in cli._cupy_wheel("11.8")
     assert cli._cupy_wheel(None) is None

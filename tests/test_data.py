@@ -562,6 +562,10 @@ def test_load_mnist_offline_message(tmp_path, monkeypatch):
     with pytest.raises(data.DownloadError) as err:
         data.load_mnist(progress=False)
     assert "load_digits()" in str(err.value) and "path=" in str(err.value)
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",   # all four,
+                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):    # for one folder
+        assert name in str(err.value)
+    assert "--data-path" in str(err.value)
     assert not any((tmp_path / "mnist").glob("*.gz"))
 
 
