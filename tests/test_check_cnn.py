@@ -119,7 +119,8 @@ def fwd_in_place(X, W1, b1, W2, b2):
 def fwd_prints(X, W1, b1, W2, b2):
     print(X, W1, X.shape, X[0]); return np.maximum(X @ W1 + b1, 0) @ W2 + b2
 def fwd_bias_column(X, W1, b1, W2, b2):
-    Xb = np.hstack([X, np.ones((len(X), 1))]); return np.maximum(Xb @ np.vstack([W1, b1]), 0) @ W2 + b2
+    Xb = np.hstack([X, np.ones_like(X[:, :1])])    # ones_like: on X's device too
+    return np.maximum(Xb @ np.vstack([W1, b1]), 0) @ W2 + b2
 @pytest.mark.parametrize("fn", [fwd_dot, fwd_matmul, fwd_einsum, fwd_views, fwd_in_place,
                                 fwd_prints, fwd_bias_column])
 def test_fwd_accepts_every_batched_solution(fn):
