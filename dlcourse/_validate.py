@@ -58,7 +58,11 @@ def check_labels(owner: str, labels, n: int, num_classes: int, check_range: bool
     xp = get_array_module(labels)
     labels = xp.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != n:
-        hint = " Use labels.argmax(axis=1) to turn one-hot rows into class indices." if labels.ndim == 2 else ""
+        hint = ""
+        if labels.ndim == 2 and labels.shape[1] == 1:
+            hint = " That is a column: flatten it with labels.ravel() (or labels[:, 0])."
+        elif labels.ndim == 2:
+            hint = " Use labels.argmax(axis=1) to turn one-hot rows into class indices."
         raise ValueError(f"{owner} expects labels of shape ({n},) to match {n} rows of logits, "
                          f"got shape {shape_str(labels.shape)}.{hint}")
     if not np.issubdtype(labels.dtype, np.integer):

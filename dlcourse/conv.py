@@ -270,7 +270,7 @@ class Conv2d(Layer):
     def backward_params(self, dout, db=None):
         """Fill grads only (dW: (F, C, KH, KW), db: (F,)); returns dout as (F, N*OH*OW).
         ``db``, when given, is the bias gradient already summed (a fused layer's)."""
-        _, cols_t = self.cache
+        _, cols_t = self._saved()
         Wt = self.params["W"]
         dout_mat = self.as_matrix(dout)                                # (F, N*OH*OW)
         dW = (cols_t @ dout_mat.T).T                                   # (F, C*KH*KW)
@@ -279,7 +279,7 @@ class Conv2d(Layer):
 
     def backward_input(self, dout_mat):
         """dx = col2im(W_mat.T @ dout_mat): (N, C, H, W), from dout as (F, N*OH*OW)."""
-        x_shape = self.cache[0]
+        x_shape = self._saved()[0]
         Wt = self.params["W"]
         F, C, KH, KW = Wt.shape
         dcols_t = Wt.reshape(F, -1).T @ dout_mat                       # (C*KH*KW, N*OH*OW)
@@ -346,7 +346,7 @@ class MaxPool2d(Layer):
         return best
 
     def backward(self, dout):
-        x, idx, kernel_made_idx = self.cache
+        x, idx, kernel_made_idx = self._saved()
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         s = self.stride

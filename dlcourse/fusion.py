@@ -110,7 +110,7 @@ class LinearReLU(_FusedReLU):
 
     def backward_params(self, dout):
         """Fill grads only; returns dz = dL/d(x @ W + b): (N, out_features)."""
-        dz, db = bias_relu_backward(dout, self.cache, 1, self.use_kernels)
+        dz, db = bias_relu_backward(dout, self._saved(), 1, self.use_kernels)
         self.layer.backward_params(dz, db)
         return dz
 
@@ -137,7 +137,7 @@ class Conv2dReLU(_FusedReLU):
     def backward_params(self, dout):
         """Fill grads only; returns dz as the matrix (F, N*OH*OW)."""
         conv = self.layer
-        dz, db = bias_relu_backward(conv.as_matrix(dout), self.cache, 0, self.use_kernels)
+        dz, db = bias_relu_backward(conv.as_matrix(dout), self._saved(), 0, self.use_kernels)
         return conv.backward_params(conv.as_image(dz), db)
 
 

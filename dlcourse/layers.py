@@ -49,6 +49,15 @@ class Layer:
     def backward(self, dout):
         raise NotImplementedError
 
+    def _saved(self):
+        """What forward cached for backward, or a clear error when forward has not run (or
+        the layer was moved since, which clears it)."""
+        if self.cache is None:
+            raise RuntimeError(f"{type(self).__name__}.backward() needs forward() first: it uses "
+                               f"what forward saved. Call out = layer.forward(x), then "
+                               f"layer.backward(dout) with dout shaped like out.")
+        return self.cache
+
     # -- modes ----------------------------------------------------------------------------
     def train(self, mode: bool = True):
         """Training mode (Dropout drops, BatchNorm uses batch statistics)."""
@@ -103,6 +112,7 @@ class Layer:
         """Copy ``state``'s arrays into this layer's, in place: each keeps its device and dtype,
         and the layer never shares an array with the caller (``best.load_state_dict(
         model.state_dict())`` keeps a snapshot that training ``model`` does not change)."""
+        _check_state(self, state)
         for group in (self.params, self.buffers):
             for k in group:
                 if k not in state:
@@ -116,6 +126,13 @@ class Layer:
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({args})"
+
+
+def _check_state(layer, state):
+    if not isinstance(state, dict):
+        raise TypeError(f"{type(layer).__name__}.load_state_dict takes a dict of arrays (from "
+                        f"model.state_dict()), got {type(state).__name__}. To read a saved file, "
+                        f"use model = dl.load(path).")
 
 
 def _float_dtype(dtype):
@@ -158,9 +175,11 @@ class Linear(Layer):
         W = self.params["W"]
         check_input(self, x, 2, "(N, in_features)", params_like=W)
         if x.shape[1] != self.in_features:
+            hint = (" Is x transposed? Use x.T." if x.shape[0] == self.in_features else
+                    " Does in_features match the previous layer's out_features (or the number "
+                    "of features of the data)?")
             raise ValueError(f"Linear(in_features={self.in_features}) got x of shape "
-                             f"{shape_str(x.shape)}: the last axis must be {self.in_features}."
-                             + (" Did you forget Flatten?" if x.shape[1] > self.in_features else ""))
+                             f"{shape_str(x.shape)}: the last axis must be {self.in_features}.{hint}")
         self.cache = x
         return x @ W
 
@@ -171,7 +190,11 @@ class Linear(Layer):
     def backward_params(self, dout, db=None):
         """Fill grads only: dW = x.T @ dout (in, out), db = sum of dout over the batch (out,).
         ``db``, when given, is the bias gradient already summed (a fused layer's)."""
-        x = self.cache
+        x = self._saved()
+        if getattr(dout, "shape", None) != (x.shape[0], self.out_features):
+            raise ValueError(f"Linear(out_features={self.out_features}).backward got dout of shape "
+                             f"{shape_str(getattr(dout, 'shape', ()))}; it must match the "
+                             f"forward output, ({x.shape[0]}, {self.out_features}).")
         self.grads = {"W": x.T @ dout, "b": dout.sum(axis=0) if db is None else db}
 
     def get_config(self):
@@ -203,7 +226,7 @@ class ReLU(Layer):
         return out
 
     def backward(self, dout):
-        out = self.cache
+        out = self._saved()
         return dout * (out > 0)
 
 
@@ -223,7 +246,7 @@ class Sigmoid(Layer):
         return out
 
     def backward(self, dout):
-        y = self.cache
+        y = self._saved()
         return dout * y * (1 - y)
 
 
@@ -238,7 +261,7 @@ class Tanh(Layer):
         return out
 
     def backward(self, dout):
-        y = self.cache
+        y = self._saved()
         return dout * (1 - y * y)
 
 
@@ -260,7 +283,7 @@ class Flatten(Layer):
         return x.reshape(x.shape[0], -1)
 
     def backward(self, dout):
-        x = self.cache
+        x = self._saved()
         if x.flags.c_contiguous:
             return dout.reshape(x.shape)
         # Give dx the memory layout of x (a conv output is channel-major): the layers below
@@ -353,7 +376,7 @@ class BatchNorm2d(Layer):
         return g * x_hat + beta.reshape(1, C, 1, 1)
 
     def backward(self, dout):
-        x_hat, inv_std, training = self.cache
+        x_hat, inv_std, training = self._saved()
         N, C, H, W = dout.shape
         gamma = self.params["gamma"]
         self.grads = {"gamma": (dout * x_hat).sum(axis=(0, 2, 3)), "beta": dout.sum(axis=(0, 2, 3))}
@@ -476,6 +499,7 @@ class Sequential(Layer):
                 for k, v in layer.state_dict().items()}
 
     def load_state_dict(self, state):
+        _check_state(self, state)
         expected = set(self.state_dict())
         extra = set(state) - expected
         if extra:

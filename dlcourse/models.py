@@ -5,6 +5,8 @@ and ``04_mlp_on_digits``, ``CNN`` in ``07_training_a_cnn``.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ._validate import check_input, shape_str
@@ -84,6 +86,10 @@ class MLP(Sequential):
 
     def __init__(self, sizes, activation: str = "relu", dropout: float = 0.0,
                  dtype=np.float32, seed=None):
+        if not isinstance(sizes, (list, tuple, np.ndarray)) or any(
+                isinstance(s, bool) or not isinstance(s, numbers.Real) or s != int(s) for s in sizes):
+            raise TypeError(f"MLP takes a list of whole-number layer sizes [inputs, hidden..., "
+                            f"outputs], got {sizes!r}. E.g. dl.MLP([64, 128, 10]).")
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2:
             raise ValueError(f"MLP needs at least an input and an output size, got sizes={sizes}.")
@@ -135,6 +141,16 @@ class CNN(Sequential):
         super().__init__(*layers)
         self.in_channels, self.image_size, self.num_classes = int(in_channels), [H, W], int(num_classes)
         self.channels, self.batchnorm, self.dropout = [c1, c2], bool(batchnorm), float(dropout)
+
+    def forward(self, x):
+        """x: (N, C, H, W) with (H, W) the image_size the CNN was built for -> logits (N, K)."""
+        if getattr(x, "ndim", None) == 4 and list(x.shape[2:]) != self.image_size:
+            H, W = self.image_size
+            raise ValueError(f"This CNN was built for {H}×{W} images but got {x.shape[2]}×"
+                             f"{x.shape[3]} (x of shape {shape_str(x.shape)}): its last Linear "
+                             f"layer's size depends on the image size. Build it for these images: "
+                             f"dl.CNN(image_size=({x.shape[2]}, {x.shape[3]}), ...).")
+        return super().forward(x)
 
     def get_config(self):
         return {"in_channels": self.in_channels, "image_size": self.image_size,

@@ -335,3 +335,43 @@ def test_eval_mode_switches_and_restores_the_mode():
     assert not model.training, "the mode it had before, also after a failure"
     with eval_mode(plain := object()) as same:   # no modes: left as it is
         assert same is plain
+
+
+# --------------------------------------------------------------------------------------
+# Learner mistakes get errors that say what to do (more in test_errors.py)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("make,shape", [
+    (lambda: dl.Linear(4, 3), (2, 3)), (lambda: dl.ReLU(), (2, 3)), (lambda: dl.Tanh(), (2, 3)),
+    (lambda: dl.Conv2d(1, 2, 3), (1, 2, 4, 4)), (lambda: dl.MaxPool2d(2), (1, 1, 2, 2)),
+    (lambda: dl.BatchNorm2d(2), (2, 2, 3, 3)), (lambda: dl.MLP([4, 5, 3]), (2, 3)),
+    (lambda: dl.fuse(dl.MLP([4, 5, 3])), (2, 3)),
+])
+def test_backward_before_forward_says_so(make, shape):
+    with pytest.raises(RuntimeError, match=r"backward\(\) needs forward\(\) first"):
+        make().backward(np.ones(shape, np.float32))
+
+
+def test_linear_shape_mistakes_get_the_likely_fix():
+    layer = dl.Linear(64, 10)
+    with pytest.raises(ValueError, match=r"Is x transposed\? Use x\.T\."):
+        layer.forward(np.zeros((64, 100), np.float32))
+    with pytest.raises(ValueError, match="previous layer's out_features"):
+        layer.forward(np.zeros((8, 32), np.float32))
+    layer.forward(np.zeros((4, 64), np.float32))
+    with pytest.raises(ValueError, match=r"dout of shape \(4, 7\); it must match the forward "
+                                         r"output, \(4, 10\)"):
+        layer.backward(np.zeros((4, 7), np.float32))
+
+
+def test_model_construction_and_input_mistakes():
+    with pytest.raises(TypeError, match=r"list of whole-number layer sizes.*dl\.MLP\(\[64, 128, 10\]\)"):
+        dl.MLP(64)
+    with pytest.raises(TypeError, match="whole-number"):
+        dl.MLP([64, 32.5, 10])
+    assert dl.MLP(np.array([4, 3])).sizes == [4, 3]
+    with pytest.raises(ValueError, match=r"built for 28×28 images but got 8×8.*image_size=\(8, 8\)"):
+        dl.CNN().forward(np.zeros((2, 1, 8, 8), np.float32))
+    with pytest.raises(TypeError, match=r"takes a dict of arrays.*got str.*dl\.load"):
+        dl.MLP([4, 3]).load_state_dict("model.npz")
+    with pytest.raises(ValueError, match=r"That is a column: flatten it with labels\.ravel\(\)"):
+        dl.SoftmaxCrossEntropy().forward(np.zeros((3, 4), np.float32), np.zeros((3, 1), np.int64))

@@ -189,6 +189,22 @@ def test_set_unknown_control_and_display_helpers(panel):
     assert isinstance(widgets.playground(dataset="circles"), widgets.Playground)
 
 
+@pytest.mark.parametrize("settings,words", [
+    (dict(dataset="mnist2"), r"dataset must be one of \['blobs', 'xor'.*got 'mnist2'"),
+    (dict(units=100), r"units must be a number from 1 to 64 .*got 100"),
+    (dict(batch_size=50), r"batch_size must be one of \[1, 2, 4"),
+    (dict(lr="fast"), r"lr must be a number from 0.0001 to 1000"),
+])
+def test_settings_a_control_cannot_show_are_refused(panel, settings, words):
+    """A slider would clamp 100 units to 64 without a word, and a dropdown would raise a trait
+    error about its options: say what the control takes instead."""
+    with pytest.raises(ValueError, match=words):
+        widgets.playground(**settings)
+    with pytest.raises(ValueError, match=words):
+        panel.set(**settings)
+    assert widgets.playground(units=np.int64(8)).controls["units"].value == 8
+
+
 # --------------------------------------------------------------------------------------
 # The CNN explorer
 # --------------------------------------------------------------------------------------

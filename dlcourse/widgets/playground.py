@@ -23,6 +23,7 @@ notebooks, ``train(blocking=True)`` runs the same code in the caller's thread.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 import traceback
@@ -49,6 +50,22 @@ DATASET_LABELS = {"blobs": "blobs (2-D)", "xor": "XOR (2-D)", "circles": "circle
 ACTIVATION_NAMES = ("relu", "tanh", "sigmoid")
 OPTIMIZERS = ("SGD", "Adam")
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# What each control can be set to (a slider would silently clamp a value outside its range)
+_CHOICES = {"dataset": DATASETS, "activation": ACTIVATION_NAMES, "optimizer": OPTIMIZERS,
+            "batch_size": BATCH_SIZES}
+_RANGES = {"hidden_layers": (0, 6), "units": (1, 64), "epochs": (1, 500), "seed": (0, 99999),
+           "lr": (1e-4, 1e3)}
+
+
+def _check_setting(name, value):
+    """A clear error for a playground setting its control cannot show."""
+    if name in _CHOICES and value not in _CHOICES[name]:
+        raise ValueError(f"playground {name} must be one of {list(_CHOICES[name])}, got {value!r}.")
+    if name in _RANGES:
+        lo, hi = _RANGES[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not lo <= value <= hi:
+            raise ValueError(f"playground {name} must be a number from {lo:g} to {hi:g} (the "
+                             f"range of its slider), got {value!r}.")
 
 # The panel calls a run "diverged" when an epoch's mean loss exceeds this many times the
 # loss of guessing uniformly at random, ln K. (dl.fit itself stops on inf/NaN only; with a
@@ -241,6 +258,10 @@ class Playground(Panel):
                  activation: str = "tanh", lr: float = 0.03, batch_size: int = 16,
                  optimizer: str = "Adam", epochs: int = 100, seed: int = 0,
                  blocking: bool = False):
+        for name, value in dict(dataset=dataset, hidden_layers=hidden_layers, units=units,
+                                activation=activation, lr=lr, batch_size=batch_size,
+                                optimizer=optimizer, epochs=epochs, seed=seed).items():
+            _check_setting(name, value)
         W = ipywidgets()
         self.blocking = bool(blocking)
         self.model = None
@@ -332,6 +353,8 @@ class Playground(Panel):
         if unknown:
             raise KeyError(f"Playground has no control named {unknown[0]!r}; the controls "
                            f"are {', '.join(self.controls)}.")
+        for name, value in settings.items():
+            _check_setting(name, value)
         for name, value in settings.items():
             self.controls[name].value = value
         return self
