@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -77,14 +78,43 @@ def _architecture(model) -> dict:
 
 
 def _npz_path(path) -> Path:
-    path = Path(path).expanduser()
-    return path if path.suffix else path.with_suffix(".npz")
+    """The checkpoint file ``path`` names, ``.npz`` added when it has no suffix. A folder
+    (an existing one, or a path ending in ``/``) is refused: a checkpoint is a file."""
+    text = os.fspath(path)
+    given = Path(path).expanduser()
+    npz = given if given.suffix else given.with_suffix(".npz")
+    slash = text.endswith(("/", os.sep))
+    if slash or given.is_dir() or npz.is_dir():
+        folder = text if slash else text + "/"
+        what = "is a folder" if given.is_dir() or npz.is_dir() else "names a folder (it ends in /)"
+        raise IsADirectoryError(f"{folder} {what}; give a file name inside it, "
+                                f"e.g. {folder}model.npz")
+    return npz
+
+
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")   # an .npz is a zip (the second: an empty one)
+
+
+def _check_is_npz(path: Path) -> None:
+    """Refuse a file that is not a zip archive, as np.load would tell by its first bytes
+    (it would return a .npy file's array, or try to unpickle anything else)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except FileNotFoundError:
+        return                    # _read says "No checkpoint at ..."
+    if len(head) < 4 or head.startswith(_ZIP_MAGIC):
+        return                    # a zip, or too short to tell: _read reports the damage
+    what = " It holds one NumPy array (np.save writes .npy files)." if head == b"\x93NUMPY" else ""
+    raise CheckpointError(f"{path} is not a dlcourse checkpoint (not an .npz archive).{what} "
+                          f"dl.load reads files written by dl.save(model, \"name.npz\").")
 
 
 def save(model, path) -> Path:
     """Save ``model``'s architecture, parameters and buffers to ``path`` (an ``.npz`` file).
 
-    ``".npz"`` is added when the path has no suffix. The write is atomic: if anything fails,
+    ``".npz"`` is added when the path has no suffix; a folder (``"ckpts/"``) is refused with
+    IsADirectoryError, as a checkpoint is one file. The write is atomic: if anything fails,
     an existing file at ``path`` is left untouched. Returns the path written.
 
     Example::
@@ -119,6 +149,7 @@ def save(model, path) -> Path:
 
 def _read(path: Path) -> tuple[dict, dict]:
     """The metadata and arrays of a checkpoint, refusing anything that needs pickle."""
+    _check_is_npz(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             names = list(npz.files)

@@ -12,13 +12,38 @@ import numpy as np
 from .backend import device_of, get_array_module, gpu_kernels, to_device
 
 
+# Examples the errors below give for building a model from its class.
+_MODEL_EXAMPLES = {"MLP": "dl.MLP([64, 128, 10])", "CNN": "dl.CNN(in_channels=1, image_size=28)",
+                   "Sequential": "dl.Sequential(dl.Linear(64, 10))"}
+
+
+def _model_class_error(cls, where: str) -> TypeError:
+    """The error for a model class given where a model is wanted: ``fit(dl.MLP, ...)``."""
+    name = cls.__name__
+    example = _MODEL_EXAMPLES.get(name, f"{name}(...)")
+    return TypeError(f"{where} got the class {name}, not a model: create the model first, "
+                     f"e.g. model = {example}, and pass model.")
+
+
+def _number(value, what: str, example: str) -> float:
+    """``value`` as a float, or a TypeError saying what was expected (a number, not a string
+    or None). ``what`` names the argument (``"SGD(lr=...)"``), ``example`` shows one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} expects a number, e.g. {example}; got {value!r} "
+                        f"({type(value).__name__}).")
+    return float(value)
+
+
 class Optimizer:
     use_kernels = True   # on the GPU: one fused kernel per parameter update
 
     def __init__(self, model, lr: float):
+        name = type(self).__name__
+        if isinstance(model, type):
+            raise _model_class_error(model, f"{name}(model, ...)")
         if not hasattr(model, "params") or not hasattr(model, "grads"):
             raise TypeError(f"An optimizer needs a model with params and grads, got {type(model).__name__}.")
-        if not float(lr) > 0:
+        if not _number(lr, f"{name}(lr=...)", "lr=0.01") > 0:
             raise ValueError(f"The learning rate must be positive, got lr={lr}.")
         self.model, self.lr = model, float(lr)
         self.state: dict = {}
@@ -68,9 +93,11 @@ class SGD(Optimizer):
 
     def __init__(self, model, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__(model, lr)
+        momentum = _number(momentum, "SGD(momentum=...)", "momentum=0.9")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
-        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
+        self.momentum = momentum
+        self.weight_decay = _number(weight_decay, "SGD(weight_decay=...)", "weight_decay=1e-4")
 
     def step(self):
         self.steps += 1
@@ -102,10 +129,14 @@ class Adam(Optimizer):
     def __init__(self, model, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0):
         super().__init__(model, lr)
-        self.b1, self.b2 = (float(b) for b in betas)
+        if not (isinstance(betas, (tuple, list, np.ndarray)) and len(betas) == 2):
+            raise TypeError(f"Adam(betas=...) takes a pair (beta1, beta2), e.g. "
+                            f"betas=(0.9, 0.999); got {betas!r}.")
+        self.b1, self.b2 = (_number(b, "Adam(betas=...)", "betas=(0.9, 0.999)") for b in betas)
         if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
             raise ValueError(f"betas must be in [0, 1), got {betas}.")
-        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        self.eps = _number(eps, "Adam(eps=...)", "eps=1e-8")
+        self.weight_decay = _number(weight_decay, "Adam(weight_decay=...)", "weight_decay=1e-4")
 
     def step(self):
         self.steps += 1

@@ -34,6 +34,7 @@ import numpy as np
 from . import backend
 from .backend import device_of, get_array_module, to_numpy
 from .layers import eval_mode
+from .optim import _model_class_error
 
 __all__ = ["fit", "evaluate", "confusion_matrix", "History", "TrainingDiverged", "StopTraining"]
 
@@ -194,6 +195,8 @@ class _Tally:
 # Helpers shared by fit and evaluate
 # ======================================================================================
 def _check_model(model, fn):
+    if isinstance(model, type):
+        raise _model_class_error(model, fn)
     for attr in ("forward", "backward", "params"):
         if not hasattr(model, attr):
             hint = (" The Perceptron learns with its own rule: call model.fit(X, y)."
@@ -201,6 +204,52 @@ def _check_model(model, fn):
                     " Pass a dlcourse model such as dl.MLP([...]) or dl.Sequential(...).")
             raise TypeError(f"{fn} needs a model with forward, backward and params, got "
                             f"{type(model).__name__} (it has no {attr}).{hint}")
+
+
+def _dl(cls) -> str:
+    """``"dl."`` for a dlcourse class, so examples read ``dl.SGD(...)``; else nothing."""
+    return "dl." if cls.__module__.startswith("dlcourse") else ""
+
+
+def _check_loss(loss, fn):
+    """A loss is an instance with forward and backward: not its class, not the optimizer."""
+    if isinstance(loss, type):
+        raise TypeError(f"{fn} got the class {loss.__name__} as the loss: pass an instance: "
+                        f"{_dl(loss)}{loss.__name__}().")
+    if not (hasattr(loss, "forward") and hasattr(loss, "backward")):
+        hint = ""
+        if hasattr(loss, "step"):
+            hint = (" Did you swap loss and optimizer? The order is "
+                    "fit(model, loss, optimizer, X, y)." if fn == "fit" else
+                    " That is an optimizer: evaluate needs only the loss.")
+        raise TypeError(f"{fn} expects a loss such as dl.SoftmaxCrossEntropy() (with forward "
+                        f"and backward), got {type(loss).__name__}.{hint}")
+
+
+def _same_params(a, b) -> bool:
+    """Whether models a and b hold the very same parameter arrays under the same names (as a
+    model and dl.fuse(model) do): then an optimizer built for one trains the other."""
+    pa, pb = a.params, b.params
+    return pa.keys() == pb.keys() and all(pa[k] is pb[k] for k in pa)
+
+
+def _check_optimizer(optimizer, model):
+    """An optimizer instance with step(), built for ``model`` (or for a model sharing its
+    parameters, such as the one dl.fuse(model) was made from)."""
+    if isinstance(optimizer, type):
+        raise TypeError(f"fit got the class {optimizer.__name__} as the optimizer: create it "
+                        f"from the model you train: opt = {_dl(optimizer)}{optimizer.__name__}"
+                        f"(model, lr=0.01).")
+    if not callable(getattr(optimizer, "step", None)):
+        hint = (" Did you swap loss and optimizer? The order is fit(model, loss, optimizer, X, y)."
+                if hasattr(optimizer, "forward") else "")
+        raise TypeError(f"fit expects an optimizer such as dl.SGD(model, lr=0.01) (with "
+                        f"step()), got {type(optimizer).__name__}.{hint}")
+    target = getattr(optimizer, "model", None)
+    if target is not None and target is not model and not _same_params(target, model):
+        cls = type(optimizer)
+        raise ValueError(f"fit: the optimizer was built for a different model. Create it from "
+                         f"the model you train: opt = {_dl(cls)}{cls.__name__}(model, lr=...).")
 
 
 def _model_device(model) -> str:
@@ -273,6 +322,8 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
     scored by ``logit > 0``.
     """
     _check_model(model, "evaluate")
+    if loss is not None:
+        _check_loss(loss, "evaluate")
     _check_xy(X, y, "evaluate")
     batch_size = _check_batch_size(batch_size, "evaluate")
     from .data import batches
@@ -331,15 +382,48 @@ def _all_finite(model) -> bool:
     return True
 
 
-def _diverged(history, epoch, step, steps, optimizer, what):
+def _bad_data(X, y, xb, yb) -> str | None:
+    """What is wrong with the batch (xb, yb) of (X, y), if it holds NaN or inf: the words
+    that follow "the batch ... " in the error, naming a row of X (or y) and how to find them
+    all. None if the batch is finite. Reads the batch's values, so it runs only after the loss
+    became non-finite, never at every step."""
+    for name, batch, full in (("X", xb, X), ("y", yb, y)):
+        if not np.issubdtype(batch.dtype, np.floating):
+            continue                            # integer labels cannot be NaN
+        xp = get_array_module(batch)
+        nan, inf = bool(xp.isnan(batch).any()), bool(xp.isinf(batch).any())
+        if not (nan or inf):
+            continue
+        kind = "NaN and inf" if nan and inf else "NaN" if nan else "inf"
+        xp = get_array_module(full)
+        rows = to_numpy(xp.flatnonzero(~xp.isfinite(full.reshape(len(full), -1)).all(axis=1)))
+        where = ""
+        if len(rows) == 1:
+            where = f" (row {rows[0]})"
+        elif len(rows) > 1:
+            where = f" (e.g. row {rows[0]}; {len(rows)} rows in all)"
+        finder = f"np.isnan({name})" if kind == "NaN" else f"~np.isfinite({name})"
+        if full.ndim > 1:                       # reduce each row (sample) to one answer
+            axes = 1 if full.ndim == 2 else tuple(range(1, full.ndim))
+            finder = (f"np.isnan({name}).any(axis={axes})" if kind == "NaN" else
+                      f"~np.isfinite({name}).all(axis={axes})")
+        return (f"contains {kind} values in {name}{where}. Fix the data before training: "
+                f"{finder} finds the rows.")
+    return None
+
+
+def _diverged(history, epoch, step, steps, optimizer, what, bad_data=None):
     lr = getattr(optimizer, "lr", None)
+    history.stop_reason = "diverged"
+    restored = ("The model and the optimizer are back to their state at the last step whose "
+                "loss was finite; the history so far is in err.history.")
+    if bad_data is not None:   # not the learning rate's fault
+        message = f"fit: the batch at epoch {epoch}, step {step} {bad_data} {restored}"
+        return TrainingDiverged(message, history, epoch, step, lr)
     advice = (f"The learning rate lr={lr:g} is probably too large: try lr={lr / 10:g}."
               if lr is not None else "Try a smaller learning rate.")
-    history.stop_reason = "diverged"
     message = (f"Training diverged at epoch {epoch}, step {step} of {steps}: {what}. {advice} "
-               f"The model and the optimizer are back to their state at the last step whose "
-               f"loss was finite; "
-               f"the history so far is in err.history.")
+               f"{restored}")
     return TrainingDiverged(message, history, epoch, step, lr)
 
 
@@ -381,10 +465,14 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             The model's parameters and buffers, and the optimizer's state (momentum, Adam's
             moments and step count), are put back to those of the last step whose loss was
             finite (a copy is kept before each update: cheap, O(parameters)). So you can
-            lower ``optimizer.lr`` and call ``fit`` again with the same optimizer.
+            lower ``optimizer.lr`` and call ``fit`` again with the same optimizer. When the
+            batch itself holds NaN or inf (in X, or in float targets y), the message says so
+            and names a row, instead of blaming the learning rate.
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
     _check_model(model, "fit")
+    _check_loss(loss, "fit")
+    _check_optimizer(optimizer, model)
     _check_xy(X, y, "fit")
     batch_size = _check_batch_size(batch_size, "fit")
     if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
@@ -425,7 +513,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                     if snapshot is not None:   # undo the update that led here
                         _restore(model, optimizer, snapshot)
                     raise _diverged(history, epoch, step, steps, optimizer,
-                                    f"the loss is {value}")
+                                    f"the loss is {value}", _bad_data(X, y, xb, yb))
                 model.backward(loss.backward())
                 snapshot = _snapshot(model, optimizer)
                 in_update = True

@@ -116,3 +116,109 @@ def test_gpu_array_into_cpu_model_and_back():
         dl.Linear(3, 2).to("gpu").forward(np.zeros((2, 3), np.float32))
     with pytest.raises(ValueError, match=r"logits are on the gpu but labels on the cpu"):
         dl.SoftmaxCrossEntropy().forward(x, np.array([0, 1]))
+
+
+# --------------------------------------------------------------------------------------
+# fit, evaluate, optimizers and checkpoints: the arguments a learner mixes up
+# --------------------------------------------------------------------------------------
+def _data(n=40):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, 4)).astype(np.float32), rng.integers(0, 3, n)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_nan_in_the_data_is_blamed_not_the_learning_rate():
+    X, y = _data()
+    X[17, 2] = np.nan
+    model = dl.MLP([4, 8, 3], seed=0)
+    with pytest.raises(dl.TrainingDiverged, match=r"fit: the batch at epoch 1, step \d+ contains "
+                       r"NaN values in X \(row 17\).*np.isnan\(X\).any\(axis=1\) finds the rows"
+                       ) as info:
+        dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.1), X, y, batch_size=8,
+               progress=False)
+    assert "learning rate" not in str(info.value)
+    images = np.ones((6, 1, 2, 2), np.float32)
+    images[[1, 4], 0, 1, 0] = np.inf
+    model = dl.Sequential(dl.Flatten(), dl.Linear(4, 3))
+    with pytest.raises(dl.TrainingDiverged, match=r"inf values in X \(e.g. row 1; 2 rows in all\)"
+                       r".*~np.isfinite\(X\).all\(axis=\(1, 2, 3\)\)"):
+        dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model), images, y[:6], progress=False)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_nan_in_regression_targets_is_named():
+    X, _ = _data()
+    targets = np.zeros((40, 3), np.float32)
+    targets[5, 0] = np.nan
+    model = dl.MLP([4, 3], seed=0)
+    with pytest.raises(dl.TrainingDiverged, match=r"NaN values in y \(row 5\)"):
+        dl.fit(model, dl.MSELoss(), dl.SGD(model), X, targets, progress=False)
+
+
+def test_an_optimizer_built_for_another_model():
+    X, y = _data()
+    model, other = dl.MLP([4, 8, 3], seed=0), dl.MLP([4, 8, 3], seed=1)
+    with pytest.raises(ValueError, match=r"optimizer was built for a different model.*"
+                       r"opt = dl.SGD\(model, lr=...\)"):
+        dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(other), X, y, progress=False)
+    # dl.fuse(model) shares model's parameter arrays: an optimizer for either trains both
+    dl.fit(dl.fuse(model), dl.SoftmaxCrossEntropy(), dl.SGD(model), X, y, epochs=1,
+           progress=False)
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda m, X, y: dl.fit(m, dl.SoftmaxCrossEntropy, dl.SGD(m), X, y),
+     TypeError, r"class SoftmaxCrossEntropy as the loss: pass an instance: dl.SoftmaxCrossEntropy\(\)"),
+    (lambda m, X, y: dl.evaluate(m, X, y, loss=dl.SoftmaxCrossEntropy),
+     TypeError, r"pass an instance: dl.SoftmaxCrossEntropy\(\)"),
+    (lambda m, X, y: dl.fit(m, dl.SGD(m), dl.SoftmaxCrossEntropy(), X, y),
+     TypeError, r"got SGD. Did you swap loss and optimizer\?"),
+    (lambda m, X, y: dl.fit(m, dl.SoftmaxCrossEntropy(), dl.Adam, X, y),
+     TypeError, r"class Adam as the optimizer.*opt = dl.Adam\(model, lr=0.01\)"),
+    (lambda m, X, y: dl.fit(dl.MLP, dl.SoftmaxCrossEntropy(), dl.SGD(m), X, y),
+     TypeError, r"class MLP, not a model: create the model first, e.g. model = dl.MLP\(\[64, 128, 10\]\)"),
+    (lambda m, X, y: dl.SGD(dl.MLP, lr=0.1), TypeError, r"SGD\(model, ...\) got the class MLP.*dl.MLP\("),
+    (lambda m, X, y: dl.Adam(dl.CNN), TypeError, r"Adam\(model, ...\) got the class CNN.*dl.CNN\("),
+], ids=["fit-loss-class", "evaluate-loss-class", "swapped", "optimizer-class", "model-class",
+        "SGD-model-class", "Adam-model-class"])
+def test_classes_and_swapped_arguments(call, error, words):
+    X, y = _data()
+    with pytest.raises(error, match=words):
+        call(dl.MLP([4, 8, 3], seed=0), X, y)
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda m: dl.SGD(m, lr="fast"), r"SGD\(lr=...\) expects a number, e.g. lr=0.01; got 'fast'"),
+    (lambda m: dl.SGD(m, lr=None), r"expects a number, e.g. lr=0.01; got None"),
+    (lambda m: dl.Adam(m, lr="1e-3"), r"Adam\(lr=...\) expects a number"),
+    (lambda m: dl.SGD(m, momentum="0.9"), r"SGD\(momentum=...\) expects a number, e.g. momentum=0.9"),
+    (lambda m: dl.Adam(m, betas=0.9), r"takes a pair \(beta1, beta2\), e.g. betas=\(0.9, 0.999\); got 0.9"),
+    (lambda m: dl.Adam(m, betas=(0.9, None)), r"Adam\(betas=...\) expects a number"),
+], ids=["lr-str", "lr-None", "Adam-lr-str", "momentum-str", "betas-float", "betas-None"])
+def test_optimizer_settings_of_the_wrong_type(make, words):
+    with pytest.raises(TypeError, match=words):
+        make(dl.MLP([4, 3]))
+
+
+def test_load_refuses_what_is_not_an_npz_archive(tmp_path):
+    np.save(tmp_path / "weights.npy", np.zeros(3))
+    (tmp_path / "notes.txt").write_text("not a checkpoint at all\n")
+    for name in ("weights.npy", "notes.txt"):
+        with pytest.raises(dl.CheckpointError, match=rf"{name} is not a dlcourse checkpoint "
+                           r"\(not an .npz archive\).*dl.save\(model, \"name.npz\"\)"):
+            dl.load(tmp_path / name)
+
+
+def test_save_and_load_refuse_a_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = dl.MLP([2, 2], seed=0)
+    (tmp_path / "runs").mkdir()
+    for path in ("ckpts/", "runs", tmp_path / "runs"):
+        with pytest.raises(IsADirectoryError, match=r"runs/ is a folder|ckpts/ names a folder"):
+            dl.save(model, path)
+    with pytest.raises(IsADirectoryError, match=r"runs/ is a folder; give a file name inside "
+                       r"it, e.g. runs/model.npz"):
+        dl.load("runs")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]   # nothing written beside
+    assert dl.save(model, "runs/model").name == "model.npz"         # .npz still added
+    assert dl.load("runs/model").get_config() == model.get_config()
