@@ -19,9 +19,10 @@ What it measures (every figure on the GPU it runs on, and each result checked be
 4. gpu vs cpu: the same MLP step at batch 32 ... 4096, dlcourse on the GPU and on the CPU.
 
 It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
-figure) and a plot ``<out>/<device-name>.png`` beside it. The JSON is rewritten after each
-section, with ``"complete": false`` until the last one has run, so a run cut short keeps what it
-measured and says it is partial. Without a usable GPU it prints why and exits 0 having
+figure) and a plot ``<out>/<device-name>.png`` beside it. Until the last section has run the
+JSON is ``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
+a run cut short keeps what it measured, says it is partial, and leaves earlier complete results
+alone. Without a usable GPU it prints why and exits 0 having
 written nothing: a figure nobody measured is never written down.
 
 Timing (see shared/STYLE.md): GPU calls return before the work is done, so every time here comes
@@ -616,11 +617,16 @@ def _git(*args):
 
 
 def save(results, path, complete):
-    """Write results to path as JSON, atomically: a reader sees the previous file or the whole
-    new one. ``complete`` says whether every section asked for has run."""
+    """Write results as JSON, atomically (a reader sees the previous file or the whole new one).
+    ``complete`` says whether every section asked for has run. Until then they go to
+    ``<name>.partial.json`` beside ``path``, so a run cut short never replaces the complete
+    results of an earlier run; the complete ones go to ``path``, and the partial file goes."""
+    partial = path.with_name(f"{path.stem}.partial.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, "w", encoding="utf-8") as f:
+    with atomic_write(path if complete else partial, "w", encoding="utf-8") as f:
         f.write(json.dumps({**results, "complete": complete}, indent=2, default=str) + "\n")
+    if complete:
+        partial.unlink(missing_ok=True)
 
 
 def slug(name):
@@ -752,8 +758,9 @@ def main(argv=None):
         f"{env['memory_total_gb']} GiB), driver {env['driver']}, CUDA runtime {env['cuda_runtime']}, "
         f"CuPy {env['cupy']}, PyTorch {env['torch']}, CUPY_TF32={env['CUPY_TF32']}")
 
-    # The JSON is rewritten (atomically) after every section with "complete": false, so a run
-    # cut short (a time limit, a crash) still leaves what it measured, marked as partial.
+    # The JSON is written (atomically) after every section, to <device>.partial.json with
+    # "complete": false until the last: a run cut short (a time limit, a crash) still leaves
+    # what it measured, marked as partial, and an earlier complete file stays as it was.
     path = Path(args.out) / f"{slug(env['device'])}.json"
     started = time.perf_counter()
     for i, name in enumerate(sections):

@@ -78,15 +78,16 @@ def _architecture(model) -> dict:
 
 
 def _npz_path(path) -> Path:
-    """The checkpoint file ``path`` names, ``.npz`` added when it has no suffix. A folder
-    (an existing one, or a path ending in ``/``) is refused: a checkpoint is a file."""
+    """The checkpoint file ``path`` names, ``.npz`` added when it has no suffix (``"cnn"`` is
+    ``cnn.npz``, even beside a folder ``cnn/``). A folder (a path ending in ``/``, or one the
+    file name itself names) is refused: a checkpoint is a file."""
     text = os.fspath(path)
     given = Path(path).expanduser()
     npz = given if given.suffix else given.with_suffix(".npz")
     slash = text.endswith(("/", os.sep))
-    if slash or given.is_dir() or npz.is_dir():
-        folder = text if slash else text + "/"
-        what = "is a folder" if given.is_dir() or npz.is_dir() else "names a folder (it ends in /)"
+    if slash or npz.is_dir():
+        folder = text if slash else os.fspath(npz) + "/"
+        what = "is a folder" if npz.is_dir() or given.is_dir() else "names a folder (it ends in /)"
         raise IsADirectoryError(f"{folder} {what}; give a file name inside it, "
                                 f"e.g. {folder}model.npz")
     return npz

@@ -16,6 +16,8 @@ runs on whichever backend its input lives on: ``xp = get_array_module(x)``.
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -129,10 +131,11 @@ class Layer:
 
 
 def _check_state(layer, state):
-    if not isinstance(state, dict):
+    if not isinstance(state, Mapping):            # a dict, or np.load's NpzFile
+        hint = (" To read a checkpoint written by dl.save, use model = dl.load(path)."
+                if isinstance(state, (str, os.PathLike)) else "")
         raise TypeError(f"{type(layer).__name__}.load_state_dict takes a dict of arrays (from "
-                        f"model.state_dict()), got {type(state).__name__}. To read a saved file, "
-                        f"use model = dl.load(path).")
+                        f"model.state_dict()), got {type(state).__name__}.{hint}")
 
 
 def _float_dtype(dtype):
@@ -175,9 +178,10 @@ class Linear(Layer):
         W = self.params["W"]
         check_input(self, x, 2, "(N, in_features)", params_like=W)
         if x.shape[1] != self.in_features:
-            hint = (" Is x transposed? Use x.T." if x.shape[0] == self.in_features else
-                    " Does in_features match the previous layer's out_features (or the number "
-                    "of features of the data)?")
+            hint = (f" Does in_features match what comes in: the previous layer's out_features, "
+                    f"or the data's {x.shape[1]} features?")
+            if x.shape[0] == self.in_features:
+                hint += " (Or is x transposed? Then use x.T.)"
             raise ValueError(f"Linear(in_features={self.in_features}) got x of shape "
                              f"{shape_str(x.shape)}: the last axis must be {self.in_features}.{hint}")
         self.cache = x

@@ -86,10 +86,12 @@ class MLP(Sequential):
 
     def __init__(self, sizes, activation: str = "relu", dropout: float = 0.0,
                  dtype=np.float32, seed=None):
-        if not isinstance(sizes, (list, tuple, np.ndarray)) or any(
-                isinstance(s, bool) or not isinstance(s, numbers.Real) or s != int(s) for s in sizes):
+        given = sizes
+        sizes = None if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__") else list(given)
+        if sizes is None or any(isinstance(s, bool) or not isinstance(s, numbers.Real) or s != int(s)
+                                for s in sizes):
             raise TypeError(f"MLP takes a list of whole-number layer sizes [inputs, hidden..., "
-                            f"outputs], got {sizes!r}. E.g. dl.MLP([64, 128, 10]).")
+                            f"outputs], got {given!r}. E.g. dl.MLP([64, 128, 10]).")
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2:
             raise ValueError(f"MLP needs at least an input and an output size, got sizes={sizes}.")

@@ -28,10 +28,13 @@ def _model_class_error(cls, where: str) -> TypeError:
 def _number(value, what: str, example: str) -> float:
     """``value`` as a float, or a TypeError saying what was expected (a number, not a string
     or None). ``what`` names the argument (``"SGD(lr=...)"``), ``example`` shows one."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{what} expects a number, e.g. {example}; got {value!r} "
-                        f"({type(value).__name__}).")
-    return float(value)
+    if value is not None and not isinstance(value, (bool, str, bytes)):
+        try:                     # a Python or NumPy number, a 0-d array (NumPy or CuPy), ...
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"{what} expects a number, e.g. {example}; got {value!r} "
+                    f"({type(value).__name__}).")
 
 
 class Optimizer:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -142,7 +143,7 @@ def _task(loss, out) -> str | None:
         if out.ndim == 2 and out.shape[1] > 1:
             return "multiclass"
         return "binary"
-    # another loss (MSELoss): accuracy only for one-hot targets, checked per batch
+    # another loss (MSELoss): accuracy only for one-hot targets (_Tally checks the first batch)
     return "multiclass" if out.ndim == 2 and out.shape[1] > 1 else None
 
 
@@ -226,11 +227,15 @@ def _check_loss(loss, fn):
                         f"and backward), got {type(loss).__name__}.{hint}")
 
 
-def _same_params(a, b) -> bool:
-    """Whether models a and b hold the very same parameter arrays under the same names (as a
-    model and dl.fuse(model) do): then an optimizer built for one trains the other."""
-    pa, pb = a.params, b.params
-    return pa.keys() == pb.keys() and all(pa[k] is pb[k] for k in pa)
+def _trains_part_of(target, model) -> bool:
+    """Whether every parameter array of ``target`` (what an optimizer was built for) is one of
+    ``model``'s: the model itself, dl.fuse(model), or a part of it (a head being fine-tuned),
+    whatever the names. A model rebuilt or loaded since has new arrays, and fails this."""
+    params = getattr(target, "params", None)
+    if not isinstance(params, Mapping):
+        return True                  # an optimizer of the learner's own: nothing to compare
+    mine = {id(a) for a in model.params.values()}
+    return all(id(a) in mine for a in params.values())
 
 
 def _check_optimizer(optimizer, model):
@@ -246,7 +251,7 @@ def _check_optimizer(optimizer, model):
         raise TypeError(f"fit expects an optimizer such as dl.SGD(model, lr=0.01) (with "
                         f"step()), got {type(optimizer).__name__}.{hint}")
     target = getattr(optimizer, "model", None)
-    if target is not None and target is not model and not _same_params(target, model):
+    if target is not None and target is not model and not _trains_part_of(target, model):
         cls = type(optimizer)
         raise ValueError(f"fit: the optimizer was built for a different model. Create it from "
                          f"the model you train: opt = {_dl(cls)}{cls.__name__}(model, lr=...).")
@@ -318,8 +323,9 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
 
     Returns ``{"loss": float or None, "accuracy": float or None, "n": N}``: ``loss`` is
     ``None`` when no loss is given; ``accuracy`` is ``None`` when the task is not
-    classification (e.g. ``MSELoss`` on real-valued targets). Binary models (one output) are
-    scored by ``logit > 0``.
+    classification (e.g. ``MSELoss`` on real-valued targets: with several outputs, only targets
+    whose rows are one-hot count as classes, so soft or smoothed labels give ``None`` too).
+    Binary models (one output) are scored by ``logit > 0``.
     """
     _check_model(model, "evaluate")
     if loss is not None:

@@ -213,12 +213,15 @@ def test_save_and_load_refuse_a_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     model = dl.MLP([2, 2], seed=0)
     (tmp_path / "runs").mkdir()
-    for path in ("ckpts/", "runs", tmp_path / "runs"):
-        with pytest.raises(IsADirectoryError, match=r"runs/ is a folder|ckpts/ names a folder"):
+    (tmp_path / "odd.npz").mkdir()                                  # a folder with a file's name
+    for path in ("ckpts/", "runs/", str(tmp_path / "runs") + "/", "odd.npz", "odd"):
+        with pytest.raises(IsADirectoryError, match=r"/ is a folder|/ names a folder"):
             dl.save(model, path)
     with pytest.raises(IsADirectoryError, match=r"runs/ is a folder; give a file name inside "
                        r"it, e.g. runs/model.npz"):
-        dl.load("runs")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]   # nothing written beside
+        dl.load("runs/")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.npz", "runs"]   # nothing written
     assert dl.save(model, "runs/model").name == "model.npz"         # .npz still added
     assert dl.load("runs/model").get_config() == model.get_config()
+    assert dl.save(model, "runs").name == "runs.npz"                # a file beside the folder,
+    assert dl.load("runs").get_config() == model.get_config()       # as a name without a suffix

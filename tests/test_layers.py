@@ -344,7 +344,8 @@ def test_eval_mode_switches_and_restores_the_mode():
     (lambda: dl.Linear(4, 3), (2, 3)), (lambda: dl.ReLU(), (2, 3)), (lambda: dl.Tanh(), (2, 3)),
     (lambda: dl.Conv2d(1, 2, 3), (1, 2, 4, 4)), (lambda: dl.MaxPool2d(2), (1, 1, 2, 2)),
     (lambda: dl.BatchNorm2d(2), (2, 2, 3, 3)), (lambda: dl.MLP([4, 5, 3]), (2, 3)),
-    (lambda: dl.fuse(dl.MLP([4, 5, 3])), (2, 3)),
+    (lambda: dl.fuse(dl.MLP([4, 5, 3])).layers[0], (2, 5)),                  # a LinearReLU
+    (lambda: dl.fuse(dl.CNN(1, (4, 4), 3, channels=(2, 2))).layers[0], (1, 2, 4, 4)),  # Conv2dReLU
 ])
 def test_backward_before_forward_says_so(make, shape):
     with pytest.raises(RuntimeError, match=r"backward\(\) needs forward\(\) first"):
@@ -353,9 +354,11 @@ def test_backward_before_forward_says_so(make, shape):
 
 def test_linear_shape_mistakes_get_the_likely_fix():
     layer = dl.Linear(64, 10)
-    with pytest.raises(ValueError, match=r"Is x transposed\? Use x\.T\."):
+    with pytest.raises(ValueError, match=r"the data's 100 features\? \(Or is x transposed\? "
+                                         r"Then use x\.T\.\)"):
         layer.forward(np.zeros((64, 100), np.float32))
-    with pytest.raises(ValueError, match="previous layer's out_features"):
+    with pytest.raises(ValueError, match=r"previous layer's out_features, or the data's 32 "
+                                         r"features\?$"):
         layer.forward(np.zeros((8, 32), np.float32))
     layer.forward(np.zeros((4, 64), np.float32))
     with pytest.raises(ValueError, match=r"dout of shape \(4, 7\); it must match the forward "

@@ -62,8 +62,9 @@ def test_results_folder_is_this_checkouts():
 
 
 def test_the_suite_saves_what_the_lessons_read_partial_until_its_last_section(tmp_path, monkeypatch):
-    """benchmarks/gpu_suite.py rewrites its JSON after each section (a run cut short keeps what
-    it measured); the file says "complete": false until the last section has run."""
+    """benchmarks/gpu_suite.py writes its JSON after each section (a run cut short keeps what
+    it measured), as <device>.partial.json with "complete": false until the last section has
+    run, so an earlier complete file is not replaced by a partial one."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.py"
     monkeypatch.syspath_prepend(str(script.parent))       # the suite imports benchmarks/steps.py
     monkeypatch.setenv("CUPY_TF32", "0")                  # it sets this on import; undone after
@@ -74,10 +75,13 @@ def test_the_suite_saves_what_the_lessons_read_partial_until_its_last_section(tm
     assert path.name == "nvidia-h100-80gb-hbm3.json"
     results = {"environment": {"device": "NVIDIA H100 80GB HBM3"}, "date": "2026-11-22T10:00:00+00:00",
                "matmul": {"n": 4096}}
-    suite.save(results, path, complete=False)
+    suite.save({**results, "complete": True, "old": 1}, path, complete=True)   # an earlier run
+    suite.save(results, path, complete=False)                          # this one, cut short
+    old, cut = gpu_results(path.parent, say=None)
+    assert old.file == path.name and old.results["old"] == 1           # left as it was
+    assert cut.file == "nvidia-h100-80gb-hbm3.partial.json"
+    assert cut.title.endswith("(2026-11-22, partial: the run stopped before its last section)")
+    suite.save({**results, "training": {}}, path, complete=True)       # this one, finished
     (rec,) = gpu_results(path.parent, say=None)
-    assert rec.title.endswith("(2026-11-22, partial: the run stopped before its last section)")
-    suite.save({**results, "training": {}}, path, complete=True)
-    (rec,) = gpu_results(path.parent, say=None)
-    assert rec.results["complete"] is True and "training" in rec.results
-    assert [p.name for p in path.parent.iterdir()] == [path.name]     # no temporary file left
+    assert rec.results["complete"] is True and "training" in rec.results and "old" not in rec.results
+    assert [p.name for p in path.parent.iterdir()] == [path.name]     # no partial or temporary file

@@ -405,3 +405,16 @@ def test_plots_draw(xor):
     plt.close("all")
     with pytest.raises(ValueError, match="square"):
         plot_confusion_matrix(np.zeros((2, 3)))
+
+
+def test_fit_accepts_an_optimizer_over_part_of_the_model_and_refuses_a_stale_one(xor):
+    """Fine-tuning a head: the optimizer's arrays are the model's, whatever their names."""
+    (X, y), _ = xor
+    model = MLP([2, 8, 2], seed=0)
+    head = model.layers[-1]
+    body_before = model.layers[0].params["W"].copy()
+    fit(model, SoftmaxCrossEntropy(), SGD(head, lr=0.1), X, y, epochs=1, progress=False)
+    assert np.array_equal(model.layers[0].params["W"], body_before)      # only the head trained
+    rebuilt = MLP([2, 8, 2], seed=0)
+    with pytest.raises(ValueError, match="built for a different model"):
+        fit(rebuilt, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=1, progress=False)
