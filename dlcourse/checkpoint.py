@@ -162,8 +162,12 @@ def _read(path: Path) -> tuple[dict, dict]:
     except CheckpointError:
         raise
     except FileNotFoundError:
+        folder = path.parent
+        near = sorted(p.name for p in folder.iterdir() if p.stem == path.stem) if folder.is_dir() else []
+        also = (f" Beside it: {', '.join(near)} (dl.load reads the .npz files dl.save writes)."
+                if near else "")
         raise FileNotFoundError(f"No checkpoint at {path}: check the path "
-                                f"(the current folder is {Path.cwd()}).") from None
+                                f"(the current folder is {Path.cwd()}).{also}") from None
     except ValueError as err:
         if "pickle" in str(err).lower():
             raise CheckpointError(f"{path} holds a pickled (object) array. dlcourse checkpoints "

@@ -203,6 +203,10 @@ def test_files_that_are_not_checkpoints(tmp_path):
     text.write_text("hello")
     with pytest.raises(CheckpointError):
         load(text)
+    np.save(tmp_path / "weights.npy", np.zeros(3))
+    with pytest.raises(FileNotFoundError, match=r"No checkpoint at .*weights\.npz.*Beside it: "
+                                                r"weights\.npy \(dl\.load reads the \.npz"):
+        load(tmp_path / "weights")
     with pytest.raises(FileNotFoundError, match="No checkpoint"):
         load(tmp_path / "missing.npz")
 
