@@ -1,5 +1,5 @@
-"""The lesson 04-07 exercise checks: a right answer passes, and each common wrong answer gets
-the message that names its mistake."""
+"""The lesson 04-08 exercise checks: a right answer passes, and each common wrong answer gets
+the message that names its mistake (also the wrong answers a mutation test found passing)."""
 import numpy as np, pytest
 import dlcourse.check as C
 from dlcourse.check import ExerciseError
@@ -37,8 +37,21 @@ def mb_unseeded(X, y, batch_size, shuffle=True, seed=None):
         idx = order[s:s+batch_size]; yield X[idx], y[idx]
 def mb_todo(X, y, batch_size, shuffle=True, seed=None):
     raise NotImplementedError("use rng.permutation")
+def mb_other_shuffle(X, y, batch_size, shuffle=True, seed=None):   # the lesson: equally good
+    N = len(X); order = np.random.default_rng(seed).choice(N, N, replace=False) if shuffle else np.arange(N)
+    for s in range(0, N, batch_size):
+        idx = order[s:s+batch_size]; yield X[idx], y[idx]
+def mb_in_place(X, y, batch_size, shuffle=True, seed=None):   # reorders the caller's X and y
+    if shuffle:
+        np.random.default_rng(seed).shuffle(X); np.random.default_rng(seed).shuffle(y)
+    for s in range(0, len(X), batch_size):
+        yield X[s:s+batch_size], y[s:s+batch_size]
 def test_minibatches():
     C.iterate_minibatches(mb_good)
+    C.iterate_minibatches(mb_other_shuffle)
+    # the check passes copies: an in-place shuffle is named, not mistaken for an unseeded one
+    expect_fail(C.iterate_minibatches, mb_in_place, "shuffle=True", "changed its input X in place",
+                "shuffle an index array, not the data", "order[start:start + batch_size]")
     expect_fail(C.iterate_minibatches, mb_nolast, "last, smaller batch")
     expect_fail(C.iterate_minibatches, mb_unpaired, "SAME indices")
     expect_fail(C.iterate_minibatches, mb_noshuffle, "still came in order")
@@ -47,9 +60,12 @@ def test_minibatches():
 
 def acc_good(logits, y): return float((logits.argmax(axis=1) == y).mean())
 def acc_count(logits, y): return int((logits.argmax(axis=1) == y).sum())
+def acc_sorts_y(logits, y):
+    y.sort(); return float((logits.argmax(axis=1) == y).mean())
 def test_accuracy():
     C.accuracy(acc_good)
     expect_fail(C.accuracy, acc_count, "COUNT")
+    expect_fail(C.accuracy, acc_sorts_y, "changed its input y in place")
 
 def sgd_good(params, grads, velocity, lr, momentum):
     for k in params:
@@ -77,8 +93,13 @@ def fwd_good(X, W1, b1, W2, b2): return np.maximum(X @ W1 + b1, 0) @ W2 + b2
 def fwd_loop(X, W1, b1, W2, b2): return np.stack([np.maximum(X[i] @ W1 + b1, 0) @ W2 + b2 for i in range(len(X))])
 def fwd_loop2(X, W1, b1, W2, b2): return np.array([np.maximum(x @ W1 + b1, 0) @ W2 + b2 for x in X])
 def fwd_norelu(X, W1, b1, W2, b2): return (X @ W1 + b1) @ W2 + b2
+def fwd_float32(X, W1, b1, W2, b2): return fwd_good(X, W1, b1, W2, b2).astype(np.float32)
+def fwd_centres_X(X, W1, b1, W2, b2):
+    out = fwd_good(X, W1, b1, W2, b2); X -= 1.0; return out
 def test_fwd():
     C.mlp_forward_batched(fwd_good)
+    expect_fail(C.mlp_forward_batched, fwd_float32, "the logits are float32", "float64 in gives float64 out")
+    expect_fail(C.mlp_forward_batched, fwd_centres_X, "changed its input X in place")
     expect_fail(C.mlp_forward_batched, fwd_loop, "row by row", "indexed 7 times (X[0], X[1], ...)",
                 "write it for the whole batch")
     expect_fail(C.mlp_forward_batched, fwd_loop2, "`for x in X`")
@@ -176,10 +197,36 @@ def mp_over(dout, x, K, stride):
     from dlcourse.check.cnn import _maxpool_wrong; return _maxpool_wrong(dout, x, K, stride)[2]
 def mp_spread(dout, x, K, stride):
     from dlcourse.check.cnn import _maxpool_wrong; return _maxpool_wrong(dout, x, K, stride)[0]
+def _mp_loop(dout, x, K, stride, pick):
+    dx = np.zeros_like(x)
+    N, C_, _, _ = x.shape
+    for n in range(N):
+        for c in range(C_):
+            for i in range(dout.shape[2]):
+                for j in range(dout.shape[3]):
+                    win = x[n, c, i*stride:i*stride+K, j*stride:j*stride+K]
+                    dx[n, c, i*stride:i*stride+K, j*stride:j*stride+K] += pick(win) * dout[n, c, i, j]
+    return dx
+def mp_mask(dout, x, K, stride):        # CS231n-style: every tied maximum gets dout
+    return _mp_loop(dout, x, K, stride, lambda w: w == w.max())
+def mp_last(dout, x, K, stride):        # a search loop with >=: the last tied maximum
+    def last(w):
+        m = np.zeros(w.shape); m.flat[w.size - 1 - w.ravel()[::-1].argmax()] = 1; return m
+    return _mp_loop(dout, x, K, stride, last)
+def mp_first_mask(dout, x, K, stride):  # right: a mask that keeps the first maximum only
+    def first(w):
+        m = (w == w.max()).ravel(); return (m & (np.cumsum(m) == 1)).reshape(w.shape)
+    return _mp_loop(dout, x, K, stride, first)
 def test_mp():
     C.maxpool_backward(mp_good)
+    C.maxpool_backward(mp_first_mask)
     expect_fail(C.maxpool_backward, mp_over, "ADD")
     expect_fail(C.maxpool_backward, mp_spread, "every pixel")
+    for wrong, words in ((mp_mask, ["EVERY one of them", "window.argmax()"]),
+                         (mp_last, ["the LAST one", "(>, not >=)"])):
+        expect_fail(C.maxpool_backward, wrong, "x after a ReLU", *words,
+                    "the FIRST maximum in row-major order of the window (row by row, left to right)",
+                    "dl.MaxPool2d")
 
 def cp_good(a, b, k): return b*a*k*k + b
 def cp_nob(a, b, k): return b*a*k*k
@@ -198,11 +245,57 @@ def bn_inst(x, gamma, beta, eps=1e-5):
 def bn_bcast(x, gamma, beta, eps=1e-5):
     m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
     return gamma*(x-m)/np.sqrt(v+eps) + beta
+def bn_no_eps(x, gamma, beta, eps=1e-5):
+    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
+    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v) + beta.reshape(1,-1,1,1)
+def bn_eps_outside(x, gamma, beta, eps=1e-5):
+    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
+    return gamma.reshape(1,-1,1,1)*(x-m)/(np.sqrt(v) + eps) + beta.reshape(1,-1,1,1)
+def bn_in_place(x, gamma, beta, eps=1e-5):
+    x -= x.mean(axis=(0,2,3), keepdims=True); x /= np.sqrt(x.var(axis=(0,2,3), keepdims=True) + eps)
+    return gamma.reshape(1,-1,1,1)*x + beta.reshape(1,-1,1,1)
 def test_bn():
     C.batchnorm_forward(bn_good)
+    expect_fail(C.batchnorm_forward, bn_no_eps, "channel 1 nearly constant", "eps is missing")
+    expect_fail(C.batchnorm_forward, bn_eps_outside, "channel 1 nearly constant",
+                "INSIDE the square root: sqrt(var + eps), not sqrt(var) + eps")
+    expect_fail(C.batchnorm_forward, bn_in_place, "changed its input x in place")
     expect_fail(C.batchnorm_forward, bn_ddof, "biased")
     expect_fail(C.batchnorm_forward, bn_inst, "each image")
     expect_fail(C.batchnorm_forward, bn_bcast, "broadcast")
 def sgd_cs(params, grads, velocity, lr, momentum):
     for k in params:
         velocity[k] *= momentum; velocity[k] -= lr*grads[k]; params[k] += velocity[k]
+
+
+# ---- lesson 08 (08_cuda_kernels)
+def gs_good(n, block): return (n + block - 1) // block
+def gs_round(n, block): return round(n / block + 0.5)
+def gs_999(n, block): return int(n / block + 0.999)
+def gs_at_least_one(n, block): return max(1, (n + block - 1) // block)
+def test_grid_size():
+    C.grid_size(gs_good)
+    expect_fail(C.grid_size, gs_round, "n=768", "one block too many", "round(n / block + 0.5)",
+                "(n + block - 1) // block")
+    expect_fail(C.grid_size, gs_999, "n=1025", "the last 1 element(s) get none", "Adding 0.999")
+    expect_fail(C.grid_size, gs_at_least_one, "n=0", "no element needs a thread", "max(1, ...)")
+
+def wt_good(addresses, segment_bytes=32): return len(np.unique(np.asarray(addresses) // segment_bytes))
+def wt_range(addresses, segment_bytes=32):
+    return int((addresses.max() - addresses.min()) // segment_bytes + 1)
+def wt_elements(addresses, segment_bytes=32): return len(np.unique(addresses // 4 // segment_bytes))
+def wt_sorts(addresses, segment_bytes=32):
+    addresses.sort(); return wt_good(addresses, segment_bytes)
+def test_warp_transactions():
+    C.warp_transactions(wt_good)
+    expect_fail(C.warp_transactions, wt_range, "starting at byte 64", "address RANGE (max - min)",
+                "np.unique(addresses // segment_bytes)")
+    expect_fail(C.warp_transactions, wt_elements, "32 consecutive float64", "already in BYTES")
+    expect_fail(C.warp_transactions, wt_sorts, "changed its input addresses in place")
+
+def tm_good(A, B, tile): return A @ B
+def tm_scales_A(A, B, tile):     # the right C, but A is used as scratch space afterwards
+    C_ = A @ B; A[:] = 0.0; return C_
+def test_tiled_matmul():
+    C.tiled_matmul(tm_good)
+    expect_fail(C.tiled_matmul, tm_scales_A, "changed its input A in place", "never write into A")

@@ -240,6 +240,68 @@ def _perceptron_update_ge(w, b, x, y, lr=1.0):
     return w + lr * (y - y_hat) * x, b + lr * (y - y_hat)
 
 
+# Wrong solutions that the first version of the checks let through (a mutation test found them)
+def _softmax_shift(center):
+    def softmax(z):
+        e = np.exp(z - center(z))
+        return e / e.sum(axis=-1, keepdims=True)
+    return softmax
+
+
+def _softmax_in_place(z):
+    z -= z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _cross_entropy_global_max(logits, labels):
+    s = logits - logits.max()
+    logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(labels)), labels].mean())
+
+
+def _sigmoid_ce_grad_unstable(z, y):
+    return (np.exp(z) / (1 + np.exp(z)) - y) / len(z)
+
+
+def _sigmoid_ce_grad_float32(z, y):
+    return ((1 / (1 + np.exp(-z)) - y) / len(z)).astype(np.float32)
+
+
+def _normalize_rows_in_place(x):
+    x /= np.sqrt((x * x).sum(axis=1, keepdims=True))
+    return x
+
+
+def _perceptron_predict_bool(X, w, b):
+    return X @ w + b > 0
+
+
+def _perceptron_predict_float(X, w, b):
+    return (X @ w + b > 0).astype(np.float32)
+
+
+def _perceptron_predict_minus_b(X, w, b):
+    return (X @ w - b > 0).astype(np.int64)
+
+
+def _perceptron_update_in_place(w, b, x, y, lr=1.0):
+    y_hat = 1 if x @ w + b > 0 else 0
+    w += lr * (y - y_hat) * x
+    return w, b + lr * (y - y_hat)
+
+
+def _relu_backward_zeroes_dout(dout, cache):
+    dout[cache <= 0] = 0
+    return dout
+
+
+def _relu_backward_writes_cache(dout, cache):
+    cache[cache > 0] = 1
+    cache[cache <= 0] = 0
+    return dout * cache
+
+
 @pytest.mark.parametrize("checker, wrong, expected", [
     ("linear_backward", _linear_backward_no_bias_sum,
      ["db has shape (4, 2) but b has shape (2,)", "sum of dout over the batch", "dout.sum(axis=0)"]),
@@ -254,10 +316,35 @@ def _perceptron_update_ge(w, b, x, y, lr=1.0):
     ("sigmoid_ce_grad", _sigmoid_ce_grad_no_mean, ["3 times too large", "divide by N"]),
     ("normalize_rows", _normalize_columns, ["normalized the columns"]),
     ("perceptron_predict", _perceptron_predict_ge, ["exactly 0 should give class 0", "> 0"]),
-    ("perceptron_update", _perceptron_update_always, ["only on a mistake"]),
+    ("perceptron_update", _perceptron_update_always,    # y = 0: it does not move at all
+     ["w did not change", "misclassified (predicted 1, label 0)", "moves w away from x"]),
     ("perceptron_predict", _perceptron_predict_sign, ["np.sign gives -1, 0 or +1", "(s > 0)"]),
     ("perceptron_update", _perceptron_update_ge,
      ["x @ w + b is exactly 0 here", "x @ w + b > 0, strictly, not >= 0"]),
+    # found by the mutation test: these passed before
+    *[("softmax", _softmax_shift(center), ["rows with a large spread", "subtract each row's MAX",
+                                           "the row's min, its mean, its first entry"])
+      for center in (lambda z: z.min(axis=-1, keepdims=True),
+                     lambda z: z.mean(axis=-1, keepdims=True),
+                     lambda z: z[..., :1])],
+    ("softmax", _softmax_in_place,
+     ["changed its input z in place", "shifted = z - z.max(axis=-1, keepdims=True)"]),
+    ("cross_entropy", _cross_entropy_global_max,
+     ["rows 1000 apart", "each ROW's own max", "not the max of the whole array"]),
+    ("sigmoid_ce_grad", _sigmoid_ce_grad_unstable,
+     ["z = [1000, -1000, 0]", "1 / (1 + exp(-z))", "inf / inf = nan"]),
+    ("sigmoid_ce_grad", _sigmoid_ce_grad_float32, ["dL/dz is float32 but z is float64"]),
+    ("normalize_rows", _normalize_rows_in_place,
+     ["changed its input x in place", "out = x / lengths"]),
+    ("perceptron_predict", _perceptron_predict_bool, ["booleans", "(s > 0).astype(np.int64)"]),
+    ("perceptron_predict", _perceptron_predict_float, ["float32 numbers", "integers 0 and 1"]),
+    ("perceptron_predict", _perceptron_predict_minus_b, ["wrong sign", "not X @ w - b"]),
+    ("perceptron_update", _perceptron_update_in_place,
+     ["changed its input w in place", "w = w + step * x", "snapshots"]),
+    ("relu_backward", _relu_backward_zeroes_dout,
+     ["changed its input dout in place", "dx = dout * (x > 0)"]),
+    ("relu_backward", _relu_backward_writes_cache,
+     ["changed its input x (the cache) in place", "read the cache"]),
 ])
 def test_checks_name_the_mistake(checker, wrong, expected):
     with np.errstate(all="ignore"), pytest.raises(ExerciseError) as info:
@@ -266,6 +353,43 @@ def test_checks_name_the_mistake(checker, wrong, expected):
     for part in expected:
         assert part in message, f"{part!r} not in:\n{message}"
     assert "case:" in message
+
+
+def _sigmoid_ce_grad_tanh(z, y):
+    return (0.5 * (1 + np.tanh(z / 2)) - y) / len(z)
+
+
+def _sigmoid_ce_grad_piecewise(z, y):          # the stable two-branch sigmoid
+    with np.errstate(over="ignore", invalid="ignore"):
+        sig = np.where(z >= 0, 1 / (1 + np.exp(-z)), np.exp(z) / (1 + np.exp(z)))
+    return (sig - y) / len(z)
+
+
+def _softmax_logsumexp(z):
+    m = z.max(axis=-1, keepdims=True)
+    return np.exp(z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))
+
+
+def _relu_backward_copy(dout, cache):
+    dx = dout.copy()
+    dx[cache <= 0] = 0
+    return dx
+
+
+def _perceptron_predict_list(X, w, b):
+    return [int(s > 0) for s in X @ w + b]
+
+
+@pytest.mark.parametrize("checker, right", [
+    ("sigmoid_ce_grad", _sigmoid_ce_grad_tanh),
+    ("sigmoid_ce_grad", _sigmoid_ce_grad_piecewise),
+    ("softmax", _softmax_logsumexp),
+    ("relu_backward", _relu_backward_copy),
+    ("perceptron_predict", _perceptron_predict_list),   # integers 0 and 1, one per sample
+])
+def test_checks_accept_other_right_solutions(checker, right, capsys):
+    getattr(dl.check, checker)(right)
+    assert "\u2713" in capsys.readouterr().out
 
 
 def test_a_check_reports_the_case_and_keeps_the_learners_traceback():

@@ -269,6 +269,26 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
     with pytest.raises(AssertionError, match=r"(?s)only this model has Dropout.*model\.eval\(\)"):
         check.decision_grid(forgets_eval)
 
+    def stays_in_eval(model, X, R, pad):      # right numbers, but the model is not put back
+        model.eval()
+        return widgets.decision_grid(model, X, R, pad)[0]
+    with pytest.raises(AssertionError, match=r"(?s)left it in evaluation mode.*likely fix: put "
+                                             r"the model back with model\.train\(\) \(or use "
+                                             r"`with dl\.layers\.eval_mode\(model\):`\)"):
+        check.decision_grid(stays_in_eval)
+
+    def with_eval_mode(model, X, R, pad):     # the context manager puts the mode back itself
+        with dl.layers.eval_mode(model):
+            return widgets.decision_grid(model, X, R, pad)[0]
+    check.decision_grid(with_eval_mode)
+
+    def moves_X(model, X, R, pad):
+        probs = widgets.decision_grid(model, X, R, pad)[0]
+        X -= X.mean(axis=0)
+        return probs
+    with pytest.raises(AssertionError, match="changed its input X in place"):
+        check.decision_grid(moves_X)
+
     def early_stop(target):
         return lambda epoch, h: not (h.val_accuracy and h.val_accuracy[-1] >= target)
     check.early_stop(early_stop)
@@ -280,6 +300,23 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
     with pytest.raises(AssertionError, match=r"(?s)did not stop at epoch 3.*"
                                              r"likely fix: return False \(or raise StopTraining"):
         check.early_stop(lambda target: lambda epoch, h: None)   # never stops
+
+    # The histories' training accuracy (1.0) differs from the validation accuracy, so a callback
+    # reading the wrong quantity is told which one it read.
+    wrong_quantity = [
+        (lambda t: lambda e, h: not (h.train_accuracy and h.train_accuracy[-1] >= t),
+         r"stopped at epoch 1.*likely fix: the TRAINING accuracy \(1\.0 here\) reached the target"),
+        (lambda t: lambda e, h: not (h.val_loss and h.val_loss[-1] <= 1 - t),
+         r"did not stop at epoch 3.*likely fix: it reacts to the validation LOSS"),
+        (lambda t: lambda e, h: not (h.val_accuracy and h.val_accuracy[0] >= t),
+         r"did not stop at epoch 3.*likely fix: it stopped once EVERY entry reached the target.*"
+         r"history\.val_accuracy\[-1\]"),
+        (lambda t: lambda e, h: bool(h.val_accuracy and h.val_accuracy[-1] >= t),
+         r"stopped at epoch 1.*likely fix: .*swap the returns"),
+    ]
+    for wrong, message in wrong_quantity:
+        with pytest.raises(AssertionError, match="(?s)" + message):
+            check.early_stop(wrong)
 
     check.mlp_parameter_count(widgets.count_parameters)
     with pytest.raises(AssertionError, match="weights only"):

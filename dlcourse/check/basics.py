@@ -17,6 +17,7 @@ The shared machinery (for check modules such as ``cnn.py``)::
     expect_shape(got, shape, fn, case, what, fix)   # shape, with the likely fix
     expect_close(got, expected, fn, case, what, mistakes=[(array, fix), ...])
     expect_finite(got, fn, case, what, fix)
+    expect_unchanged(fn, case, [(name, original, copy_passed), ...])   # no in-place writes
     fail(fn, case, problem, fix)                    # raise ExerciseError in the common format
     passed(fn, n_cases)                             # the one-line success message
 """
@@ -191,6 +192,31 @@ def expect_close(got: np.ndarray, expected, fn, case: str, what: str, *, rtol: f
                    f"    got:      {_show(got)}", fix)
 
 
+def expect_unchanged(fn, case: str, inputs, fix: str | None = None):
+    """Fail if the learner's function changed one of its input arrays in place.
+
+    ``inputs`` is a list of ``(name, as_it_was, what_the_function_got)``: a check keeps the
+    original and passes a copy, so a function that writes into its input shows here (and
+    cannot spoil the check's own data). ``fix`` may mention ``{name}``.
+    """
+    for name, before, given in inputs:
+        before = np.asarray(before)
+        after = np.asarray(backend.to_numpy(given))
+        if after.shape == before.shape and np.array_equal(after, before):
+            continue
+        where = ""
+        if after.shape == before.shape:
+            i = tuple(int(k) for k in np.argwhere(after != before)[0])
+            at = f" at index {i}" if before.ndim else ""
+            where = (f" (the entry{at} was {_show(before[i])} when it was passed, and is "
+                     f"{_show(after[i])} after the call)")
+        fail(fn, case, f"your function changed its input {name} in place{where}, so the caller's "
+                       f"{name} is no longer what it passed.",
+             (fix or "leave {name} as it is and compute into a new array (out = {name} * ..., "
+                     "not {name} *= ... or {name}[...] = ...): the caller may still need it.")
+             .replace("{name}", name))
+
+
 def passed(fn, n_cases: int, on_gpu: bool = False):
     """Print the success line: ``"✓ linear_backward: all 4 cases pass (NumPy)."``."""
     where = "NumPy and CuPy" if on_gpu else "NumPy"
@@ -233,7 +259,8 @@ def normalize_rows(fn):
     ]
     for case, x in cases:
         expected = _ref_normalize_rows(x)
-        got = to_array(call(fn, x.copy(), case=case,
+        given = x.copy()
+        got = to_array(call(fn, given, case=case,
                             on_error="the row norms should form an (N, 1) column: sum with "
                                      "axis=1 and keepdims=True."), fn, case, "the result")
         expect_shape(got, x.shape, fn, case, "the result", "return an array shaped like x.")
@@ -255,6 +282,9 @@ def normalize_rows(fn):
             fail(fn, case, f"the result is {got.dtype} but x is {x.dtype}.",
                  "use x's own operations (x * x, .sum, xp.sqrt); mixing in np.float64 values "
                  "promotes float32 to float64.")
+        expect_unchanged(fn, case, [("x", x, given)],
+                         "divide into a new array, out = x / lengths: x /= lengths overwrites "
+                         "the caller's x with the result.")
     cp = _gpu()
     if cp is not None:
         case = "the first case again, with x on the GPU (a CuPy array)"
@@ -276,14 +306,17 @@ def perceptron_predict(fn):
         ("X = [[2, 1], [-1, -3], [0.5, 0.5], [1, -1]], w = [1, 1], b = 0 "
          "(weighted sums 3, -4, 1, 0)",
          np.array([[2.0, 1.0], [-1.0, -3.0], [0.5, 0.5], [1.0, -1.0]]), np.array([1.0, 1.0]), 0.0),
-        ("X = [[1, 0], [0, 1], [2, 2]], w = [0.5, -1], b = -0.25 (a bias that matters)",
-         np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]), np.array([0.5, -1.0]), -0.25),
+        ("X = [[1, 0], [0, 1], [2, 2], [0.4, 0], [0, 0.1]], w = [0.5, -1], b = -0.25 "
+         "(a bias that matters: weighted sums 0.25, -1.25, -1.25, -0.05, -0.35)",
+         np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0], [0.4, 0.0], [0.0, 0.1]]),
+         np.array([0.5, -1.0]), -0.25),
         ("20 random samples with 5 features", r.standard_normal((20, 5)), r.standard_normal(5), 0.3),
     ]
     for case, X, w, b in cases:
         s = X @ w + b
         expected = (s > 0).astype(np.int64)
-        got = to_array(call(fn, X.copy(), w.copy(), b, case=case,
+        X_given, w_given = X.copy(), w.copy()
+        got = to_array(call(fn, X_given, w_given, b, case=case,
                             on_error="X is (N, D) and w is (D,): the weighted sums are X @ w + b."),
                        fn, case, "the prediction")
         if got.ndim == 2 and got.shape == (len(X), 1):
@@ -304,7 +337,15 @@ def perceptron_predict(fn):
              "you returned -1/+1; this perceptron's classes are 0 and 1: (s > 0).astype(int)."),
             (s, "you returned the weighted sums themselves: apply the step, 1 where s > 0 else 0."),
             ((X @ w > 0).astype(np.int64), "you forgot the bias: s = X @ w + b."),
+            ((X @ w - b > 0).astype(np.int64),
+             "the bias has the wrong sign: s = X @ w + b, not X @ w - b."),
         ])
+        if got.dtype.kind not in "iu":
+            kind = "booleans (True/False)" if got.dtype == bool else f"{got.dtype} numbers"
+            fail(fn, case, f"the labels are right but they are {kind}; the classes are the "
+                           f"integers 0 and 1.",
+                 "turn the step's booleans into integers: (s > 0).astype(np.int64).")
+        expect_unchanged(fn, case, [("X", X, X_given), ("w", w, w_given)])
     passed(fn, len(cases))
 
 
@@ -328,7 +369,8 @@ def perceptron_update(fn):
         step_ge = lr * (y - (1 if x @ w + b >= 0 else 0))   # the step taken with ">= 0"
         at_zero = ("x @ w + b is exactly 0 here, which predicts class 0 (class 1 needs "
                    "x @ w + b > 0, strictly, not >= 0), so this is a mistake to learn from.")
-        out = call(fn, w.copy(), b, x.copy(), y, lr, case=case)
+        w_given, x_given = w.copy(), x.copy()
+        out = call(fn, w_given, b, x_given, y, lr, case=case)
         w_got, b_got = expect_tuple(out, 2, fn, case, "w, b")
         w_got = to_array(w_got, fn, case, "the new w")
         b_got = to_array(b_got, fn, case, "the new b")
@@ -337,19 +379,34 @@ def perceptron_update(fn):
             fail(fn, case, f"the new b has shape {_shape(b_got.shape)}; it should be one number.")
         b_got = b_got.reshape(())
         right = y_hat == y
-        expect_close(w_got, w_exp, fn, case, "the new w", rtol=1e-12, atol=1e-12, mistakes=[
-            (w + lr * y * x, "the rule moves w only on a mistake: use lr * (y - y_hat) * x, "
-                             "which is 0 when the prediction is right."),
+        w_mistakes = []
+        if right and y == 1:   # (on a mistake, or with y = 0, lr * y * x is right or zero)
+            w_mistakes.append((w + lr * y * x, "the rule moves w only on a mistake: use "
+                               "lr * (y - y_hat) * x, which is 0 when the prediction is right."))
+        w_mistakes += [
             (w - step * x, "w moved the wrong way: the step is lr * (y - y_hat), not (y_hat - y)."),
             (w + (y - y_hat) * x, "lr was ignored: multiply the step by lr."),
             (w + step_ge * x, at_zero),
-        ], fix=("nothing should change when the prediction is right." if right else None))
+        ]
+        if not right:
+            w_mistakes.append((w, f"w did not change, but this sample is misclassified (predicted "
+                                  f"{y_hat}, label {y}): the step lr * (y - y_hat) = {step:g} is "
+                                  f"not 0, so w + step * x moves w "
+                                  f"{'towards' if step > 0 else 'away from'} x."))
+        expect_close(w_got, w_exp, fn, case, "the new w", rtol=1e-12, atol=1e-12,
+                     mistakes=w_mistakes,
+                     fix=("nothing should change when the prediction is right." if right else None))
         expect_close(b_got, b_exp, fn, case, "the new b", rtol=1e-12, atol=1e-12, mistakes=[
             (np.asarray(b), "b did not change: the bias learns too, b + lr * (y - y_hat)."),
             (np.asarray(b - step), "b moved the wrong way: add lr * (y - y_hat)."),
             (np.asarray(b + (y - y_hat)), "lr was ignored in the bias update."),
             (np.asarray(b + step_ge), at_zero),
         ])
+        expect_unchanged(fn, case, [("w", w, w_given)],
+                         "return a new w: w = w + step * x. (w += step * x writes into the "
+                         "caller's array, so code that keeps the old w, such as a list of "
+                         "snapshots, would see it change too.)")
+        expect_unchanged(fn, case, [("x", x, x_given)])
     passed(fn, len(cases))
 
 
@@ -359,14 +416,18 @@ def perceptron_update(fn):
 
 def softmax(fn):
     """Check ``fn(z)``: softmax over the last axis, for any number of axes, finite for
-    logits as large as 1000 (subtract each row's max), keeping float32 as float32."""
+    logits as large as 1000 and rows spread over 2000 (subtract each row's max), keeping
+    float32 as float32 and leaving z as it was."""
     r = _rng(2)
+    SPREAD = ("rows with a large spread: z = [[1000, 0, -1000], [-1000, 0, 1000]] (only "
+              "subtracting each row's MAX keeps every exponent <= 0)")
     cases = [
         ("z = [[1, 2, 3], [1, 1, 1]]", np.array([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])),
         ("z of shape (3, 3), random (square: rows and columns cannot be told apart by shape)",
          r.standard_normal((3, 3))),
         ("large logits: z = [[1000, 999, 998], [-1000, -1000, -1000]]",
          np.array([[1000.0, 999.0, 998.0], [-1000.0, -1000.0, -1000.0]])),
+        (SPREAD, np.array([[1000.0, 0.0, -1000.0], [-1000.0, 0.0, 1000.0]])),
         ("a single row of 4 logits, z of shape (4,) (use the last axis, axis=-1)",
          np.array([0.5, -1.0, 2.0, 0.0])),
         ("z of shape (2, 3, 5), float32 (softmax over the last axis)",
@@ -374,8 +435,9 @@ def softmax(fn):
     ]
     for case, z in cases:
         expected = _ref_softmax(z)
+        given = z.copy()
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-            got = to_array(call(fn, z.copy(), case=case,
+            got = to_array(call(fn, given, case=case,
                                 on_error="reduce over the last axis with axis=-1 and "
                                          "keepdims=True, so any number of axes works."),
                            fn, case, "the result")
@@ -387,6 +449,11 @@ def softmax(fn):
                    if first_row_bad else
                    "subtract each ROW's own max (keepdims=True), not the max of the whole array: "
                    "a row far below the global max underflows to 0/0.")
+            if case == SPREAD:
+                fix = ("subtract each row's MAX, z - z.max(axis=-1, keepdims=True). Any other "
+                       "shift (the row's min, its mean, its first entry) leaves an exponent of "
+                       "1000 or 2000 in one of these rows, and exp overflows to inf (inf/inf is "
+                       "nan); only the max makes every exponent <= 0.")
             expect_finite(got, fn, case, "the result", fix)
         tol = 1e-5 if z.dtype == np.float32 else 1e-10
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -397,27 +464,35 @@ def softmax(fn):
         if got.dtype != z.dtype:
             fail(fn, case, f"the result is {got.dtype} but z is {z.dtype}.",
                  "use z's own operations; float64 constants or arrays promote float32.")
+        expect_unchanged(fn, case, [("z", z, given)],
+                         "compute into a new array: shifted = z - z.max(axis=-1, keepdims=True) "
+                         "(z -= ... overwrites the caller's logits).")
     passed(fn, len(cases))
 
 
 def cross_entropy(fn):
     """Check ``fn(logits, labels)``: the mean over the batch of -log softmax(logits)[n, labels[n]],
-    a single number, finite even for logits 1000 apart (use log-softmax, not log(softmax))."""
+    a single number, finite even for logits 1000 apart (use log-softmax, not log(softmax)) and
+    for rows 1000 apart (subtract each row's own max)."""
     r = _rng(3)
+    ROWS_APART = ("rows 1000 apart: logits = [[1000, 0], [-1000, -1001]], labels = [0, 1] "
+                  "(loss 0.6566)")
     cases = [
         ("logits = [[2, 1, 0.1], [0.5, 2.5, 0.3]], labels = [0, 1]",
          np.array([[2.0, 1.0, 0.1], [0.5, 2.5, 0.3]]), np.array([0, 1])),
         ("8 samples, 5 classes, random logits", r.standard_normal((8, 5)) * 2, r.integers(0, 5, 8)),
         ("logits 1000 apart: logits = [[1000, 0], [0, 1000]], labels = [1, 1] (loss 500)",
          np.array([[1000.0, 0.0], [0.0, 1000.0]]), np.array([1, 1])),
+        (ROWS_APART, np.array([[1000.0, 0.0], [-1000.0, -1001.0]]), np.array([0, 1])),
     ]
     for case, logits, labels in cases:
         N = len(labels)
         logp = _ref_log_softmax(logits)
         picked = logp[np.arange(N), labels]
         expected = -picked.mean()
+        logits_given, labels_given = logits.copy(), labels.copy()
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            out = call(fn, logits.copy(), labels.copy(), case=case,
+            out = call(fn, logits_given, labels_given, case=case,
                        on_error="index the log-probabilities with [xp.arange(N), labels].")
         got = to_array(out, fn, case, "the loss")
         if got.size != 1:
@@ -426,6 +501,10 @@ def cross_entropy(fn):
         got = got.reshape(())
         if not np.isfinite(got):
             expect_finite(got, fn, case, "the loss",
+                          "subtract each ROW's own max, logits.max(axis=1, keepdims=True), not "
+                          "the max of the whole array: the second row lies 2000 below the "
+                          "global max, so all its exps underflow to 0 and log(0) = -inf."
+                          if case == ROWS_APART else
                           "softmax underflows to exactly 0 for a logit 1000 below the max, and "
                           "log(0) = -inf. Compute log-softmax directly: "
                           "shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True)).")
@@ -438,6 +517,8 @@ def cross_entropy(fn):
             (-_ref_log_softmax(logits.T).T[np.arange(N), labels].mean(),
              "softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
         ])
+        expect_unchanged(fn, case, [("logits", logits, logits_given),
+                                    ("labels", labels, labels_given)])
     passed(fn, len(cases))
 
 
@@ -450,16 +531,23 @@ def sigmoid_ce_grad(fn):
         ("10 random logits and labels", r.standard_normal(10) * 3, r.integers(0, 2, 10).astype(float)),
         ("large logits: z = [30, -30, 50], y = [1, 1, 0]",
          np.array([30.0, -30.0, 50.0]), np.array([1.0, 1.0, 0.0])),
+        ("logits far out: z = [1000, -1000, 0], y = [1, 0, 1] (sigmoid 1, 0 and 0.5)",
+         np.array([1000.0, -1000.0, 0.0]), np.array([1.0, 0.0, 1.0])),
     ]
     for case, z, y in cases:
         N = z.size
-        sig = 1.0 / (1.0 + np.exp(-z))
+        with np.errstate(over="ignore"):      # exp(1000) is inf, and 1 / (1 + inf) is 0: right
+            sig = 1.0 / (1.0 + np.exp(-z))
         expected = (sig - y) / N
-        with np.errstate(over="ignore"):
-            got = to_array(call(fn, z.copy(), y.copy(), case=case), fn, case, "dL/dz")
+        z_given, y_given = z.copy(), y.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = to_array(call(fn, z_given, y_given, case=case), fn, case, "dL/dz")
         expect_shape(got, z.shape, fn, case, "dL/dz", "the gradient has one entry per logit.")
         expect_finite(got, fn, case, "dL/dz",
-                      "compute the sigmoid as 1 / (1 + exp(-z)) or 0.5 * (1 + tanh(z / 2)).")
+                      "compute the sigmoid as the lesson writes it, 1 / (1 + exp(-z)) (or as "
+                      "0.5 * (1 + tanh(z / 2))): at z = 1000 that is 1 / (1 + 0) = 1 and at "
+                      "z = -1000 it is 1 / (1 + inf) = 0, while exp(z) / (1 + exp(z)) is "
+                      "inf / inf = nan at z = 1000.")
         expect_close(got, expected, fn, case, "dL/dz", rtol=1e-6, atol=1e-12, mistakes=[
             (sig - y, f"the gradient is {N} times too large: the loss is a mean over N samples, "
                       "so divide by N."),
@@ -469,6 +557,11 @@ def sigmoid_ce_grad(fn):
              "leaving (sigmoid(z) - y) / N."),
             (y - sig, "the sign is flipped and the mean's 1/N is missing."),
         ])
+        if got.dtype != z.dtype:
+            fail(fn, case, f"dL/dz is {got.dtype} but z is {z.dtype}.",
+                 "keep z's dtype: compute with z's own operations and do not cast the result "
+                 "(.astype(np.float32) throws away digits the gradient check needs).")
+        expect_unchanged(fn, case, [("z", z, z_given), ("y", y, y_given)])
     passed(fn, len(cases))
 
 
@@ -493,7 +586,8 @@ def linear_forward(fn):
     ``cache = (x, W)``, exactly what linear_backward needs."""
     cases = _linear_cases()
     for case, x, W, b, _ in cases:
-        out = call(fn, x.copy(), W.copy(), b.copy(), case=case,
+        given = {"x": x.copy(), "W": W.copy(), "b": b.copy()}
+        out = call(fn, given["x"], given["W"], given["b"], case=case,
                    on_error="x is (N, D) and W is (D, M): the product is x @ W, shape (N, M).")
         out, cache = expect_tuple(out, 2, fn, case, "out, cache")
         got = to_array(out, fn, case, "out")
@@ -514,6 +608,7 @@ def linear_forward(fn):
                 fail(fn, case, f"cache should be (x, W), but its {'first' if name == 'x' else 'second'} "
                                f"item is not {name} (shape {_shape(item.shape)}).",
                      "cache = (x, W).")
+        expect_unchanged(fn, case, [(k, ref, given[k]) for k, ref in (("x", x), ("W", W), ("b", b))])
     passed(fn, len(cases))
 
 
@@ -526,7 +621,8 @@ def linear_backward(fn):
         N, D = x.shape
         M = W.shape[1]
         dx, dW, db = dout @ W.T, x.T @ dout, dout.sum(axis=0)
-        out = call(fn, dout.copy(), (x.copy(), W.copy()), case=case,
+        given = {"dout": dout.copy(), "x": x.copy(), "W": W.copy()}
+        out = call(fn, given["dout"], (given["x"], given["W"]), case=case,
                    on_error="check each product's shapes: dx (N, D) = dout (N, M) @ W.T (M, D); "
                             "dW (D, M) = x.T (D, N) @ dout (N, M).")
         got = expect_tuple(out, 3, fn, case, "dx, dW, db")
@@ -568,6 +664,8 @@ def linear_backward(fn):
             db_mistakes.append((dout.sum(axis=1), "you summed over the outputs (axis=1); sum over "
                                                   "the batch, axis=0."))
         expect_close(g_db, db, fn, case, "db", rtol=1e-10, atol=1e-10, mistakes=db_mistakes)
+        expect_unchanged(fn, case, [(k, ref, given[k])
+                                    for k, ref in (("dout", dout), ("x", x), ("W", W))])
     if cp is not None:
         case, x, W, b, dout = cases[0]
         case = f"{case}, on the GPU (CuPy arrays)"
@@ -593,7 +691,8 @@ def relu_backward(fn):
     ]
     for case, x, dout in cases:
         expected = dout * (x > 0)
-        got = to_array(call(fn, dout.copy(), x.copy(), case=case), fn, case, "dx")
+        dout_given, x_given = dout.copy(), x.copy()
+        got = to_array(call(fn, dout_given, x_given, case=case), fn, case, "dx")
         expect_shape(got, x.shape, fn, case, "dx", "dx has the shape of x (and of dout).")
         expect_close(got, expected, fn, case, "dx", rtol=1e-12, atol=1e-12, mistakes=[
             (dout * (x >= 0), "at x == 0 the gradient should be 0 (we take ReLU's slope there "
@@ -604,4 +703,12 @@ def relu_backward(fn):
             (dout, "dout passed through everywhere: zero it where x <= 0."),
             (dout * np.maximum(x, 0), "multiply dout by the 0/1 mask (x > 0), not by max(x, 0)."),
         ])
+        expect_unchanged(fn, case, [("dout", dout, dout_given)],
+                         "return a new array, dx = dout * (x > 0): zeroing dout in place "
+                         "(dout[x <= 0] = 0) also changes the gradient the next layer handed "
+                         "back, wherever else it is used.")
+        expect_unchanged(fn, case, [("x (the cache)", x, x_given)],
+                         "read the cache, do not write into it: x is the ReLU's input, which "
+                         "the layer before may still hold. Build the mask as a new array: "
+                         "(x > 0).")
     passed(fn, len(cases))

@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from .basics import (_rng, call, expect_close, expect_shape, expect_tuple, fail, passed,
-                     to_array, to_number)
+from .basics import (_rng, call, expect_close, expect_shape, expect_tuple, expect_unchanged,
+                     fail, passed, to_array, to_number)
 
 __all__ = [
     "iterate_minibatches", "accuracy", "sgd_momentum_step",
@@ -50,7 +50,12 @@ def iterate_minibatches(fn) -> None:
 
     In one call every sample must appear exactly once, ``xb`` and ``yb`` must stay paired,
     batches are ``batch_size`` long except possibly the last, ``shuffle=False`` keeps the
-    order, ``shuffle=True`` changes it, and the same ``seed`` gives the same order.
+    order, ``shuffle=True`` changes it, and the same ``seed`` gives the same order. Each call
+    gets copies of X and y, which must come back unchanged (shuffle an index array, not the
+    data).
+
+    Any permutation made from the seed passes: the lesson says another correct shuffle than
+    ``default_rng(seed).permutation(N)`` is equally good, so the order itself is not compared.
     """
     N = 50
     # Row i of X is (i, 1000 + i) and y[i] = i: every row names its sample.
@@ -59,7 +64,8 @@ def iterate_minibatches(fn) -> None:
 
     def epoch(B, shuffle, seed):
         case = f"X of shape {X.shape}, batch_size={B}, shuffle={shuffle}, seed={seed}"
-        out = call(fn, X, y, B, shuffle=shuffle, seed=seed, case=case)
+        X_given, y_given = X.copy(), y.copy()     # the check's own X and y stay as they are
+        out = call(fn, X_given, y_given, B, shuffle=shuffle, seed=seed, case=case)
         if out is None:
             fail(fn, case, "it returned None.", "`yield xb, yb` inside the loop (or return a list "
                  "of (xb, yb) pairs).")
@@ -75,6 +81,11 @@ def iterate_minibatches(fn) -> None:
                      "`yield xb, yb`.")
             pairs.append((to_array(item[0], fn, case, f"xb of batch {k}"),
                           to_array(item[1], fn, case, f"yb of batch {k}")))
+        shuffled_in_place = ("shuffle an index array, not the data: order = "
+                             "np.random.default_rng(seed).permutation(N); idx = "
+                             "order[start:start + batch_size]; yield X[idx], y[idx]. "
+                             "(rng.shuffle(X) reorders the caller's own arrays.)")
+        expect_unchanged(fn, case, [("X", X, X_given), ("y", y, y_given)], shuffled_in_place)
         sizes = [B] * (N // B) + ([N % B] if N % B else [])
         got_sizes = [len(yb) for _, yb in pairs]
         if got_sizes != sizes:
@@ -145,8 +156,11 @@ def accuracy(fn) -> None:
         N, K = lg.shape
         case = f"logits of shape ({N}, {K}), y = {yy.tolist()}"
         expected = float((lg.argmax(axis=1) == yy).mean())
-        got = to_number(call(fn, lg.astype(np.float32), yy, case=case), fn, case, "the accuracy",
-                      "take the mean over the batch: (predictions == y).mean().")
+        logits_given, y_given = lg.astype(np.float32), yy.copy()
+        got = to_number(call(fn, logits_given, y_given, case=case), fn, case, "the accuracy",
+                        "take the mean over the batch: (predictions == y).mean().")
+        expect_unchanged(fn, case, [("logits", lg.astype(np.float32), logits_given),
+                                    ("y", yy, y_given)])
         if np.isclose(got, expected):
             continue
         n_right = int(round(expected * N))
@@ -370,6 +384,8 @@ def mlp_forward_batched(fn) -> None:
         hidden = X @ W1 + b1
         expected = np.maximum(hidden, 0) @ W2 + b2
         _Spy.log = log = _SpyLog()
+        originals = {"X": X.copy(), "W1": W1.copy(), "b1": b1.copy(), "W2": W2.copy(),
+                     "b2": b2.copy()}
         spies = []
         for role, a in (("X", X), ("W1", W1), ("b1", b1), ("W2", W2), ("b2", b2)):
             spies.append(a.view(_Spy))
@@ -391,6 +407,12 @@ def mlp_forward_batched(fn) -> None:
                            "at once: " + "; ".join(loops) + ".",
                  "write it for the whole batch, with no loop: X @ W1 + b1 multiplies every row "
                  "of X at once (b1 broadcasts over the rows), then np.maximum(..., 0) @ W2 + b2.")
+        if got.dtype != np.float64:
+            fail(fn, case, f"the logits are {got.dtype}, but X and the weights are float64.",
+                 "do not cast the result (.astype(np.float32)): float64 in gives float64 out, "
+                 "and the operators (@, +, xp.maximum) already keep the inputs' dtype.")
+        expect_unchanged(fn, case, [(spy.role, originals[spy.role], spy.view(np.ndarray))
+                                    for spy in spies])
     on_gpu = backend.gpu_available()
     if on_gpu:   # the same code on CuPy arrays: the result must stay on the GPU
         cp = backend.require_cupy()
@@ -468,7 +490,8 @@ def conv2d_naive(fn) -> None:
         N, C, H, Wd = x.shape
         F, _, KH, KW = W.shape
         expected = ref(x, W, b, s, p)
-        got = to_array(call(fn, x.copy(), W.copy(), b.copy(), stride=s, padding=p, case=case),
+        given = {"x": x.copy(), "W": W.copy(), "b": b.copy()}
+        got = to_array(call(fn, given["x"], given["W"], given["b"], stride=s, padding=p, case=case),
                        fn, case, "the output")
         expect_shape(got, expected.shape, fn, case, "the output",
                      f"(N, F, OH, OW) with OH = ({H} + 2*{p} - {KH}) // {s} + 1 = {expected.shape[2]} "
@@ -484,6 +507,7 @@ def conv2d_naive(fn) -> None:
              "only channel 0 is used: the window is x_pad[n, :, ...], all channels."),
         ], fix="compare your loops with out[n, f, i, j] = (x_pad[n, :, i*stride:i*stride+KH, "
                "j*stride:j*stride+KW] * W[f]).sum() + b[f].")
+        expect_unchanged(fn, case, [(k, ref_, given[k]) for k, ref_ in (("x", x), ("W", W), ("b", b))])
     passed(fn, len(cases))
 
 
@@ -501,7 +525,9 @@ def im2col_simple(fn) -> None:
         x = np.arange(N * C * H * W, dtype=np.float64).reshape(shape)   # every pixel unique
         case = f"x = np.arange({N * C * H * W}).reshape{shape}, KH={KH}, KW={KW}"
         expected = im2col(x, KH, KW)
-        got = to_array(call(fn, x.copy(), KH, KW, case=case), fn, case, "cols")
+        x_given = x.copy()
+        got = to_array(call(fn, x_given, KH, KW, case=case), fn, case, "cols")
+        expect_unchanged(fn, case, [("x", x, x_given)])
         if got.shape == expected.shape[::-1] != expected.shape:
             fail(fn, case, f"cols has shape {got.shape}: that is the transpose of the expected "
                            f"{expected.shape}.",
@@ -532,8 +558,9 @@ def conv2d_backward(fn) -> None:
         N, C, H, Wd = x.shape
         dout = r.standard_normal((N, W.shape[0], *output_size(H, Wd, W.shape[2], W.shape[3], s, p)))
         e_dx, e_dW, e_db = conv2d_backward_naive(dout, x, W, s, p)
-        out = expect_tuple(call(fn, dout.copy(), x.copy(), W.copy(), stride=s, padding=p, case=case),
-                           3, fn, case, "dx, dW, db")
+        given = {"dout": dout.copy(), "x": x.copy(), "W": W.copy()}
+        out = expect_tuple(call(fn, given["dout"], given["x"], given["W"], stride=s, padding=p,
+                                case=case), 3, fn, case, "dx, dW, db")
         dx, dW, db = (to_array(a, fn, case, n) for a, n in zip(out, ("dx", "dW", "db")))
         if dx.shape == W.shape and dW.shape == x.shape and x.shape != W.shape:
             fail(fn, case, "dx has W's shape and dW has x's shape.", "return dx, dW, db in that order.")
@@ -554,6 +581,8 @@ def conv2d_backward(fn) -> None:
                      fix="every output pixel sends W[f] * dout[n, f, i, j] back to the window it came "
                          "from (at i*stride, j*stride in the padded input), and overlapping windows "
                          "ADD (+=).")
+        expect_unchanged(fn, case, [(k, ref_, given[k])
+                                    for k, ref_ in (("dout", dout), ("x", x), ("W", W))])
     passed(fn, len(cases))
 
 
@@ -573,24 +602,57 @@ def _maxpool_wrong(dout, x, K, s):
     return spread, spread / (K * K), overwrite
 
 
+def _maxpool_ties_wrong(dout, x, K, s):
+    """Two wrong dx where a window has ties: dout to EVERY tied maximum (a mask
+    ``window == window.max()``), and dout to the LAST maximum (``>=`` in a search loop)."""
+    N, C, H, W = x.shape
+    _, _, OH, OW = dout.shape
+    every, last = np.zeros_like(x), np.zeros_like(x)
+    for n in range(N):
+        for c in range(C):
+            for i in range(OH):
+                for j in range(OW):
+                    win = x[n, c, i * s:i * s + K, j * s:j * s + K]
+                    every[n, c, i * s:i * s + K, j * s:j * s + K] += (win == win.max()) * dout[n, c, i, j]
+                    flat = win.size - 1 - int(win.ravel()[::-1].argmax())
+                    kh, kw = np.unravel_index(flat, win.shape)
+                    last[n, c, i * s + kh, j * s + kw] += dout[n, c, i, j]
+    return every, last
+
+
+_TIES = ("ties go to the FIRST maximum in row-major order of the window (row by row, left to "
+         "right), which is what window.argmax() finds and what dl.MaxPool2d does")
+
+
 def maxpool_backward(fn) -> None:
     """Check ``fn(dout, x, K, stride)`` returning dx (N, C, H, W) for K×K max pooling: each
     window's gradient dout[n, c, i, j] goes to the position of that window's maximum, and
-    where windows overlap (stride < K) the gradients add up. Compared with
-    ``dlcourse.conv.maxpool_backward_naive``."""
+    where windows overlap (stride < K) the gradients add up. Where a window holds several
+    equal maxima (after a ReLU many values are exactly 0), only the first in row-major order
+    gets it, as with ``window.argmax()``. Compared with ``dlcourse.conv.maxpool_backward_naive``."""
     from ..conv import maxpool_backward_naive, output_size
     r = _rng(9)
-    cases = [((1, 1, 4, 4), 2, 2), ((2, 3, 6, 6), 2, 2), ((1, 2, 5, 5), 2, 2),
-             ((2, 2, 5, 5), 3, 1), ((1, 1, 7, 7), 3, 2)]
-    for shape, K, s in cases:
+    cases = []
+    for shape, K, s in [((1, 1, 4, 4), 2, 2), ((2, 3, 6, 6), 2, 2), ((1, 2, 5, 5), 2, 2),
+                        ((2, 2, 5, 5), 3, 1), ((1, 1, 7, 7), 3, 2)]:
         x = r.permutation(int(np.prod(shape))).reshape(shape).astype(np.float64)   # no ties
-        OH, OW = output_size(shape[2], shape[3], K, K, s)
-        dout = r.standard_normal((shape[0], shape[1], OH, OW))
-        case = f"x of shape {shape} (no ties), K={K}, stride={s}"
+        cases.append((f"x of shape {shape} (no ties), K={K}, stride={s}", x, K, s, False))
+    # After a ReLU: channel 0 all zeros (every window a 4-way tie), channel 1 with a tie of two
+    # 2s in its top-left window and zeros elsewhere.
+    x = np.zeros((1, 2, 4, 4))
+    x[0, 1] = np.maximum(r.standard_normal((4, 4)), 0)
+    x[0, 1, :2, :2] = [[0.0, 2.0], [2.0, 1.0]]
+    cases.append(("x after a ReLU, shape (1, 2, 4, 4), with tied maxima: channel 0 all zeros, "
+                  "and two 2s in the first window of channel 1; K=2, stride=2", x, 2, 2, True))
+    for case, x, K, s, ties in cases:
+        OH, OW = output_size(x.shape[2], x.shape[3], K, K, s)
+        dout = r.standard_normal((x.shape[0], x.shape[1], OH, OW))
         expected = maxpool_backward_naive(dout, x, K, K, s)
-        got = to_array(call(fn, dout.copy(), x.copy(), K, s, case=case), fn, case, "dx")
+        dout_given, x_given = dout.copy(), x.copy()
+        got = to_array(call(fn, dout_given, x_given, K, s, case=case), fn, case, "dx")
         expect_shape(got, x.shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
         spread, averaged, overwrite = _maxpool_wrong(dout, x, K, s)
+        every, last = _maxpool_ties_wrong(dout, x, K, s)
         expect_close(got, expected, fn, case, "dx", mistakes=[
             (spread, "you sent the gradient to every pixel of the window; only the maximum "
                      "influenced the output, so only it gets the gradient."),
@@ -598,7 +660,15 @@ def maxpool_backward(fn) -> None:
             (overwrite, "with overlapping windows (stride < K) one pixel can be the maximum of "
                         "several windows: ADD their gradients (+=), don't overwrite (=)."),
             (np.zeros_like(x), "dx is all zeros."),
-        ])
+            (every, "where a window has several equal maxima you gave dout to EVERY one of them "
+                    "(a mask window == window.max()), so that window passes on its gradient "
+                    f"several times over. Exactly one position gets it: {_TIES}. Use kh, kw = "
+                    "np.unravel_index(window.argmax(), window.shape)."),
+            (last, f"where a window has several equal maxima you gave dout to the LAST one; {_TIES}. "
+                   "In a search loop, replace the best so far only when a value is strictly "
+                   "larger (>, not >=)."),
+        ], fix=(f"x has ties here: {_TIES}." if ties else None))
+        expect_unchanged(fn, case, [("dout", dout, dout_given), ("x", x, x_given)])
     passed(fn, len(cases))
 
 
@@ -632,30 +702,37 @@ def batchnorm_forward(fn) -> None:
     """Check ``fn(x, gamma, beta, eps=1e-5)``: batch normalization in training mode for
     x (N, C, H, W) with gamma and beta (C,): each channel is normalized with the mean and
     the (biased) variance of its N*H*W values, then scaled by gamma[c] and shifted by
-    beta[c]. Compared with ``dl.BatchNorm2d`` in training mode."""
+    beta[c]. Compared with ``dl.BatchNorm2d`` in training mode. One case has a channel that
+    varies very little (a variance near eps), where eps's place, inside the square root,
+    shows."""
     from ..layers import BatchNorm2d
     r = _rng(10)
-    shapes = [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1)]
-    for shape in shapes:
+    shapes = [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1), (4, 3, 5, 6)]
+    for k, shape in enumerate(shapes):
         N, C, H, W = shape
         x = r.standard_normal(shape) * 3 + r.standard_normal((1, C, 1, 1)) * 2
+        case = f"x of shape {shape}, gamma and beta of shape ({C},)"
+        if k == 3:   # channel 1 scaled by 1e-3: its variance (about 1e-5) is as small as eps
+            x[:, 1] *= 1e-3
+            case += (f", channel 1 nearly constant (variance {x[:, 1].var():.2g}, as small as "
+                     f"eps = 1e-5)")
         gamma, beta = r.uniform(0.5, 2.0, C), r.standard_normal(C)
-        bn = BatchNorm2d(C, dtype=np.float64)
+        bn = BatchNorm2d(C, eps=1e-5, dtype=np.float64)
         bn.params = {"gamma": gamma.copy(), "beta": beta.copy()}
         expected = bn.forward(x)
-        case = f"x of shape {shape}, gamma and beta of shape ({C},)"
-        got = to_array(call(fn, x.copy(), gamma.copy(), beta.copy(), eps=1e-5, case=case,
+        given = {"x": x.copy(), "gamma": gamma.copy(), "beta": beta.copy()}
+        got = to_array(call(fn, given["x"], given["gamma"], given["beta"], eps=1e-5, case=case,
                             on_error="gamma and beta have shape (C,): reshape them to (1, C, 1, 1) "
                                      "so they broadcast over (N, C, H, W)."), fn, case, "the output")
         expect_shape(got, shape, fn, case, "the output",
                      "keep x's shape; reshape gamma and beta to (1, C, 1, 1) to broadcast.")
         g4, b4 = gamma.reshape(1, C, 1, 1), beta.reshape(1, C, 1, 1)
 
-        def norm(axes, ddof=0):
+        def norm(axes, ddof=0, std=lambda v: np.sqrt(v + 1e-5)):
             def f():
                 m = x.mean(axis=axes, keepdims=True)
                 v = x.var(axis=axes, keepdims=True, ddof=ddof)
-                return (x - m) / np.sqrt(v + 1e-5)
+                return (x - m) / std(v)
             return f
         expect_close(got, expected, fn, case, "the output", rtol=1e-4, atol=1e-6, mistakes=[
             (norm((0, 2, 3)), "gamma and beta are missing: out = gamma * x_hat + beta."),
@@ -671,5 +748,13 @@ def batchnorm_forward(fn) -> None:
              "that is layer norm (axes 1, 2, 3); batch norm uses axes (0, 2, 3)."),
             (lambda: g4 * norm(None)() + b4,
              "one mean for everything: each channel needs its own, axes (0, 2, 3)."),
+            (lambda: g4 * norm((0, 2, 3), std=np.sqrt)() + b4,
+             "eps is missing: x_hat = (x - mean) / sqrt(var + eps). It keeps a channel whose "
+             "variance is tiny (or 0) from being blown up (or divided by 0)."),
+            (lambda: g4 * norm((0, 2, 3), std=lambda v: np.sqrt(v) + 1e-5)() + b4,
+             "eps belongs INSIDE the square root: sqrt(var + eps), not sqrt(var) + eps. The two "
+             "differ when the variance is as small as eps, as in channel 1 here."),
         ])
+        expect_unchanged(fn, case, [(name, ref_, given[name]) for name, ref_ in
+                                    (("x", x), ("gamma", gamma), ("beta", beta))])
     passed(fn, len(shapes))

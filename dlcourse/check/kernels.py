@@ -24,7 +24,8 @@ import numbers
 
 import numpy as np
 
-from .basics import _rng, call, expect_close, expect_shape, fail, passed, to_array, to_number
+from .basics import (_rng, call, expect_close, expect_shape, expect_unchanged, fail, passed,
+                     to_array, to_number)
 
 __all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
            "arithmetic_intensity"]
@@ -92,7 +93,7 @@ def grid_size(fn) -> None:
     """Check ``fn(n, block)``: how many blocks of ``block`` threads a 1-D grid needs so that
     every one of ``n`` elements gets a thread — ``ceil(n / block)``, as a whole number."""
     cases = [(1024, 256), (1000, 256), (1, 256), (257, 256), (2048, 32), (100, 1), (31, 32),
-             (0, 128)]
+             (0, 128), (768, 256), (96, 32), (1025, 1024)]
     for n, block in cases:
         case = f"n={n} elements, block={block} threads"
         expected = -(-n // block)
@@ -101,14 +102,23 @@ def grid_size(fn) -> None:
         if got == expected:
             continue
         fix = None
-        if got == n // block:
+        if n == 0:
+            fix = ("with n = 0 no element needs a thread, so the count is 0 blocks, which "
+                   "(n + block - 1) // block gives. (A guard such as max(1, ...) belongs where "
+                   "the kernel is launched, not in the count.)")
+        elif got == n // block:
             fix = (f"{n} // {block} = {n // block} blocks give only {n // block * block} threads, "
-                   f"so the last {n - n // block * block} element(s) get none. Round UP: "
-                   f"(n + block - 1) // block.")
-        elif got == n // block + 1:   # also what (n + block) // block gives
-            fix = (f"n // block + 1 (or (n + block) // block) launches one block too many when n "
-                   f"is a multiple of block ({n} = {n // block} x {block}). Round up instead: "
-                   f"(n + block - 1) // block.")
+                   f"so the last {n - n // block * block} element(s) get none. Round UP with "
+                   f"integers only: (n + block - 1) // block.")
+            if 0 < n / block - n // block < 0.01:
+                fix += (f" (Adding 0.999 or the like before truncating misses a remainder this "
+                        f"small: {n} / {block} = {n / block:.6f}.)")
+        elif got == n // block + 1:   # also what (n + block) // block and round(n / block + 0.5) give
+            fix = (f"one block too many: {n} is a multiple of {block} ({n} = {n // block} x "
+                   f"{block}), so {n // block} blocks are exactly enough. n // block + 1, "
+                   f"(n + block) // block and round(n / block + 0.5) all give one more here "
+                   f"(round() takes halves to the nearest EVEN number, so it is right only "
+                   f"sometimes). Round up with integers only: (n + block - 1) // block.")
         fail(fn, case, f"the grid has {got} block(s); expected {expected} "
                        f"({expected} x {block} = {expected * block} threads >= {n} elements).", fix)
     passed(fn, len(cases))
@@ -127,13 +137,13 @@ def warp_transactions(fn) -> None:
     fall into — with 32, the sectors the memory system fetches for that warp's access; with
     128, the cache lines it touches."""
     lane = np.arange(32)
-    cases = [
+    cases = [   # (in this order, a count in elements fails before one from the address range)
         ("32 consecutive float32 starting at byte 0 (4 * lane)", 4 * lane, 128),
+        ("32 consecutive float64 (8 * lane)", 8 * lane, 128),
         ("32 consecutive float32 starting at byte 64 (not aligned to 128)", 64 + 4 * lane, 128),
         ("float32 at stride 2048 elements (4 * 2048 * lane: down a column of a 2048-wide matrix)",
          4 * 2048 * lane, 128),
         ("all 32 threads read the same address 4096 (a broadcast)", np.full(32, 4096), 128),
-        ("32 consecutive float64 (8 * lane)", 8 * lane, 128),
         ("32 consecutive float32, counted in 32-byte sectors (segment_bytes=32)", 4 * lane, 32),
         ("32 consecutive float32 in shuffled order", 4 * np.random.default_rng(8).permutation(32),
          128),
@@ -142,12 +152,14 @@ def warp_transactions(fn) -> None:
     for case, addresses, seg in cases:
         case = f"{case}, segment_bytes={seg}"
         expected = _segments(addresses, seg)
-        got = _integer(call(fn, addresses.astype(np.int64), seg, case=case), fn, case,
-                       "the number of transactions")
+        given = addresses.astype(np.int64)
+        got = _integer(call(fn, given, seg, case=case), fn, case, "the number of transactions")
+        expect_unchanged(fn, case, [("addresses", addresses, given)])
         if got == expected:
             continue
         fix = None
         span = int(addresses.max() // seg - addresses.min() // seg + 1)
+        by_range = int((addresses.max() - addresses.min()) // seg + 1)
         if got == len(addresses) and expected != len(addresses):
             fix = ("that is one transaction per thread. Threads whose addresses fall in the same "
                    "segment share one: count the distinct values of addresses // segment_bytes.")
@@ -160,6 +172,12 @@ def warp_transactions(fn) -> None:
                    "np.unique(addresses // segment_bytes).")
         elif got == _segments(addresses, 128) and seg != 128:
             fix = "use the segment_bytes argument, not a fixed 128."
+        elif got == by_range:
+            fix = ("you divided the address RANGE (max - min) by segment_bytes. Segments are "
+                   "aligned, starting at multiples of segment_bytes, so a range of fewer bytes "
+                   "can still straddle two of them (bytes 64 to 191 touch segments 0 and 1), and "
+                   "a wide range may skip most segments. Count the segments the threads touch: "
+                   "np.unique(addresses // segment_bytes).")
         elif got == _segments(addresses // 4, seg):
             fix = ("the addresses are already in BYTES: divide them by segment_bytes directly, "
                    "without converting to elements first.")
@@ -198,7 +216,8 @@ def tiled_matmul(fn) -> None:
         A = r.standard_normal((M, K))
         B = r.standard_normal((K, N))
         case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}"
-        got = to_array(call(fn, A.copy(), B.copy(), tile, case=case,
+        A_given, B_given = A.copy(), B.copy()
+        got = to_array(call(fn, A_given, B_given, tile, case=case,
                             on_error="slice tiles as A[i0:i0 + tile, k0:k0 + tile]; a slice past "
                                      "the edge is simply shorter (or pad it with zeros, as the "
                                      "kernel does)."), fn, case, "C")
@@ -218,6 +237,8 @@ def tiled_matmul(fn) -> None:
              "C is twice A @ B: is the tile added to C twice (once inside the k-loop, once "
              "after it)?"),
         ])
+        expect_unchanged(fn, case, [("A", A, A_given), ("B", B, B_given)],
+                         "copy the tiles out of {name} (As[...] = a), never write into {name}.")
     passed(fn, len(sizes))
 
 

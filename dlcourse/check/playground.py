@@ -19,7 +19,8 @@ import numpy as np
 
 from ..models import MLP
 from ..train import History, StopTraining
-from .basics import ExerciseError, call, expect_shape, fail, passed, to_array, to_number
+from .basics import (ExerciseError, call, expect_shape, expect_unchanged, fail, passed, to_array,
+                     to_number)
 
 __all__ = ["decision_grid", "early_stop", "mlp_parameter_count", "ExerciseError"]
 
@@ -33,7 +34,8 @@ def _decision_grid(model, X, resolution, pad):
 def decision_grid(fn) -> None:
     """Check ``fn(model, X, resolution, pad)`` against :func:`dlcourse.widgets.decision_grid`:
     it must return the class probabilities (R, R, K) on the grid, row ``i`` at the ``i``-th
-    y value from the bottom, column ``j`` at the ``j``-th x value from the left."""
+    y value from the bottom, column ``j`` at the ``j``-th x value from the left, leave X as it
+    was and give the model back in training mode (it is in training mode when passed)."""
     gen = np.random.default_rng(0)
     cases = [(MLP([2, 5, 3], activation="tanh", seed=0), 4, 0.5),
              (MLP([2, 8, 2], activation="relu", seed=1), 7, 0.0),
@@ -43,7 +45,16 @@ def decision_grid(fn) -> None:
         X = (gen.standard_normal((12, 2)) * [2.0, 0.5]).astype(np.float32)   # wider than tall
         K = model.sizes[-1]
         case = f"an MLP {model.sizes} with resolution={R}, pad={pad}"
-        got = call(fn, model, X, R, pad, case=case)
+        was_training = model.training
+        X_given = X.copy()
+        got = call(fn, model, X_given, R, pad, case=case)
+        if was_training and not model.training:
+            fail(fn, case, "the model was in training mode when passed, and your function left it "
+                           "in evaluation mode: training it afterwards would run with Dropout "
+                           "switched off (and BatchNorm on its running statistics).",
+                 "put the model back with model.train() (or use `with "
+                 "dl.layers.eval_mode(model):`).")
+        expect_unchanged(fn, case, [("X", X, X_given)])
         if isinstance(got, tuple):
             fail(fn, case, "it returned a tuple.",
                  f"return only the probabilities, an array (R, R, K) = ({R}, {R}, {K}).")
@@ -83,12 +94,14 @@ def decision_grid(fn) -> None:
     passed(fn, len(cases))
 
 
-def _history(val_accuracy):
+def _history(val_accuracy, train_accuracy=1.0, val_loss=0.5):
+    """A History with these validation accuracies. The training accuracy differs from them
+    (1.0 by default: a network that fits its training set), so reading the wrong one shows."""
     h = History()
     for acc in val_accuracy:
         h.train_loss.append(0.5)
-        h.train_accuracy.append(acc)
-        h.val_loss.append(0.5)
+        h.train_accuracy.append(train_accuracy)
+        h.val_loss.append(val_loss)
         h.val_accuracy.append(acc)
         h.epoch_time.append(0.0)
     return h
@@ -110,7 +123,8 @@ def early_stop(fn) -> None:
     """Check ``fn(target)``: it returns a ``callback(epoch, history)`` for
     :func:`dlcourse.train.fit` that stops training (returns ``False`` or raises
     ``StopTraining``) as soon as the validation accuracy reaches ``target``, and lets it go on
-    otherwise -- also when there is no validation accuracy."""
+    otherwise -- also when there is no validation accuracy. The histories' training accuracy
+    is 1.0 throughout, so a callback that reads it instead stops too early."""
     cases = [(0.9, [0.5, 0.8, 0.91, 0.95], 3),
              (0.75, [0.75], 1),                      # reaching the target exactly counts
              (0.99, [0.6, 0.97, 0.98], None),        # never reached: never stop
@@ -124,6 +138,7 @@ def early_stop(fn) -> None:
         if not accs:
             h = History()
             h.train_loss.append(0.5)
+            h.train_accuracy.append(1.0)
             h.epoch_time.append(0.0)
             if _stops(callback, 1, h, fn, case + " (history.val_accuracy == [])"):
                 fail(fn, case, "its callback stopped a run without validation data.",
@@ -133,16 +148,34 @@ def early_stop(fn) -> None:
         for epoch in range(1, len(accs) + 1):
             stopped = _stops(callback, epoch, _history(accs[:epoch]), fn, f"{case}, epoch {epoch}")
             should = stop_at is not None and epoch >= stop_at
+            def probe(what, **history):   # would the callback stop on this other history?
+                return _stops(callback, epoch, _history(**history), fn,
+                              f"{case}, epoch {epoch}, {what}")
             if stopped and not should:
+                fix = "compare the LAST entry, history.val_accuracy[-1], with the target."
+                if not probe("training accuracy 0", val_accuracy=accs[:epoch], train_accuracy=0.0):
+                    fix = ("the TRAINING accuracy (1.0 here) reached the target, not the "
+                           "validation accuracy: early stopping watches the data the model does "
+                           "not train on, history.val_accuracy[-1].")
+                elif not probe("validation accuracy 1.0", val_accuracy=accs[:epoch - 1] + [1.0]):
+                    fix = ("it stops while the accuracy is below the target and goes on once it "
+                           "is reached: swap the returns (False stops, True goes on).")
                 fail(fn, case, f"its callback stopped at epoch {epoch}, where the validation "
-                               f"accuracy is {accs[epoch - 1]} < {target}.",
-                     "compare the LAST entry, history.val_accuracy[-1], with the target.")
+                               f"accuracy is {accs[epoch - 1]} < {target}.", fix)
             if should and not stopped:
                 fix = "return False (or raise StopTraining) to stop; None or True go on."
-                if accs[epoch - 1] == target and _stops(
-                        callback, epoch, _history(accs[:epoch - 1] + [target + 0.01]), fn,
-                        f"{case}, epoch {epoch} with accuracy {target + 0.01:g}"):
+                if accs[epoch - 1] == target and probe(
+                        f"accuracy {target + 0.01:g}",
+                        val_accuracy=accs[:epoch - 1] + [target + 0.01]):
                     fix = "reaching the target counts: compare with >=, not >."
+                elif probe("validation loss 0", val_accuracy=accs[:epoch], val_loss=0.0):
+                    fix = ("it reacts to the validation LOSS (it stopped once we made "
+                           "history.val_loss 0); the target is an accuracy: compare "
+                           "history.val_accuracy[-1] >= target.")
+                elif probe("every entry at the target", val_accuracy=[accs[epoch - 1]] * epoch):
+                    fix = ("it stopped once EVERY entry reached the target, so it reads an "
+                           "earlier epoch's: the latest is the LAST entry, "
+                           "history.val_accuracy[-1].")
                 fail(fn, case, f"its callback did not stop at epoch {epoch}, where the "
                                f"validation accuracy is {accs[epoch - 1]} >= {target}.", fix)
             if should:
