@@ -587,37 +587,26 @@ def conv2d_backward(fn) -> None:
 
 
 def _maxpool_wrong(dout, x, K, s):
-    """Three wrong dx: spread over the whole window, averaged, overwritten (= instead of +=)."""
+    """Five wrong dx: spread over the whole window, averaged, overwritten (= instead of +=);
+    and, where a window has ties, dout to EVERY tied maximum (a mask ``window ==
+    window.max()``) or to the LAST one (``>=`` in a search loop)."""
     N, C, H, W = x.shape
     _, _, OH, OW = dout.shape
-    spread, overwrite = np.zeros_like(x), np.zeros_like(x)
+    spread, overwrite, every, last = (np.zeros_like(x) for _ in range(4))
     for n in range(N):
         for c in range(C):
             for i in range(OH):
                 for j in range(OW):
                     win = x[n, c, i * s:i * s + K, j * s:j * s + K]
+                    g = dout[n, c, i, j]
                     kh, kw = np.unravel_index(int(win.argmax()), win.shape)
-                    overwrite[n, c, i * s + kh, j * s + kw] = dout[n, c, i, j]
-                    spread[n, c, i * s:i * s + K, j * s:j * s + K] += dout[n, c, i, j]
-    return spread, spread / (K * K), overwrite
-
-
-def _maxpool_ties_wrong(dout, x, K, s):
-    """Two wrong dx where a window has ties: dout to EVERY tied maximum (a mask
-    ``window == window.max()``), and dout to the LAST maximum (``>=`` in a search loop)."""
-    N, C, H, W = x.shape
-    _, _, OH, OW = dout.shape
-    every, last = np.zeros_like(x), np.zeros_like(x)
-    for n in range(N):
-        for c in range(C):
-            for i in range(OH):
-                for j in range(OW):
-                    win = x[n, c, i * s:i * s + K, j * s:j * s + K]
-                    every[n, c, i * s:i * s + K, j * s:j * s + K] += (win == win.max()) * dout[n, c, i, j]
-                    flat = win.size - 1 - int(win.ravel()[::-1].argmax())
-                    kh, kw = np.unravel_index(flat, win.shape)
-                    last[n, c, i * s + kh, j * s + kw] += dout[n, c, i, j]
-    return every, last
+                    overwrite[n, c, i * s + kh, j * s + kw] = g
+                    spread[n, c, i * s:i * s + K, j * s:j * s + K] += g
+                    every[n, c, i * s:i * s + K, j * s:j * s + K] += (win == win.max()) * g
+                    kh, kw = np.unravel_index(win.size - 1 - int(win.ravel()[::-1].argmax()),
+                                              win.shape)
+                    last[n, c, i * s + kh, j * s + kw] += g
+    return spread, spread / (K * K), overwrite, every, last
 
 
 _TIES = ("ties go to the FIRST maximum in row-major order of the window (row by row, left to "
@@ -651,8 +640,7 @@ def maxpool_backward(fn) -> None:
         dout_given, x_given = dout.copy(), x.copy()
         got = to_array(call(fn, dout_given, x_given, K, s, case=case), fn, case, "dx")
         expect_shape(got, x.shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
-        spread, averaged, overwrite = _maxpool_wrong(dout, x, K, s)
-        every, last = _maxpool_ties_wrong(dout, x, K, s)
+        spread, averaged, overwrite, every, last = _maxpool_wrong(dout, x, K, s)
         expect_close(got, expected, fn, case, "dx", mistakes=[
             (spread, "you sent the gradient to every pixel of the window; only the maximum "
                      "influenced the output, so only it gets the gradient."),
