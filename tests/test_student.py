@@ -339,8 +339,6 @@ def _relu_backward_writes_cache(dout, cache):
     ("perceptron_predict", _perceptron_predict_bool, ["booleans", "(s > 0).astype(np.int64)"]),
     ("perceptron_predict", _perceptron_predict_float, ["float32 numbers", "integers 0 and 1"]),
     ("perceptron_predict", _perceptron_predict_minus_b, ["wrong sign", "not X @ w - b"]),
-    ("perceptron_update", _perceptron_update_in_place,
-     ["changed its input w in place", "w = w + step * x", "snapshots"]),
     ("relu_backward", _relu_backward_zeroes_dout,
      ["changed its input dout in place", "dx = dout * (x > 0)"]),
     ("relu_backward", _relu_backward_writes_cache,
@@ -386,6 +384,7 @@ def _perceptron_predict_list(X, w, b):
     ("softmax", _softmax_logsumexp),
     ("relu_backward", _relu_backward_copy),
     ("perceptron_predict", _perceptron_predict_list),   # integers 0 and 1, one per sample
+    ("perceptron_update", _perceptron_update_in_place),  # w += ...: the rule as written
 ])
 def test_checks_accept_other_right_solutions(checker, right, capsys):
     getattr(dl.check, checker)(right)
