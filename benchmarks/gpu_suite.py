@@ -6,8 +6,8 @@ What it measures (every figure on the GPU it runs on, and each result checked be
 
 1. matmul: the kernel ladder (naive, coalesced, tiled, register-blocked) at 4096x4096 FP32 as a
    share of cuBLAS FP32 (``cp.matmul`` with TF32 OFF), the register-blocked kernel built with
-   each other tuning it supports (``REGBLOCK_TUNINGS``: BK, PREFETCH, DOUBLE_BUFFER and
-   AVOID_CONFLICTS), plus cuBLAS with TF32 ON,
+   each other tuning it supports (``REGBLOCK_TUNINGS``: BK, PREFETCH, DOUBLE_BUFFER,
+   AVOID_CONFLICTS and TWO_BLOCKS), plus cuBLAS with TF32 ON,
    measured in a separate process because CuPy reads ``CUPY_TF32`` once, at import.
 2. elementwise: the fused kernels on >= 64M elements as a fraction of the device's measured
    device-to-device copy bandwidth, and each fused kernel against the same chain unfused; the

@@ -280,8 +280,13 @@ def test_regblock_tunings_name_their_builds():
         ("BK", 16), ("PREFETCH", 1), ("DOUBLE_BUFFER", 1))
     assert K.matmul.regblock_label(prefetch=True, avoid_conflicts=True) == (
         "regblock, BK=8, prefetch, fewer bank conflicts")
+    assert K.matmul.regblock_label(bk=16, avoid_conflicts=True, two_blocks=True) == (
+        "regblock, BK=16, fewer bank conflicts, two blocks per SM")
+    assert K.matmul.regblock_defines(bk=16, two_blocks=True) == (("BK", 16), ("TWO_BLOCKS", 1))
     labels = [K.matmul.regblock_label(**t) for t in K.REGBLOCK_TUNINGS]
-    assert len(set(labels)) == len(labels) == 12
+    assert len(set(labels)) == len(labels) == 18
+    with pytest.raises(ValueError, match=r"two_blocks only at bk=16"):
+        K.matmul.regblock_defines(two_blocks=True)
     with pytest.raises(ValueError, match=r"double_buffer only together with prefetch.*"
                                          r"got bk=8, prefetch=False, double_buffer=True"):
         K.matmul.regblock_defines(double_buffer=True)

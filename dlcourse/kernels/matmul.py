@@ -57,25 +57,27 @@ def _tiled_geometry(M, N, K):
 
 #: The builds of matmul_regblock that are tested, as its keyword arguments; the first is the
 #: source's default. benchmarks/gpu_suite.py times them all ("Tuning" in matmul_regblock.cu).
-#: Double buffering stores the prefetched tiles, so it comes only with prefetch. To make
+#: Double buffering stores the prefetched tiles, so it comes only with prefetch; two blocks per
+#: SM only at BK = 16 (at BK = 8 two fit anyway, in 127 registers). To make
 #: another build the default, change the source's #ifndef defaults, the order here and the
 #: keyword defaults below together (a test in tests/test_kernels.py checks that they agree).
 REGBLOCK_TUNINGS = tuple(dict(bk=bk, prefetch=prefetch, double_buffer=double_buffer,
-                              avoid_conflicts=avoid_conflicts)
-                         for bk in (8, 16) for avoid_conflicts in (False, True)
+                              avoid_conflicts=avoid_conflicts, two_blocks=two_blocks)
+                         for bk, two_blocks in ((8, False), (16, False), (16, True))
+                         for avoid_conflicts in (False, True)
                          for prefetch, double_buffer in ((False, False), (True, False), (True, True)))
 
 
-def _tuning(bk=8, prefetch=False, double_buffer=False, avoid_conflicts=False):
+def _tuning(bk=8, prefetch=False, double_buffer=False, avoid_conflicts=False, two_blocks=False):
     """The tuning as a dict, refused unless it is one of REGBLOCK_TUNINGS (the tested builds)."""
     tuning = dict(bk=bk, prefetch=prefetch, double_buffer=double_buffer,
-                  avoid_conflicts=avoid_conflicts)
+                  avoid_conflicts=avoid_conflicts, two_blocks=two_blocks)
     if tuning not in REGBLOCK_TUNINGS:
         given = ", ".join(f"{k}={v!r}" for k, v in tuning.items())
         raise ValueError(f"matmul_regblock: the tested builds take bk 8 or 16, and prefetch, "
-                         f"double_buffer and avoid_conflicts True or False, with double_buffer "
-                         f"only together with prefetch (it stores the prefetched tiles); got "
-                         f"{given}.")
+                         f"double_buffer, avoid_conflicts and two_blocks True or False, with "
+                         f"double_buffer only together with prefetch (it stores the prefetched "
+                         f"tiles) and two_blocks only at bk=16; got {given}.")
     return tuning
 
 
@@ -93,15 +95,15 @@ def regblock_label(**tuning):
     """A short name for a build, for tables and plots: "regblock, BK=16, prefetch"."""
     tuning = _tuning(**tuning)
     flags = {"prefetch": "prefetch", "double_buffer": "double buffer",
-             "avoid_conflicts": "fewer bank conflicts"}
+             "avoid_conflicts": "fewer bank conflicts", "two_blocks": "two blocks per SM"}
     return ", ".join([f"regblock, BK={tuning['bk']}"] +
                      [text for key, text in flags.items() if tuning[key]])
 
 
 @geometry("regblock")
 def _regblock_geometry(M, N, K, bk=8, prefetch=False, double_buffer=False,
-                       avoid_conflicts=False):
-    _tuning(bk, prefetch, double_buffer, avoid_conflicts)   # a build that is tested, or an error
+                       avoid_conflicts=False, two_blocks=False):
+    _tuning(bk, prefetch, double_buffer, avoid_conflicts, two_blocks)   # tested, or an error
     BM, BN, TM, TN = 128, 128, 8, 8
     stages = 2 if double_buffer else 1           # copies of each shared tile
     as_stride = BM + (4 if avoid_conflicts else 0)
@@ -175,14 +177,15 @@ def matmul_tiled(A, B):
     return _launch(launch_config("tiled", M, N, K), A, B, M, N, K)
 
 
-def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_conflicts=False):
+def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_conflicts=False,
+                    two_blocks=False):
     """C = A @ B with 128x128 block tiles, an 8x8 micro-tile of C per thread in registers and
     float4 (16-byte) loads. A: (M, K), B: (K, N) float32, C-contiguous. Returns C: (M, N).
     Tuning knobs, compiled in (see "Tuning" in matmul_regblock.cu; REGBLOCK_TUNINGS lists the
     tested builds): bk, the depth of the tiles staged in shared memory (8 or 16); prefetch, load
     the next tiles during the computation; double_buffer (with prefetch), two copies of the
     shared tiles and one __syncthreads() per step; avoid_conflicts, a shared-memory layout with
-    fewer bank conflicts.
+    fewer bank conflicts; two_blocks (at bk=16), registers for two blocks per SM.
 
     Any M works. float4 loads need K % 4 == 0, N % 4 == 0 and 16-byte-aligned data; when that
     does not hold this wrapper first copies A into (M, K4) and B into (K4, N4) zero-padded
@@ -190,7 +193,7 @@ def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_confl
     result — correct, at the cost of the copies. See matmul_regblock.cu.
     """
     M, N, K = _check_operands("matmul_regblock", A, B)
-    tuning = _tuning(bk, prefetch, double_buffer, avoid_conflicts)
+    tuning = _tuning(bk, prefetch, double_buffer, avoid_conflicts, two_blocks)
     defines = regblock_defines(**tuning)
     cupy = require_cupy()
     K4, N4 = ceil_div(K, 4) * 4, ceil_div(N, 4) * 4

@@ -72,16 +72,17 @@
 // the block size so it may use registers up to that limit. The compiler has the last word:
 // `nvcc -arch=sm_90 -cubin -Xptxas -v` (CUDA 13.0) reports 127 registers for the default
 // build, so two blocks fit, and 147 at BK = 16, so one does. Asking for two blocks there
-// (__launch_bounds__(256, 2)) makes it spill registers to local memory, which is worse; the
-// nvcc test in tests/test_kernels.py checks that no build spills.
+// (__launch_bounds__(256, 2)) alone makes it spill registers to local memory, which is worse;
+// with the k-loop unrolled twice instead of fully it fits in 125 registers, no spill
+// (TWO_BLOCKS below). The nvcc test in tests/test_kernels.py checks that no build spills.
 //
 // Ragged edges: M may be anything (rows beyond M load 0 and store nothing); K and N must be
 // multiples of 4 (a float4 is then either wholly inside the matrix or wholly outside).
 //
-// Tuning: BK, PREFETCH, DOUBLE_BUFFER, AVOID_CONFLICTS
-// -----------------------------------------------------
+// Tuning: BK, PREFETCH, DOUBLE_BUFFER, AVOID_CONFLICTS, TWO_BLOCKS
+// -----------------------------------------------------------------
 // The best choices depend on the GPU, so fast kernels are *tuned*: built several ways and
-// timed. Four compile-time constants may be overridden by the build (NVRTC options -DBK=16,
+// timed. Five compile-time constants may be overridden by the build (NVRTC options -DBK=16,
 // -DPREFETCH=1, ..., as matmul_regblock(A, B, bk=16, prefetch=True) does;
 // benchmarks/gpu_suite.py times every combination, REGBLOCK_TUNINGS in matmul.py):
 //   BK: a deeper tile does twice the FMAs per k-step (between waits at __syncthreads()) and
@@ -97,6 +98,10 @@
 //       the prefetched next tiles are stored into the other, so a k-step needs one
 //       __syncthreads() instead of two; costs twice the shared memory.
 //   AVOID_CONFLICTS: the layout with fewer bank conflicts described above.
+//   TWO_BLOCKS (at BK = 16): asks the compiler for registers enough for two blocks per SM
+//       (__launch_bounds__(256, 2): at most 128 per thread) and unrolls the k-loop twice
+//       instead of BK times, so that it fits without spilling. Twice the warps to hide
+//       latency with, against less independent work per thread: which wins is measured.
 //
 // Launch geometry (launch_config("regblock", M, N, K, **tuning)):
 //   block = (256, 1, 1)
@@ -120,6 +125,14 @@
 #ifndef AVOID_CONFLICTS
 #define AVOID_CONFLICTS 0
 #endif
+#ifndef TWO_BLOCKS
+#define TWO_BLOCKS 0
+#endif
+#if TWO_BLOCKS
+#define K_LOOP_UNROLL _Pragma("unroll 2")    // fewer registers live at once: fits in 128
+#else
+#define K_LOOP_UNROLL _Pragma("unroll")      // all BK steps unrolled
+#endif
 #define STAGES (DOUBLE_BUFFER ? 2 : 1)              // copies of each shared tile
 #define AS_STRIDE (BM + (AVOID_CONFLICTS ? 4 : 0))  // floats per k-row of As (4 of them padding)
 #define NUM_THREADS ((BM / TM) * (BN / TN))   // 256
@@ -129,7 +142,7 @@ static_assert(LOADS_A * NUM_THREADS * 4 == BM * BK && LOADS_B * NUM_THREADS * 4 
               "the threads of a block must split the tiles into whole float4s");
 static_assert(PREFETCH || !DOUBLE_BUFFER, "DOUBLE_BUFFER stores the prefetched tiles: it needs PREFETCH");
 
-extern "C" __global__ void __launch_bounds__(NUM_THREADS)
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, TWO_BLOCKS ? 2 : 1)
 matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-byte aligned
                 const float* __restrict__ B,   // (K, N) input, N % 4 == 0, 16-byte aligned
                 float* __restrict__ C,         // (M, N) output
@@ -212,7 +225,7 @@ matmul_regblock(const float* __restrict__ A,   // (M, K) input, K % 4 == 0, 16-b
         if (PREFETCH && more) load(k0 + BK);     // the next tiles travel during the FMAs
 
         // ---- shared -> registers -> TM * TN FMAs per k ------------------------------------
-#pragma unroll
+        K_LOOP_UNROLL
         for (int k = 0; k < BK; ++k) {
 #pragma unroll
             for (int i = 0; i < TM; ++i) regA[i] = As[s][k * AS_STRIDE + threadRow * TM + i];
