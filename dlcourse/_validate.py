@@ -28,6 +28,9 @@ def check_input(layer, x, ndim=None, expected: str = "", params_like=None):
             hint = ""
             if 4 in ranks and x.ndim == 2:
                 hint = " Did you pass flat images? Reshape them to (N, C, H, W)."
+            elif 4 in ranks and x.ndim == 3:
+                hint = (" One image (C, H, W) needs a batch axis: x[None]; a batch of one-channel "
+                        "images (N, H, W) needs a channel axis: x[:, None].")
             elif 2 in ranks and x.ndim == 4:
                 hint = " Did you forget a Flatten layer before it?"
             elif x.ndim == 1:
@@ -71,6 +74,11 @@ def check_labels(owner: str, labels, n: int, num_classes: int, check_range: bool
     if n and check_range:
         lo, hi = int(labels.min()), int(labels.max())
         if lo < 0 or hi >= num_classes:
+            if num_classes == 1:   # one output: a binary model, which softmax cannot train
+                raise ValueError(f"{owner}: the model has one output, so softmax sees one class "
+                                 f"and labels must all be 0 (got values from {lo} to {hi}). For "
+                                 f"two classes with one output use dl.SigmoidCrossEntropy(); for "
+                                 f"softmax give the last layer one output per class.")
             raise ValueError(f"{owner}: labels must be in [0, {num_classes - 1}] for {num_classes} classes, "
                              f"got values from {lo} to {hi}. Does the last layer have as many outputs "
                              f"as there are classes?")

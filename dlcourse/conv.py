@@ -246,8 +246,10 @@ class Conv2d(Layer):
         N, C, H, W = x.shape
         F, _, KH, KW = Wt.shape
         if C != self.in_channels:
+            hint = (" The channels look last (N, H, W, C): use x.transpose(0, 3, 1, 2)."
+                    if x.shape[3] == self.in_channels else "")
             raise ValueError(f"Conv2d(in_channels={self.in_channels}) got x of shape {shape_str(x.shape)}: "
-                             f"axis 1 (channels) must be {self.in_channels}.")
+                             f"axis 1 (channels) must be {self.in_channels}.{hint}")
         cols_t = _im2col_t(x, KH, KW, self.stride, self.padding, self.use_kernels)  # (C*KH*KW, N*OH*OW)
         self.cache = (x.shape, cols_t)
         return Wt.reshape(F, -1) @ cols_t

@@ -427,8 +427,16 @@ class Sequential(Layer):
             layers = tuple(layers[0])
         for i, layer in enumerate(layers):
             if not isinstance(layer, Layer):
-                raise TypeError(f"Sequential takes layers, but item {i} is {type(layer).__name__}. "
-                                f"Did you pass the class (dl.ReLU) instead of an instance (dl.ReLU())?")
+                if isinstance(layer, type) and issubclass(layer, Layer):
+                    hint = (f" Did you pass the class (dl.{layer.__name__}) instead of an "
+                            f"instance (dl.{layer.__name__}(...))?")
+                elif isinstance(layer, (list, tuple)):
+                    hint = (" Pass the layers one after another, Sequential(a, b, c), or as one "
+                            "list, Sequential([a, b, c]), not several lists.")
+                else:
+                    hint = " Each item must be a layer such as dl.Linear(64, 10) or dl.ReLU()."
+                raise TypeError(f"Sequential takes layers, but item {i} is "
+                                f"{type(layer).__name__}.{hint}")
         self.layers = list(layers)
 
     def forward(self, x):

@@ -225,3 +225,17 @@ def test_save_and_load_refuse_a_folder(tmp_path, monkeypatch):
     assert dl.load("runs/model").get_config() == model.get_config()
     assert dl.save(model, "runs").name == "runs.npz"                # a file beside the folder,
     assert dl.load("runs").get_config() == model.get_config()       # as a name without a suffix
+
+
+def test_more_shape_and_label_mistakes_get_their_fix():
+    conv = dl.Conv2d(1, 4, 3)
+    with pytest.raises(ValueError, match=r"batch axis: x\[None\].*channel axis: x\[:, None\]"):
+        conv.forward(np.zeros((2, 8, 8), np.float32))
+    with pytest.raises(ValueError, match=r"channels look last.*x\.transpose\(0, 3, 1, 2\)"):
+        conv.forward(np.zeros((2, 8, 8, 1), np.float32))
+    with pytest.raises(ValueError, match=r"one output.*dl\.SigmoidCrossEntropy\(\)"):
+        dl.SoftmaxCrossEntropy().forward(np.zeros((3, 1), np.float32), np.array([0, 1, 1]))
+    with pytest.raises(TypeError, match=r"item 0 is list.*Sequential\(\[a, b, c\]\)"):
+        dl.Sequential([dl.Linear(2, 2)], [dl.ReLU()])
+    with pytest.raises(TypeError, match=r"class \(dl\.ReLU\) instead of an instance"):
+        dl.Sequential(dl.Linear(2, 2), dl.ReLU)
