@@ -50,7 +50,8 @@ DATASET_LABELS = {"blobs": "blobs (2-D)", "xor": "XOR (2-D)", "circles": "circle
 ACTIVATION_NAMES = ("relu", "tanh", "sigmoid")
 OPTIMIZERS = ("SGD", "Adam")
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# What each control can be set to (a slider would silently clamp a value outside its range)
+# What each control can be set to: the controls are built from these, and a setting outside
+# them is refused (a slider would silently clamp it)
 _CHOICES = {"dataset": DATASETS, "activation": ACTIVATION_NAMES, "optimizer": OPTIMIZERS,
             "batch_size": BATCH_SIZES}
 _RANGES = {"hidden_layers": (0, 6), "units": (1, 64), "epochs": (1, 500), "seed": (0, 99999),
@@ -275,13 +276,15 @@ class Playground(Panel):
 
         style = {"description_width": "92px"}
         row = W.Layout(width="310px")
+        span = {name: dict(min=lo, max=hi) for name, (lo, hi) in _RANGES.items()}
+        lr_lo, lr_hi = _RANGES["lr"]                 # the lr slider moves in powers of 10
         self.controls = {
             "dataset": W.Dropdown(options=[(DATASET_LABELS[d], d) for d in DATASETS],
                                   value=dataset, description="dataset", style=style, layout=row),
-            "hidden_layers": W.IntSlider(value=hidden_layers, min=0, max=6,
+            "hidden_layers": W.IntSlider(value=hidden_layers, **span["hidden_layers"],
                                          description="hidden layers", continuous_update=False,
                                          style=style, layout=row),
-            "units": W.IntSlider(value=units, min=1, max=64, description="units / layer",
+            "units": W.IntSlider(value=units, **span["units"], description="units / layer",
                                  continuous_update=False, style=style, layout=row),
             "activation": W.ToggleButtons(options=ACTIVATION_NAMES, value=activation,
                                           description="activation", layout=row,
@@ -289,15 +292,16 @@ class Playground(Panel):
             "optimizer": W.ToggleButtons(options=OPTIMIZERS, value=optimizer,
                                          description="optimizer", layout=row,
                                          style={**style, "button_width": "76px"}),
-            "lr": W.FloatLogSlider(value=lr, base=10, min=-4, max=3, step=0.1,
+            "lr": W.FloatLogSlider(value=lr, base=10, min=math.log10(lr_lo),
+                                   max=math.log10(lr_hi), step=0.1,
                                    description="learning rate", readout_format=".3g",
                                    continuous_update=False, style=style, layout=row),
             "batch_size": W.SelectionSlider(options=BATCH_SIZES, value=batch_size,
                                             description="batch size", continuous_update=False,
                                             style=style, layout=row),
-            "epochs": W.IntSlider(value=epochs, min=1, max=500, description="epochs",
+            "epochs": W.IntSlider(value=epochs, **span["epochs"], description="epochs",
                                   continuous_update=False, style=style, layout=row),
-            "seed": W.BoundedIntText(value=seed, min=0, max=99999, description="seed",
+            "seed": W.BoundedIntText(value=seed, **span["seed"], description="seed",
                                      style=style, layout=W.Layout(width="200px")),
         }
         self.train_button = W.Button(description="Train", button_style="success", icon="play",
