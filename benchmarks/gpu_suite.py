@@ -22,8 +22,8 @@ It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch vers
 figure) and a plot ``<out>/<device-name>.png`` beside it. Until the last section has run the
 JSON is ``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
 a run cut short keeps what it measured, says it is partial, and leaves earlier complete results
-alone. Without a usable GPU it prints why and exits 0 having
-written nothing: a figure nobody measured is never written down.
+alone. Without a usable GPU it prints why and exits 0 having written nothing: a figure nobody
+measured is never written down.
 
 Timing (see shared/STYLE.md): GPU calls return before the work is done, so every time here comes
 from CUDA events recorded around the call on the GPU's own clock, after warm-up calls (the first
