@@ -408,11 +408,11 @@ def _bad_data(X, y, xb, yb) -> str | None:
             where = f" (row {rows[0]})"
         elif len(rows) > 1:
             where = f" (e.g. row {rows[0]}; {len(rows)} rows in all)"
-        finder = f"np.isnan({name})" if kind == "NaN" else f"~np.isfinite({name})"
-        if full.ndim > 1:                       # reduce each row (sample) to one answer
-            axes = 1 if full.ndim == 2 else tuple(range(1, full.ndim))
-            finder = (f"np.isnan({name}).any(axis={axes})" if kind == "NaN" else
-                      f"~np.isfinite({name}).all(axis={axes})")
+        axes = 1 if full.ndim == 2 else tuple(range(1, full.ndim))   # one answer per row
+        if kind == "NaN":
+            finder = f"np.isnan({name})" + (f".any(axis={axes})" if full.ndim > 1 else "")
+        else:
+            finder = f"~np.isfinite({name})" + (f".all(axis={axes})" if full.ndim > 1 else "")
         return (f"contains {kind} values in {name}{where}. Fix the data before training: "
                 f"{finder} finds the rows.")
     return None

@@ -3,6 +3,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from dlcourse.recorded import Recorded, gpu_results, lookup, results_folder
 
 
@@ -61,16 +63,22 @@ def test_results_folder_is_this_checkouts():
     assert results_folder().parent.is_dir()
 
 
-def test_the_suite_saves_what_the_lessons_read_partial_until_its_last_section(tmp_path, monkeypatch):
-    """benchmarks/gpu_suite.py writes its JSON after each section (a run cut short keeps what
-    it measured), as <device>.partial.json with "complete": false until the last section has
-    run, so an earlier complete file is not replaced by a partial one."""
+@pytest.fixture
+def suite(monkeypatch):
+    """benchmarks/gpu_suite.py, imported as a module (it is a script, not part of the package)."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.py"
     monkeypatch.syspath_prepend(str(script.parent))       # the suite imports benchmarks/steps.py
     monkeypatch.setenv("CUPY_TF32", "0")                  # it sets this on import; undone after
     spec = importlib.util.spec_from_file_location("gpu_suite_for_test", script)
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_suite_saves_what_the_lessons_read_partial_until_its_last_section(tmp_path, suite):
+    """benchmarks/gpu_suite.py writes its JSON after each section (a run cut short keeps what
+    it measured), as <device>.partial.json with "complete": false until the last section has
+    run, so an earlier complete file is not replaced by a partial one."""
     path = tmp_path / "results" / f"{suite.slug('NVIDIA H100 80GB HBM3')}.json"
     assert path.name == "nvidia-h100-80gb-hbm3.json"
     results = {"environment": {"device": "NVIDIA H100 80GB HBM3"}, "date": "2026-11-22T10:00:00+00:00",
@@ -85,3 +93,58 @@ def test_the_suite_saves_what_the_lessons_read_partial_until_its_last_section(tm
     (rec,) = gpu_results(path.parent, say=None)
     assert rec.results["complete"] is True and "training" in rec.results and "old" not in rec.results
     assert [p.name for p in path.parent.iterdir()] == [path.name]     # no partial or temporary file
+
+
+def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop_the_rest(
+        tmp_path, suite, monkeypatch):
+    """main() itself, with the GPU and the sections replaced by stand-ins (no GPU here): each
+    section finds the ones before it already on disk, in the partial file; a section that
+    raises keeps its error in the JSON and the next section still runs; the last section
+    makes the file complete and removes the partial one."""
+    device = "NVIDIA H100 80GB HBM3"
+    path = tmp_path / f"{suite.slug(device)}.json"
+    partial = path.with_name(f"{path.stem}.partial.json")
+    seen = []
+
+    def section(name, fails=False):
+        def run(cp, cfg, out, *torch):
+            on_disk = json.loads(partial.read_text()) if partial.exists() else None
+            seen.append((name, None if on_disk is None else
+                         [s for s in suite.SECTIONS if s in on_disk], path.exists()))
+            out["measured"] = name
+            if fails:
+                raise RuntimeError("out of memory (stand-in)")
+        return run
+
+    class Pool:
+        def free_all_blocks(self):
+            pass
+
+    class FakeCupy:
+        def get_default_memory_pool(self):
+            return Pool()
+
+    monkeypatch.setattr(suite, "gpu_available", lambda: True)
+    monkeypatch.setattr(suite, "require_cupy", FakeCupy)
+    monkeypatch.setattr(suite, "environment", lambda cp, torch: {
+        "device": device, "compute_capability": "9.0", "sm_count": 132, "memory_total_gb": 79.1,
+        "driver": "x", "cuda_runtime": "x", "cupy": "x", "torch": None, "CUPY_TF32": "0"})
+    monkeypatch.setattr(suite, "section_matmul", section("matmul"))
+    monkeypatch.setattr(suite, "section_elementwise", section("elementwise", fails=True))
+    monkeypatch.setattr(suite, "section_training", section("training"))
+    monkeypatch.setattr(suite, "section_cpu_vs_gpu", section("cpu_vs_gpu"))
+    monkeypatch.setattr(suite, "plot", lambda results, png: png.write_text("plot"))
+
+    assert suite.main(["--out", str(tmp_path), "--no-torch", "--quick"]) == 0
+    assert seen == [("matmul", None, False),
+                    ("elementwise", ["matmul"], False),
+                    ("training", ["matmul", "elementwise"], False),
+                    ("cpu_vs_gpu", ["matmul", "elementwise", "training"], False)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.with_suffix(".png").name]
+    results = json.loads(path.read_text())
+    assert results["complete"] is True and results["quick"] is True
+    assert results["elementwise"] == {"measured": "elementwise",
+                                      "error": "RuntimeError: out of memory (stand-in)"}
+    assert all(results[s]["measured"] == s for s in suite.SECTIONS)
+    (rec,) = gpu_results(tmp_path, say=None)
+    assert rec.results["environment"]["device"] == device
