@@ -1,7 +1,9 @@
 """Every test is written once and runs on every backend: NumPy always, CuPy when a GPU is
 usable (skipped with the reason otherwise). Use the ``device`` fixture ("cpu" or "gpu") and
 ``xp`` (numpy or cupy), and make arrays with ``to_dev``."""
+import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,3 +56,19 @@ def pytest_report_header(config):
     return (f"dlcourse backends: numpy{'' if NO_GPU else ' + cupy'}"
             f" ({NO_GPU or backend.describe_device('gpu')}); DLCOURSE_DEVICE="
             f"{os.environ.get('DLCOURSE_DEVICE', 'auto')}")
+
+
+@pytest.fixture
+def benchmark_script(monkeypatch):
+    """``benchmark_script("gpu_suite")``: a script of benchmarks/ imported as a module (they are
+    scripts, not part of the package), so a test can call its functions."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(folder))              # the scripts import benchmarks/steps.py
+    monkeypatch.setenv("CUPY_TF32", "0")                  # gpu_suite sets this on import; undone after
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(f"{name}_for_test", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load

@@ -1,7 +1,5 @@
 """dl.recorded: the lessons read the GPU suite's results files through it."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -64,15 +62,9 @@ def test_results_folder_is_this_checkouts():
 
 
 @pytest.fixture
-def suite(monkeypatch):
-    """benchmarks/gpu_suite.py, imported as a module (it is a script, not part of the package)."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.py"
-    monkeypatch.syspath_prepend(str(script.parent))       # the suite imports benchmarks/steps.py
-    monkeypatch.setenv("CUPY_TF32", "0")                  # it sets this on import; undone after
-    spec = importlib.util.spec_from_file_location("gpu_suite_for_test", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def suite(benchmark_script):
+    """benchmarks/gpu_suite.py, as a module."""
+    return benchmark_script("gpu_suite")
 
 
 def test_the_suite_saves_what_the_lessons_read_partial_until_its_last_section(tmp_path, suite):
