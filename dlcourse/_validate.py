@@ -1,14 +1,80 @@
-"""Input checks shared by layers and losses: errors that say what was expected, what was
-given, and the likely fix."""
+"""Checks shared by layers, losses, optimizers and the training loop: errors that say what was
+expected, what was given, and the likely fix.
+
+Introduced with the layers in notebook ``03_backpropagation``.
+"""
 from __future__ import annotations
+
+import math
+import numbers
 
 import numpy as np
 
 from .backend import device_of, get_array_module
+from .shapes import shape_str
+
+__all__ = ["shape_str", "check_input", "check_labels", "check_same_device", "float_dtype",
+           "whole_number", "number", "model_class_error"]
 
 
-def shape_str(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+def float_dtype(dtype):
+    """``dtype`` as a NumPy dtype, or a TypeError when it is not a floating-point type."""
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"dtype must be a floating-point type such as np.float32, got {dtype}.")
+    return dtype
+
+
+def whole_number(value, what: str, minimum: int = 1) -> int:
+    """``value`` as an int >= ``minimum``: a size (layer, kernel, image) or a count. 2.7, NaN,
+    True or "3" are refused, never truncated; 3.0 and np.int64(3) are 3. ``what`` names the
+    argument in the error, e.g. ``"Linear(in_features=...)"``."""
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value != int(value)):
+        raise TypeError(f"{what} must be a whole number >= {minimum}, got {value!r}"
+                        f"{f' ({type(value).__name__})' if isinstance(value, (bool, str)) else ''}.")
+    if int(value) < minimum:
+        raise ValueError(f"{what} must be a whole number >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def number(value, what: str, example: str, low=None, high=None, *, low_open=False,
+           high_open=True) -> float:
+    """``value`` as a finite float in [low, high) (the bounds that are given; ``low_open`` /
+    ``high_open`` exclude them), or an error saying what was expected: a TypeError for
+    something that is not a number (a string, None, True), a ValueError for inf, NaN or a
+    number out of range. ``what`` names the argument (``"SGD(lr=...)"``), ``example`` shows
+    one (``"lr=0.01"``)."""
+    result = None
+    if value is not None and not isinstance(value, (bool, np.bool_, str, bytes)):
+        try:                     # a Python or NumPy number, a 0-d array (NumPy or CuPy), ...
+            result = float(value)
+        except (TypeError, ValueError):
+            pass
+    if result is None:
+        raise TypeError(f"{what} expects a number, e.g. {example}; got {value!r} "
+                        f"({type(value).__name__}).")
+    below = low is not None and (result <= low if low_open else result < low)
+    above = high is not None and (result >= high if high_open else result > high)
+    if not math.isfinite(result) or below or above:
+        lo = "" if low is None else f"{'(' if low_open else '['}{low:g}, "
+        hi = "inf)" if high is None else f"{high:g}{')' if high_open else ']'}"
+        where = f"in {lo}{hi}" if low is not None else "finite"
+        raise ValueError(f"{what} must be a finite number {where}, got {value!r}. E.g. {example}.")
+    return result
+
+
+# Examples the errors below give for building a model from its class.
+MODEL_EXAMPLES = {"MLP": "dl.MLP([64, 128, 10])", "CNN": "dl.CNN(in_channels=1, image_size=28)",
+                  "Sequential": "dl.Sequential(dl.Linear(64, 10))"}
+
+
+def model_class_error(cls, where: str) -> TypeError:
+    """The error for a model class given where a model is wanted: ``fit(dl.MLP, ...)``."""
+    name = cls.__name__
+    example = MODEL_EXAMPLES.get(name, f"{name}(...)")
+    return TypeError(f"{where} got the class {name}, not a model: create the model first, "
+                     f"e.g. model = {example}, and pass model.")
 
 
 def check_input(layer, x, ndim=None, expected: str = "", params_like=None):

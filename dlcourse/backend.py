@@ -33,7 +33,8 @@ import numpy as np
 __all__ = [
     "DeviceError", "get_array_module", "gpu_available", "gpu_problem", "set_device",
     "get_device", "device_of", "to_device", "to_numpy", "synchronize", "device_info",
-    "describe_device", "require_cupy", "manual_seed", "rng", "random_uniform",
+    "describe_device", "require_cupy", "manual_seed", "rng", "set_rng", "random_uniform",
+    "device_name",
 ]
 
 DEVICES = ("auto", "cpu", "gpu")
@@ -132,7 +133,9 @@ def require_cupy():
 # --------------------------------------------------------------------------------------
 # The default device.
 # --------------------------------------------------------------------------------------
-def _check_name(device: str) -> str:
+def device_name(device: str) -> str:
+    """``device`` as one of ``"auto"``, ``"cpu"``, ``"gpu"`` (``"cuda"``/``"cupy"`` mean the GPU,
+    ``"numpy"`` the CPU), or a ValueError naming the choices."""
     name = str(device).lower()
     if name in ("cuda", "cupy"):
         name = "gpu"
@@ -146,7 +149,7 @@ def _check_name(device: str) -> str:
 def set_device(device: str) -> str:
     """Choose the default device: ``"auto"``, ``"cpu"`` or ``"gpu"``. Returns the one used."""
     global _requested
-    name = _check_name(device)
+    name = device_name(device)
     if name == "gpu":
         require_cupy()
     _requested = name
@@ -160,7 +163,7 @@ def get_device() -> str:
     if requested is None:
         raw = os.environ.get(ENV_VAR, "auto")
         try:
-            requested = _check_name(raw)
+            requested = device_name(raw)
         except ValueError:
             raise DeviceError(f"{ENV_VAR} must be auto, cpu or gpu; it is {raw!r}.") from None
     if requested == "cpu":
@@ -208,23 +211,13 @@ def to_device(x, device: str | None = None):
 
     Copies only when the array is not already there.
     """
-    name = get_device() if device is None else _check_name(device)
+    name = get_device() if device is None else device_name(device)
     if name == "auto":
         name = get_device() if _requested is not None else ("gpu" if gpu_available() else "cpu")
     if name == "cpu":
         return to_numpy(x)
     cupy = require_cupy()
     return cupy.asarray(x)
-
-
-def gpu_kernels(x, enabled=True):
-    """The CUDA kernels module (dlcourse.kernels) when x is on the GPU, ``enabled`` is true and
-    the kernels can run; else None, and the caller takes its NumPy/CuPy path. Every branch from
-    the library (layers, losses, optimizers) to a hand-written kernel goes through here."""
-    if not enabled or not _is_cupy(x) or not gpu_available():
-        return None
-    from . import kernels   # imported here: dlcourse.kernels imports this module
-    return kernels
 
 
 def synchronize() -> None:
@@ -250,7 +243,7 @@ def _blas_threads():
 
 def device_info(device: str | None = None) -> dict:
     """What the (default) device is: name, memory, versions, BLAS threads."""
-    name = get_device() if device is None else _check_name(device)
+    name = get_device() if device is None else device_name(device)
     threads, blas = _blas_threads()
     info = {"device": "cpu", "numpy": np.__version__, "blas": blas, "blas_threads": threads,
             "cpu_count": os.cpu_count()}
@@ -317,6 +310,13 @@ def random_uniform(xp, shape, dtype=np.float32):
         return _rng.random(shape, dtype=np.dtype(dtype) if np.dtype(dtype) in (np.float32, np.float64)
                            else np.float64)
     return xp.random.random(shape, dtype=dtype)
+
+
+def set_rng(generator: np.random.Generator) -> None:
+    """Make ``generator`` dlcourse's generator (as :func:`rng` returned it before a run that
+    must not change it: ``saved = rng(); ...; set_rng(saved)``)."""
+    global _rng
+    _rng = generator
 
 
 def rng(seed: int | None = None) -> np.random.Generator:

@@ -11,45 +11,46 @@ Shapes (the same letters in the code):
 The ``*_naive`` functions loop over every output pixel: slow, obviously right, and the
 oracle the fast versions are tested against. The fast versions turn convolution into one
 matrix product (im2col) and loop only over the KH*KW kernel offsets, never over pixels
-or over the batch.
+or over the batch. The fused ``Conv2dReLU`` of lesson ``08_cuda_kernels``
+(``dlcourse/fusion.py``) is built from the same functions: :func:`unfold`, :func:`fold`,
+:func:`as_image`, :func:`as_matrix`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_input, shape_str
-from .backend import get_array_module, gpu_kernels, rng
-from .layers import Layer, _float_dtype
+from . import kernels
+from ._validate import float_dtype, shape_str, whole_number
+from .backend import get_array_module, rng
+from .layers import Layer
+from .ops import matmul
+from .shapes import output_size
+
+__all__ = ["output_size", "conv2d_forward_naive", "conv2d_backward_naive", "maxpool_forward_naive",
+           "maxpool_backward_naive", "im2col", "col2im", "unfold", "fold", "as_image", "as_matrix",
+           "Conv2d", "MaxPool2d"]
 
 
-def _pair(v, name):
+def _pair(v, name, layer):
+    """kernel_size: an int or a pair (h, w) of whole numbers >= 1."""
     if isinstance(v, (tuple, list)):
         if len(v) != 2:
             raise ValueError(f"{name} must be an int or a pair (h, w), got {v!r}.")
-        return int(v[0]), int(v[1])
-    return int(v), int(v)
+        return tuple(whole_number(a, f"{layer}({name}=...)", minimum=0) for a in v)
+    v = whole_number(v, f"{layer}({name}=...)", minimum=0)
+    return v, v
 
 
-def _single(v, name, layer):
+def _single(v, name, layer, minimum):
     """stride and padding are one number for both axes here (the kernels take one); a pair
     of equal numbers is accepted as that number."""
+    what = f"{layer}({name}=...)"
     if isinstance(v, (tuple, list)):
-        if len(v) == 2 and int(v[0]) == int(v[1]):
+        if len(v) == 2 and whole_number(v[0], what, minimum) == whole_number(v[1], what, minimum):
             return int(v[0])
         raise ValueError(f"{layer} takes one {name} for both height and width (an int), got "
                          f"{name}={v!r}. Pass an int, e.g. {name}={int(v[0]) if v else 1}.")
-    return int(v)
-
-
-def output_size(H, W, KH, KW, stride=1, padding=0):
-    """(OH, OW) of a KH×KW window slid with ``stride`` over an H×W input padded by ``padding``."""
-    if stride < 1 or padding < 0:
-        raise ValueError(f"stride must be >= 1 and padding >= 0, got stride={stride}, padding={padding}.")
-    Hp, Wp = H + 2 * padding, W + 2 * padding
-    if KH > Hp or KW > Wp:
-        raise ValueError(f"A {KH}×{KW} window does not fit in the {H}×{W} input padded to {Hp}×{Wp}. "
-                         f"Use a smaller kernel, more padding, or a larger image.")
-    return (Hp - KH) // stride + 1, (Wp - KW) // stride + 1
+    return whole_number(v, what, minimum)
 
 
 def _pad(x, padding):
@@ -155,36 +156,41 @@ def im2col(x, KH, KW, stride=1, padding=0):
     Then ``cols @ W.reshape(F, -1).T`` is the convolution. On the GPU this is one CUDA kernel
     (``dlcourse.kernels.im2col``); here it is a strided view and one copy.
     """
-    return _im2col_t(x, KH, KW, stride, padding).T
+    return unfold(x, KH, KW, stride, padding).T
 
 
 def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
     """The adjoint of :func:`im2col`: add every entry of cols (N*OH*OW, C*KH*KW) back to the
     input pixel it came from. Returns dx: x_shape = (N, C, H, W)."""
-    return _col2im_t(cols.T, x_shape, KH, KW, stride, padding)
+    return fold(cols.T, x_shape, KH, KW, stride, padding)
 
 
-def _im2col_t(x, KH, KW, stride, padding, use_kernels=True):
-    """im2col transposed: (C*KH*KW, N*OH*OW), the fastest layout for NumPy to build."""
+def unfold(x, KH, KW, stride=1, padding=0, use_kernels=True):
+    """im2col with one *column* per window: x (N, C, H, W) -> cols (C*KH*KW, N*OH*OW), the
+    layout NumPy builds fastest, and the one ``W.reshape(F, -1) @ cols`` wants. On the GPU,
+    the one branch to the CUDA kernel (``kernels/im2col.cu``).
+    """
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
-    k = gpu_kernels(x, use_kernels)
-    if k is not None:   # the one branch to a GPU kernel (it returns cols stored transposed)
-        return k.im2col(x, KH, KW, stride, padding).T
+    k = kernels.usable_for(x, use_kernels)
+    if k is not None:
+        return k.im2col(x, KH, KW, stride, padding).T     # the kernel stores cols transposed
     windows = _windows(_pad(x, padding), KH, KW, stride, OH, OW)
-    return windows.reshape(C * KH * KW, N * OH * OW)   # the one copy
+    return windows.reshape(C * KH * KW, N * OH * OW)       # the one copy
 
 
-def _col2im_t(cols_t, x_shape, KH, KW, stride, padding, use_kernels=True):
+def fold(cols, x_shape, KH, KW, stride=1, padding=0, use_kernels=True):
+    """The adjoint of :func:`unfold`: cols (C*KH*KW, N*OH*OW) -> dx: x_shape = (N, C, H, W),
+    each entry added back to the input pixel it came from."""
     N, C, H, W = x_shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
-    xp = get_array_module(cols_t)
-    k = gpu_kernels(cols_t, use_kernels)
-    if k is not None:   # reads cols_t in place, whatever its layout
-        return k.col2im(cols_t.T, x_shape, KH, KW, stride, padding)
-    cols6 = cols_t.reshape(C, KH, KW, N, OH, OW)
+    xp = get_array_module(cols)
+    k = kernels.usable_for(cols, use_kernels)
+    if k is not None:   # reads cols in place, whatever its layout
+        return k.col2im(cols.T, x_shape, KH, KW, stride, padding)
+    cols6 = cols.reshape(C, KH, KW, N, OH, OW)
     # Accumulate channel-major, (C, N, Hp, Wp), so that each add reads cols6 in memory order.
-    dx_pad = xp.zeros((C, N, H + 2 * padding, W + 2 * padding), dtype=cols_t.dtype)
+    dx_pad = xp.zeros((C, N, H + 2 * padding, W + 2 * padding), dtype=cols.dtype)
     for kh in range(KH):          # a loop over kernel offsets only: KH*KW strided adds
         for kw in range(KW):
             dx_pad[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride] += cols6[:, kh, kw]
@@ -194,98 +200,96 @@ def _col2im_t(cols_t, x_shape, KH, KW, stride, padding, use_kernels=True):
     return dx.transpose(1, 0, 2, 3)                                    # (N, C, H, W)
 
 
+def as_image(out, N, OH, OW):
+    """The convolution's output matrix (F, N*OH*OW) seen as (N, F, OH, OW): a view, no copy."""
+    return out.reshape(out.shape[0], N, OH, OW).transpose(1, 0, 2, 3)
+
+
+def as_matrix(dout):
+    """The inverse of :func:`as_image`: (N, F, OH, OW) -> (F, N*OH*OW) (a view when dout is
+    channel-major in memory, as the gradients of this library's layers are)."""
+    return dout.transpose(1, 0, 2, 3).reshape(dout.shape[1], -1)
+
+
+def conv_output_shape(layer, x_shape):
+    """(N, OH, OW) of a Conv2d (or Conv2dReLU) ``layer`` for input x of shape x_shape."""
+    N, _, H, W = x_shape
+    KH, KW = layer.kernel_size
+    return (N, *output_size(H, W, KH, KW, layer.stride, layer.padding))
+
+
 # ======================================================================================
 # Layers
 # ======================================================================================
 class Conv2d(Layer):
     """2-D convolution (cross-correlation, as in every framework).
 
-    x: (N, C_in, H, W) -> out: (N, C_out, OH, OW)
-    params["W"]: (C_out, C_in, KH, KW), params["b"]: (C_out,)
+    x: (N, C, H, W) -> out: (N, F, OH, OW)
+    params["W"]: (F, C, KH, KW), params["b"]: (F,)
     OH = (H + 2*padding - KH) // stride + 1 (OW likewise).
 
-    Forward: cols = im2col(x) (C_in*KH*KW, N*OH*OW); out = W_mat @ cols + b.
-    Backward: dW = dout_mat @ cols.T, dcols = W_mat.T @ dout_mat, dx = col2im(dcols).
+    Forward: cols = unfold(x) (C*KH*KW, N*OH*OW); out = W_mat @ cols + b, W_mat = W as (F, C*KH*KW).
+    Backward: dW = dout_mat @ cols.T, db = dout_mat summed over its columns,
+    dcols = W_mat.T @ dout_mat, dx = fold(dcols).
 
-    On the GPU, im2col and col2im are the CUDA kernels of ``dlcourse.kernels`` (lesson 08);
+    On the GPU, unfold and fold run the CUDA kernels of ``dlcourse.kernels`` (lesson 08);
     set ``layer.use_kernels = False`` (or ``dl.use_kernels(model, False)``) to time the plain
     CuPy version instead.
     """
 
+    input_shape, input_ndim = "(N, C_in, H, W)", 4
     use_kernels = True   # on the GPU: im2col/col2im by the hand-written kernels
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride: int = 1,
                  padding: int = 0, dtype=np.float32, seed=None):
         super().__init__()
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.in_channels = whole_number(in_channels, "Conv2d(in_channels=...)", minimum=0)
+        self.out_channels = whole_number(out_channels, "Conv2d(out_channels=...)", minimum=0)
+        self.kernel_size = _pair(kernel_size, "kernel_size", "Conv2d")
         if min(self.in_channels, self.out_channels, *self.kernel_size) < 1:
             raise ValueError(f"Conv2d needs in_channels, out_channels and kernel_size >= 1, got "
                              f"Conv2d({in_channels}, {out_channels}, kernel_size={kernel_size}).")
-        self.stride = _single(stride, "stride", "Conv2d")
-        self.padding = _single(padding, "padding", "Conv2d")
-        if self.stride < 1 or self.padding < 0:
-            raise ValueError(f"Conv2d needs stride >= 1 and padding >= 0, got stride={stride}, "
-                             f"padding={padding}.")
+        self.stride = _single(stride, "stride", "Conv2d", minimum=1)
+        self.padding = _single(padding, "padding", "Conv2d", minimum=0)
         KH, KW = self.kernel_size
-        dtype = _float_dtype(dtype)
+        dtype = float_dtype(dtype)
         fan_in = self.in_channels * KH * KW
-        Wt = rng(seed).standard_normal((self.out_channels, self.in_channels, KH, KW)) * np.sqrt(2.0 / fan_in)
-        self.params = {"W": Wt.astype(dtype), "b": np.zeros(self.out_channels, dtype=dtype)}
+        W = rng(seed).standard_normal((self.out_channels, self.in_channels, KH, KW)) * np.sqrt(2.0 / fan_in)
+        self.params = {"W": W.astype(dtype), "b": np.zeros(self.out_channels, dtype=dtype)}
 
     def forward(self, x):
-        out = self.forward_no_bias(x)                                 # (F, N*OH*OW)
-        out += self.params["b"].reshape(-1, 1)
-        return self.as_image(out)
+        """x: (N, C, H, W) -> out: (N, F, OH, OW), channel-major in memory (a view of the
+        (F, N*OH*OW) matrix)."""
+        W, b = self.params["W"], self.params["b"]
+        F, C, KH, KW = W.shape
+        cols = unfold(x, KH, KW, self.stride, self.padding, self.use_kernels)   # (C*KH*KW, N*OH*OW)
+        out = matmul(W.reshape(F, -1), cols)                                   # (F, N*OH*OW)
+        out += b.reshape(F, 1)
+        self.cache = (x.shape, cols)
+        return as_image(out, *conv_output_shape(self, x.shape))
 
-    def forward_no_bias(self, x):
-        """W_mat @ im2col(x), without the bias, as the matrix (F, N*OH*OW) (see as_image).
-        Caches what backward needs."""
-        Wt = self.params["W"]
-        check_input(self, x, 4, "(N, C_in, H, W)", params_like=Wt)
-        N, C, H, W = x.shape
-        F, _, KH, KW = Wt.shape
-        if C != self.in_channels:
+    def backward(self, dout, input_grad: bool = True):
+        """dout: (N, F, OH, OW) -> dx: (N, C, H, W); fills grads["W"] (F, C, KH, KW) and
+        grads["b"] (F,). ``input_grad=False`` skips dx and returns None."""
+        x_shape, cols = self.cache
+        W = self.params["W"]
+        F, C, KH, KW = W.shape
+        dout_mat = as_matrix(dout)                                             # (F, N*OH*OW)
+        dW = matmul(cols, dout_mat.T).T                                        # (F, C*KH*KW)
+        self.grads = {"W": dW.reshape(W.shape), "b": dout_mat.sum(axis=1)}
+        if not input_grad:
+            return None
+        dcols = matmul(W.reshape(F, -1).T, dout_mat)                           # (C*KH*KW, N*OH*OW)
+        return fold(dcols, x_shape, KH, KW, self.stride, self.padding, self.use_kernels)
+
+    def check(self, x):
+        super().check(x)
+        if x.shape[1] != self.in_channels:
             hint = (" The channels look last (N, H, W, C): use x.transpose(0, 3, 1, 2)."
                     if x.shape[3] == self.in_channels else "")
             raise ValueError(f"Conv2d(in_channels={self.in_channels}) got x of shape {shape_str(x.shape)}: "
                              f"axis 1 (channels) must be {self.in_channels}.{hint}")
-        cols_t = _im2col_t(x, KH, KW, self.stride, self.padding, self.use_kernels)  # (C*KH*KW, N*OH*OW)
-        self.cache = (x.shape, cols_t)
-        return Wt.reshape(F, -1) @ cols_t
-
-    def as_image(self, out):
-        """The (F, N*OH*OW) output matrix seen as (N, F, OH, OW): a view, no copy."""
-        N, _, H, W = self.cache[0]
-        F, _, KH, KW = self.params["W"].shape
-        OH, OW = output_size(H, W, KH, KW, self.stride, self.padding)
-        return out.reshape(F, N, OH, OW).transpose(1, 0, 2, 3)
-
-    def as_matrix(self, dout):
-        """The inverse of as_image: (N, F, OH, OW) -> (F, N*OH*OW) (a view when dout is
-        channel-major in memory, as the gradients of this library's layers are)."""
-        return dout.transpose(1, 0, 2, 3).reshape(self.params["W"].shape[0], -1)
-
-    def backward(self, dout):
-        return self.backward_input(self.backward_params(dout))
-
-    def backward_params(self, dout, db=None):
-        """Fill grads only (dW: (F, C, KH, KW), db: (F,)); returns dout as (F, N*OH*OW).
-        ``db``, when given, is the bias gradient already summed (a fused layer's)."""
-        _, cols_t = self._saved()
-        Wt = self.params["W"]
-        dout_mat = self.as_matrix(dout)                                # (F, N*OH*OW)
-        dW = (cols_t @ dout_mat.T).T                                   # (F, C*KH*KW)
-        self.grads = {"W": dW.reshape(Wt.shape), "b": dout_mat.sum(axis=1) if db is None else db}
-        return dout_mat
-
-    def backward_input(self, dout_mat):
-        """dx = col2im(W_mat.T @ dout_mat): (N, C, H, W), from dout as (F, N*OH*OW)."""
-        x_shape = self._saved()[0]
-        Wt = self.params["W"]
-        F, C, KH, KW = Wt.shape
-        dcols_t = Wt.reshape(F, -1).T @ dout_mat                       # (C*KH*KW, N*OH*OW)
-        return _col2im_t(dcols_t, x_shape, KH, KW, self.stride, self.padding, self.use_kernels)
+        conv_output_shape(self, x.shape)          # the window fits in the (padded) image
 
     def get_config(self):
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,
@@ -304,33 +308,32 @@ class MaxPool2d(Layer):
     array code below.
     """
 
+    input_shape, input_ndim = "(N, C, H, W)", 4
     use_kernels = True
 
     def __init__(self, kernel_size, stride=None):
         super().__init__()
-        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.kernel_size = _pair(kernel_size, "kernel_size", "MaxPool2d")
         KH, KW = self.kernel_size
         if stride is None and KH != KW:
             raise ValueError(f"MaxPool2d(kernel_size={kernel_size}) needs a stride: the default is "
                              f"the kernel size, but a {KH}x{KW} window has two, and one stride "
                              f"serves both axes here. Pass stride=, e.g. MaxPool2d({kernel_size}, "
                              f"stride={min(KH, KW)}).")
-        self.stride = _single(stride, "stride", "MaxPool2d") if stride is not None else KH
+        self.stride = _single(KH if stride is None else stride, "stride", "MaxPool2d", minimum=0)
         if self.stride < 1 or min(self.kernel_size) < 1:
             raise ValueError(f"MaxPool2d needs kernel_size and stride >= 1, got "
                              f"kernel_size={kernel_size}, stride={stride}.")
 
     def forward(self, x):
-        check_input(self, x, 4, "(N, C, H, W)")
+        """x: (N, C, H, W) -> out: (N, C, OH, OW), in x's memory layout."""
+        k = kernels.usable_for(x, self.use_kernels)
+        if k is not None:
+            return self._forward_kernel(k, x)
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         s = self.stride
         OH, OW = output_size(H, W, KH, KW, s)
-        kernels = gpu_kernels(x, self.use_kernels)
-        if kernels is not None and x.dtype in (np.float32, np.float64):
-            best, idx = kernels.maxpool_forward(x, KH, KW, s)   # one launch; C-contiguous
-            self.cache = (x, idx, True)
-            return best
         xp = get_array_module(x)
         # A running maximum over the KH*KW window offsets: each offset (kh, kw) is one strided
         # slice of x holding that position of every window, of the output's shape (N, C, OH, OW).
@@ -348,15 +351,15 @@ class MaxPool2d(Layer):
         return best
 
     def backward(self, dout):
-        x, idx, kernel_made_idx = self._saved()
+        """dout: (N, C, OH, OW) -> dx: (N, C, H, W), in x's memory layout."""
+        x, idx, kernel_made_idx = self.cache
+        if kernel_made_idx:          # forward ran the kernel: so does backward
+            return self._backward_kernel(dout)
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         s = self.stride
         _, _, OH, OW = dout.shape
         xp = get_array_module(dout)
-        if kernel_made_idx:          # forward ran the kernel: so does backward (dx in x's layout)
-            dx = xp.empty_like(x, dtype=dout.dtype)
-            return gpu_kernels(dout).maxpool_backward(dout, idx, dx, KH, KW, s)
         # Windows that tile x exactly (no overlap, nothing left over) write every pixel once.
         tiles = s == KH == KW and s * OH == H and s * OW == W
         dx = (xp.empty_like if tiles else xp.zeros_like)(x, dtype=dout.dtype)   # x's layout
@@ -368,6 +371,21 @@ class MaxPool2d(Layer):
             else:
                 target += dout * (idx == k)               # overlapping windows add up
         return dx
+
+    def _forward_kernel(self, k, x):
+        """The GPU path: one launch makes the maxima and where they were (C-contiguous)."""
+        best, idx = k.maxpool_forward(x, *self.kernel_size, self.stride)
+        self.cache = (x, idx, True)
+        return best
+
+    def _backward_kernel(self, dout):
+        x, idx, _ = self.cache
+        dx = get_array_module(dout).empty_like(x, dtype=dout.dtype)
+        return kernels.maxpool_backward(dout, idx, dx, *self.kernel_size, self.stride)
+
+    def check(self, x):
+        super().check(x)
+        output_size(x.shape[2], x.shape[3], *self.kernel_size, self.stride)   # the window fits
 
     def get_config(self):
         return {"kernel_size": list(self.kernel_size), "stride": self.stride}

@@ -17,9 +17,12 @@ names: the ReLU's place holds an :class:`~dlcourse.layers.Identity`, so ``"0.W"`
 """
 from __future__ import annotations
 
-from .backend import get_array_module, gpu_kernels
-from .conv import Conv2d
+from . import kernels
+from .backend import get_array_module
+from .conv import Conv2d, as_image, as_matrix, conv_output_shape, fold, unfold
+from .kernels import use_kernels
 from .layers import Identity, Layer, Linear, ReLU, Sequential
+from .ops import matmul
 
 __all__ = ["bias_relu", "bias_relu_backward", "LinearReLU", "Conv2dReLU", "fuse", "use_kernels"]
 
@@ -34,7 +37,7 @@ def bias_relu(z, b, axis=1, use_kernels=True):
     axis=0: z (F, M), b (F,)  — Conv2d's output matrix, one bias per row (channel).
     z must be a temporary the caller owns: the CPU path overwrites it and returns it.
     """
-    k = gpu_kernels(z, use_kernels)
+    k = kernels.usable_for(z, use_kernels, same_dtype=(b,))
     if k is not None:
         return (k.bias_relu_forward if axis == 1 else k.bias_relu_rows_forward)(z, b)
     xp = get_array_module(z)
@@ -45,7 +48,7 @@ def bias_relu(z, b, axis=1, use_kernels=True):
 def bias_relu_backward(dout, y, axis=1, use_kernels=True):
     """The backward of :func:`bias_relu`: returns (dz, db) with dz = dout * (y > 0) (y's shape)
     and db = dz summed over the axis the bias does not run along (F,)."""
-    k = gpu_kernels(dout, use_kernels)
+    k = kernels.usable_for(dout, use_kernels, same_dtype=(y,))
     if k is not None:
         fn = k.bias_relu_backward if axis == 1 else k.bias_relu_rows_backward
         return fn(get_array_module(dout).ascontiguousarray(dout), y)
@@ -56,7 +59,7 @@ def bias_relu_backward(dout, y, axis=1, use_kernels=True):
 # ======================================================================================
 # Fused layers
 # ======================================================================================
-class _FusedReLU(Layer):
+class FusedReLU(Layer):
     """A layer (``self.layer``) followed by ReLU. The parameters, gradients and buffers are the
     wrapped layer's own dicts, so the wrapped layer, and any model holding it, sees every update."""
 
@@ -66,7 +69,8 @@ class _FusedReLU(Layer):
     def __init__(self, layer=None, **config):
         """``LinearReLU(linear)`` wraps an existing layer; ``LinearReLU(**linear_config)`` makes
         a new one (as loading a checkpoint does)."""
-        super().__init__()
+        # No Layer.__init__: the arrays live in the wrapped layer (as a Sequential's in its layers).
+        self.forgot()
         if layer is None:
             layer = self.base(**config)
         if type(layer) is not self.base:
@@ -74,21 +78,30 @@ class _FusedReLU(Layer):
                             f"it; got {type(layer).__name__}.")
         self.layer = layer
 
-    # The arrays live in the wrapped layer (as a Sequential's live in its layers).
-    params = property(lambda self: self.layer.params, lambda self, value: None)
-    grads = property(lambda self: self.layer.grads, lambda self, value: None)
-    buffers = property(lambda self: self.layer.buffers, lambda self, value: None)
+    params = property(lambda self: self.layer.params)
+    buffers = property(lambda self: self.layer.buffers)
 
-    def _map_arrays(self, fn):
-        self.layer._map_arrays(fn)
-        self.cache = None
+    @property
+    def grads(self):
+        return self.layer.grads
+
+    @grads.setter
+    def grads(self, value):    # backward fills the wrapped layer's grads
+        self.layer.grads = value
+
+    def check(self, x):
+        self.layer.check(x)    # the wrapped layer's checks: its layout, its sizes
+
+    def map_arrays(self, fn):
+        self.layer.map_arrays(fn)
+        self.forgot()
         return self
 
     def get_config(self):
         return self.layer.get_config()
 
 
-class LinearReLU(_FusedReLU):
+class LinearReLU(FusedReLU):
     """``y = max(x @ W + b, 0)``: Linear then ReLU in one layer (made by :func:`fuse`).
 
     x: (N, in_features) -> y: (N, out_features); params are the Linear's ``W`` and ``b``.
@@ -100,25 +113,22 @@ class LinearReLU(_FusedReLU):
     base = Linear
 
     def forward(self, x):
-        z = self.layer.forward_no_bias(x)                          # x @ W: (N, out_features)
-        self.cache = y = bias_relu(z, self.layer.params["b"], 1, self.use_kernels)
+        W, b = self.params["W"], self.params["b"]
+        y = bias_relu(matmul(x, W), b, 1, self.use_kernels)         # (N, out_features)
+        self.cache = (x, y)
         return y
 
-    def backward(self, dout):
-        dz = self.backward_params(dout)
-        return dz @ self.layer.params["W"].T                       # dx: (N, in_features)
-
-    def backward_params(self, dout):
-        """Fill grads only; returns dz = dL/d(x @ W + b): (N, out_features)."""
-        dz, db = bias_relu_backward(dout, self._saved(), 1, self.use_kernels)
-        self.layer.backward_params(dz, db)
-        return dz
+    def backward(self, dout, input_grad: bool = True):
+        x, y = self.cache
+        dz, db = bias_relu_backward(dout, y, 1, self.use_kernels)   # (N, out), (out,)
+        self.grads = {"W": matmul(x.T, dz), "b": db}
+        return matmul(dz, self.params["W"].T) if input_grad else None
 
 
-class Conv2dReLU(_FusedReLU):
+class Conv2dReLU(FusedReLU):
     """``y = max(conv(x, W) + b, 0)``: Conv2d then ReLU in one layer (made by :func:`fuse`).
 
-    x: (N, C_in, H, W) -> y: (N, C_out, OH, OW); params are the Conv2d's ``W`` and ``b``.
+    x: (N, C, H, W) -> y: (N, F, OH, OW); params are the Conv2d's ``W`` and ``b``.
     The convolution's output is the matrix W_mat @ cols of shape (F, N*OH*OW), one row per
     output channel, so here the bias runs along rows (``bias_relu(..., axis=0)``).
     """
@@ -126,19 +136,23 @@ class Conv2dReLU(_FusedReLU):
     base = Conv2d
 
     def forward(self, x):
-        conv = self.layer
-        z = conv.forward_no_bias(x)                                # (F, N*OH*OW)
-        self.cache = y = bias_relu(z, conv.params["b"], 0, self.use_kernels)
-        return conv.as_image(y)                                    # (N, F, OH, OW), a view
+        conv, W, b = self.layer, self.params["W"], self.params["b"]
+        F, C, KH, KW = W.shape
+        cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)   # (C*KH*KW, N*OH*OW)
+        y = bias_relu(matmul(W.reshape(F, -1), cols), b, 0, self.use_kernels)  # (F, N*OH*OW)
+        self.cache = (x.shape, cols, y)
+        return as_image(y, *conv_output_shape(conv, x.shape))                 # (N, F, OH, OW)
 
-    def backward(self, dout):
-        return self.layer.backward_input(self.backward_params(dout))
-
-    def backward_params(self, dout):
-        """Fill grads only; returns dz as the matrix (F, N*OH*OW)."""
-        conv = self.layer
-        dz, db = bias_relu_backward(conv.as_matrix(dout), self._saved(), 0, self.use_kernels)
-        return conv.backward_params(conv.as_image(dz), db)
+    def backward(self, dout, input_grad: bool = True):
+        conv, W = self.layer, self.params["W"]
+        x_shape, cols, y = self.cache
+        F, C, KH, KW = W.shape
+        dz, db = bias_relu_backward(as_matrix(dout), y, 0, self.use_kernels)  # (F, N*OH*OW), (F,)
+        self.grads = {"W": matmul(cols, dz.T).T.reshape(W.shape), "b": db}
+        if not input_grad:
+            return None
+        dcols = matmul(W.reshape(F, -1).T, dz)                                # (C*KH*KW, N*OH*OW)
+        return fold(dcols, x_shape, KH, KW, conv.stride, conv.padding, conv.use_kernels)
 
 
 FUSIONS = {Linear: LinearReLU, Conv2d: Conv2dReLU}
@@ -164,17 +178,3 @@ def fuse(model: Sequential) -> Sequential:
         if fused is not None and type(layers[i + 1]) is ReLU:
             layers[i], layers[i + 1] = fused(layers[i]), Identity()
     return Sequential(*layers).train(model.training)
-
-
-def use_kernels(model, enabled: bool = True):
-    """Let (``enabled=True``, the default) or stop every layer of ``model`` that has a
-    hand-written CUDA kernel from using it on the GPU: Conv2d's im2col/col2im, MaxPool2d's
-    pooling kernels and the fused layers' bias+ReLU. Without them the same layers run plain
-    CuPy code. No effect on the CPU. A loss (dl.SoftmaxCrossEntropy) or an optimizer (dl.SGD,
-    dl.Adam) works too: its fused kernel. Returns ``model``."""
-    layers = model.layers if isinstance(model, Sequential) else [model]
-    for layer in layers:
-        for part in (layer, getattr(layer, "layer", None)):
-            if part is not None and hasattr(part, "use_kernels"):
-                part.use_kernels = bool(enabled)
-    return model

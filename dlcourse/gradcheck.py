@@ -119,4 +119,4 @@ def gradcheck(module, x, target=None, *, eps: float = 1e-6, tol: float = 1e-6, s
                           f"  numerical (finite differences):\n{to_numpy(num)}")
         return worst
     finally:
-        backend._rng = saved_rng
+        backend.set_rng(saved_rng)

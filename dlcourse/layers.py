@@ -16,31 +16,49 @@ runs on whichever backend its input lives on: ``xp = get_array_module(x)``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Mapping
 
 import numpy as np
 
-from ._validate import check_input, shape_str
+from ._validate import check_input, float_dtype, number, shape_str, whole_number
 from .backend import device_of, get_array_module, random_uniform, rng, to_device
+from .ops import matmul
 
 LAYERS: dict[str, type] = {}   # name -> class, so a checkpoint can rebuild a model
 
 
 class Layer:
-    """Base class: parameters, gradients, train/eval mode, device and dtype moves."""
+    """Base class: parameters, gradients, train/eval mode, device and dtype moves, and the
+    checks every layer shares, so that a layer's own ``forward`` and ``backward`` are its math.
+
+    Before a layer's ``forward`` runs, the base class calls ``self.check(x)``: it refuses what
+    the layer cannot take (not an array, not floating-point, the wrong rank, another dtype or
+    device than the parameters), from the layout the layer declares in ``input_shape``
+    (letters, e.g. ``"(N, C, H, W)"``) and ``input_ndim`` (the ranks it takes; None: any). A
+    layer that needs more (Linear: the last axis is ``in_features``) adds it in its own
+    ``check``. Before ``backward`` runs, the base class checks that forward ran and that
+    ``dout`` has the shape of forward's output.
+    """
 
     training = True
+    input_shape: str | None = None   # None: the base class checks nothing (a container)
+    input_ndim = None                # an int, a tuple of ints, or None for any rank
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         LAYERS[cls.__name__] = cls
+        if "forward" in cls.__dict__:
+            cls.forward = _checked_forward(cls.__dict__["forward"])
+        if "backward" in cls.__dict__:
+            cls.backward = _checked_backward(cls.__dict__["backward"])
 
     def __init__(self):
         self.params: dict = {}
         self.grads: dict = {}
         self.buffers: dict = {}   # state that is saved but not trained (BatchNorm's running stats)
-        self.cache = None
+        self.forgot()
 
     def __call__(self, x):
         return self.forward(x)
@@ -51,14 +69,16 @@ class Layer:
     def backward(self, dout):
         raise NotImplementedError
 
-    def _saved(self):
-        """What forward cached for backward, or a clear error when forward has not run (or
-        the layer was moved since, which clears it)."""
-        if self.cache is None:
-            raise RuntimeError(f"{type(self).__name__}.backward() needs forward() first: it uses "
-                               f"what forward saved. Call out = layer.forward(x), then "
-                               f"layer.backward(dout) with dout shaped like out.")
-        return self.cache
+    def check(self, x):
+        """Refuse an input that ``forward`` cannot take, saying what it needs."""
+        if self.input_shape is not None:
+            first = next(iter(self.params.values()), None)
+            check_input(self, x, self.input_ndim, self.input_shape, params_like=first)
+
+    def forgot(self):
+        """Drop what forward saved (a move to another device or dtype makes it stale)."""
+        self.cache = None
+        self.out_shape = None     # the shape of forward's output: what dout must have
 
     # -- modes ----------------------------------------------------------------------------
     def train(self, mode: bool = True):
@@ -71,24 +91,24 @@ class Layer:
         return self.train(False)
 
     # -- where and in which precision the parameters live ---------------------------------
-    def _map_arrays(self, fn):
+    def map_arrays(self, fn):
+        """Replace every parameter and buffer ``a`` by ``fn(a)``; gradients and caches go."""
         self.params = {k: fn(v) for k, v in self.params.items()}
         self.buffers = {k: fn(v) for k, v in self.buffers.items()}
         self.grads = {}
-        self.cache = None
+        self.forgot()
         return self
 
     def to(self, device: str):
         """Move parameters to ``"cpu"`` or ``"gpu"``. Returns the layer."""
-        return self._map_arrays(lambda a: to_device(a, device))
+        return self.map_arrays(lambda a: to_device(a, device))
 
     def astype(self, dtype):
         """Cast parameters to ``dtype`` (e.g. ``np.float64`` for a gradient check)."""
-        return self._map_arrays(lambda a: a.astype(dtype))
+        return self.map_arrays(lambda a: a.astype(dtype))
 
     @property
     def device(self) -> str:
-        from .backend import device_of
         arrays = list(self.params.values()) + list(self.buffers.values())
         return device_of(arrays[0]) if arrays else "cpu"
 
@@ -114,7 +134,7 @@ class Layer:
         """Copy ``state``'s arrays into this layer's, in place: each keeps its device and dtype,
         and the layer never shares an array with the caller (``best.load_state_dict(
         model.state_dict())`` keeps a snapshot that training ``model`` does not change)."""
-        _check_state(self, state)
+        check_state(self, state)
         for group in (self.params, self.buffers):
             for k in group:
                 if k not in state:
@@ -130,19 +150,44 @@ class Layer:
         return f"{type(self).__name__}({args})"
 
 
-def _check_state(layer, state):
+def _checked_forward(forward):
+    """forward, after ``self.check(x)``; remembers the output's shape for backward's check."""
+    @functools.wraps(forward)
+    def checked(self, x, *args, **kwargs):
+        self.check(x)
+        out = forward(self, x, *args, **kwargs)
+        self.out_shape = getattr(out, "shape", None)
+        return out
+    return checked
+
+
+def _checked_backward(backward):
+    """backward, after checking that forward ran and that dout has its output's shape."""
+    @functools.wraps(backward)
+    def checked(self, dout, *args, **kwargs):
+        name = type(self).__name__
+        want = getattr(self, "out_shape", None)
+        if want is None:
+            raise RuntimeError(f"{name}.backward() needs forward() first: it uses what forward "
+                               f"saved. Call out = layer.forward(x), then layer.backward(dout) "
+                               f"with dout shaped like out.")
+        got = getattr(dout, "shape", None)
+        if got is None or tuple(got) != tuple(want):
+            given = shape_str(got) if got is not None else f"a {type(dout).__name__}"
+            raise ValueError(f"{name}.backward got dout of shape {given}; it must match the "
+                             f"forward output, {shape_str(want)} (dout is dL/d(out), one number "
+                             f"per number forward returned).")
+        return backward(self, dout, *args, **kwargs)
+    return checked
+
+
+def check_state(layer, state):
+    """Refuse a ``state`` that is not a dict of arrays (a path, say), naming the fix."""
     if not isinstance(state, Mapping):            # a dict, or np.load's NpzFile
         hint = (" To read a checkpoint written by dl.save, use model = dl.load(path)."
                 if isinstance(state, (str, os.PathLike)) else "")
         raise TypeError(f"{type(layer).__name__}.load_state_dict takes a dict of arrays (from "
                         f"model.state_dict()), got {type(state).__name__}.{hint}")
-
-
-def _float_dtype(dtype):
-    dtype = np.dtype(dtype)
-    if not np.issubdtype(dtype, np.floating):
-        raise TypeError(f"dtype must be a floating-point type such as np.float32, got {dtype}.")
-    return dtype
 
 
 # ======================================================================================
@@ -153,30 +198,39 @@ class Linear(Layer):
 
     x: (N, in_features)  ->  y: (N, out_features)
     params["W"]: (in_features, out_features), params["b"]: (out_features,)
+    Backward: dW = x.T @ dout (in, out), db = dout summed over the batch (out,),
+    dx = dout @ W.T (N, in).
 
     Weights start as He-initialized normals (std = sqrt(2 / in_features)), biases at zero.
     """
 
+    input_shape, input_ndim = "(N, in_features)", 2
+
     def __init__(self, in_features: int, out_features: int, dtype=np.float32, seed=None):
         super().__init__()
-        self.in_features, self.out_features = int(in_features), int(out_features)
-        if self.in_features < 1 or self.out_features < 1:
-            raise ValueError(f"Linear needs positive sizes, got in_features={in_features}, "
-                             f"out_features={out_features}.")
-        dtype = _float_dtype(dtype)
+        self.in_features = whole_number(in_features, "Linear(in_features=...)")
+        self.out_features = whole_number(out_features, "Linear(out_features=...)")
+        dtype = float_dtype(dtype)
         std = np.sqrt(2.0 / self.in_features)
         W = rng(seed).standard_normal((self.in_features, self.out_features)) * std
         self.params = {"W": W.astype(dtype), "b": np.zeros(self.out_features, dtype=dtype)}
 
     def forward(self, x):
-        out = self.forward_no_bias(x)           # x @ W: (N, out_features)
+        """x: (N, in_features) -> x @ W + b: (N, out_features)."""
+        out = matmul(x, self.params["W"])
         out += self.params["b"]
+        self.cache = x
         return out
 
-    def forward_no_bias(self, x):
-        """x @ W: (N, out_features), without the bias. Caches x for backward."""
-        W = self.params["W"]
-        check_input(self, x, 2, "(N, in_features)", params_like=W)
+    def backward(self, dout, input_grad: bool = True):
+        """dout: (N, out_features) -> dx: (N, in_features); fills grads["W"], grads["b"].
+        ``input_grad=False`` skips dx (a model's first layer needs none) and returns None."""
+        x = self.cache
+        self.grads = {"W": matmul(x.T, dout), "b": dout.sum(axis=0)}
+        return matmul(dout, self.params["W"].T) if input_grad else None
+
+    def check(self, x):
+        super().check(x)
         if x.shape[1] != self.in_features:
             hint = (f" Does in_features match what comes in: the previous layer's out_features, "
                     f"or the data's {x.shape[1]} features?")
@@ -184,22 +238,6 @@ class Linear(Layer):
                 hint += " (Or is x transposed? Then use x.T.)"
             raise ValueError(f"Linear(in_features={self.in_features}) got x of shape "
                              f"{shape_str(x.shape)}: the last axis must be {self.in_features}.{hint}")
-        self.cache = x
-        return x @ W
-
-    def backward(self, dout):
-        self.backward_params(dout)
-        return dout @ self.params["W"].T        # dx: (N, in_features)
-
-    def backward_params(self, dout, db=None):
-        """Fill grads only: dW = x.T @ dout (in, out), db = sum of dout over the batch (out,).
-        ``db``, when given, is the bias gradient already summed (a fused layer's)."""
-        x = self._saved()
-        if getattr(dout, "shape", None) != (x.shape[0], self.out_features):
-            raise ValueError(f"Linear(out_features={self.out_features}).backward got dout of shape "
-                             f"{shape_str(getattr(dout, 'shape', ()))}; it must match the "
-                             f"forward output, ({x.shape[0]}, {self.out_features}).")
-        self.grads = {"W": x.T @ dout, "b": dout.sum(axis=0) if db is None else db}
 
     def get_config(self):
         return {"in_features": self.in_features, "out_features": self.out_features}
@@ -222,15 +260,16 @@ class Identity(Layer):
 class ReLU(Layer):
     """``y = max(x, 0)``; the gradient passes where the input was positive. Any shape."""
 
+    input_shape = "(N, ...)"
+
     def forward(self, x):
-        check_input(self, x)
         xp = get_array_module(x)
         out = xp.maximum(x, 0)
         self.cache = out
         return out
 
     def backward(self, dout):
-        out = self._saved()
+        out = self.cache
         return dout * (out > 0)
 
 
@@ -240,8 +279,9 @@ class Sigmoid(Layer):
     dy/dx = y (1 - y). Any shape.
     """
 
+    input_shape = "(N, ...)"
+
     def forward(self, x):
-        check_input(self, x)
         xp = get_array_module(x)
         out = xp.tanh(x * 0.5)
         out += 1
@@ -250,22 +290,23 @@ class Sigmoid(Layer):
         return out
 
     def backward(self, dout):
-        y = self._saved()
+        y = self.cache
         return dout * y * (1 - y)
 
 
 class Tanh(Layer):
     """``y = tanh(x)``; dy/dx = 1 - y². Any shape."""
 
+    input_shape = "(N, ...)"
+
     def forward(self, x):
-        check_input(self, x)
         xp = get_array_module(x)
         out = xp.tanh(x)
         self.cache = out
         return out
 
     def backward(self, dout):
-        y = self._saved()
+        y = self.cache
         return dout * (1 - y * y)
 
 
@@ -278,16 +319,14 @@ ACTIVATIONS = {"relu": ReLU, "sigmoid": Sigmoid, "tanh": Tanh}
 class Flatten(Layer):
     """(N, d1, d2, ...) -> (N, d1*d2*...), e.g. (N, C, H, W) -> (N, C*H*W)."""
 
+    input_shape = "(N, d1, ...)"
+
     def forward(self, x):
-        check_input(self, x)
-        if x.ndim < 2:
-            raise ValueError(f"Flatten expects a batch axis and at least one more, got shape "
-                             f"{shape_str(x.shape)}.")
         self.cache = x
         return x.reshape(x.shape[0], -1)
 
     def backward(self, dout):
-        x = self._saved()
+        x = self.cache
         if x.flags.c_contiguous:
             return dout.reshape(x.shape)
         # Give dx the memory layout of x (a conv output is channel-major): the layers below
@@ -295,6 +334,12 @@ class Flatten(Layer):
         dx = get_array_module(dout).empty_like(x, dtype=dout.dtype)
         dx[...] = dout.reshape(x.shape)
         return dx
+
+    def check(self, x):
+        super().check(x)
+        if x.ndim < 2:
+            raise ValueError(f"Flatten expects a batch axis and at least one more, got shape "
+                             f"{shape_str(x.shape)}.")
 
 
 class Dropout(Layer):
@@ -304,16 +349,15 @@ class Dropout(Layer):
     The mask comes from dlcourse's seeded generator (``dl.manual_seed``).
     """
 
+    input_shape = "(N, ...)"
+
     def __init__(self, p: float = 0.5):
         super().__init__()
-        if not 0.0 <= float(p) < 1.0:
-            raise ValueError(f"Dropout probability p must be in [0, 1), got {p}.")
-        self.p = float(p)
+        self.p = number(p, "Dropout probability p", "Dropout(0.5)", 0.0, 1.0)
 
     def forward(self, x):
-        check_input(self, x)
         if not self.training or self.p == 0.0:
-            self.cache = None
+            self.cache = None                     # no mask: the identity
             return x
         xp = get_array_module(x)
         keep = random_uniform(xp, x.shape, x.dtype) >= self.p
@@ -343,54 +387,61 @@ class BatchNorm2d(Layer):
     uses the running statistics.
     """
 
+    input_shape, input_ndim = "(N, C, H, W)", 4
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
                  dtype=np.float32):
         super().__init__()
-        C = self.num_features = int(num_features)
-        self.eps, self.momentum = float(eps), float(momentum)
-        dtype = _float_dtype(dtype)
+        C = self.num_features = whole_number(num_features, "BatchNorm2d(num_features=...)")
+        self.eps = number(eps, "BatchNorm2d(eps=...)", "eps=1e-5", 0.0, None, low_open=True)
+        self.momentum = number(momentum, "BatchNorm2d(momentum=...)", "momentum=0.1", 0.0, 1.0,
+                               high_open=False)
+        dtype = float_dtype(dtype)
         self.params = {"gamma": np.ones(C, dtype), "beta": np.zeros(C, dtype)}
         self.buffers = {"running_mean": np.zeros(C, dtype), "running_var": np.ones(C, dtype)}
 
     def forward(self, x):
-        gamma, beta = self.params["gamma"], self.params["beta"]
-        check_input(self, x, 4, "(N, C, H, W)", params_like=gamma)
         N, C, H, W = x.shape
-        if C != self.num_features:
-            raise ValueError(f"BatchNorm2d(num_features={self.num_features}) got x of shape "
-                             f"{shape_str(x.shape)}: axis 1 must be {self.num_features}.")
         xp = get_array_module(x)
-        g = gamma.reshape(1, C, 1, 1)
         if self.training:
-            M = N * H * W
-            if M < 2:
-                raise ValueError("BatchNorm2d in training mode needs more than one value per "
-                                 f"channel, got x of shape {shape_str(x.shape)}. Use a larger "
-                                 "batch, or call model.eval().")
-            mean = x.mean(axis=(0, 2, 3))
-            var = x.var(axis=(0, 2, 3))
-            m = self.momentum
-            self.buffers["running_mean"] = (1 - m) * self.buffers["running_mean"] + m * mean
-            self.buffers["running_var"] = (1 - m) * self.buffers["running_var"] + m * var * (M / (M - 1))
+            mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+            self._update_running_stats(mean, var, M=N * H * W)
         else:
             mean, var = self.buffers["running_mean"], self.buffers["running_var"]
         inv_std = 1.0 / xp.sqrt(var + x.dtype.type(self.eps))
         x_hat = (x - mean.reshape(1, C, 1, 1)) * inv_std.reshape(1, C, 1, 1)
         self.cache = (x_hat, inv_std, self.training)
-        return g * x_hat + beta.reshape(1, C, 1, 1)
+        return self.params["gamma"].reshape(1, C, 1, 1) * x_hat + self.params["beta"].reshape(1, C, 1, 1)
 
-    def backward(self, dout):
-        x_hat, inv_std, training = self._saved()
+    def backward(self, dout, input_grad: bool = True):
+        x_hat, inv_std, training = self.cache
         N, C, H, W = dout.shape
-        gamma = self.params["gamma"]
         self.grads = {"gamma": (dout * x_hat).sum(axis=(0, 2, 3)), "beta": dout.sum(axis=(0, 2, 3))}
-        dx_hat = dout * gamma.reshape(1, C, 1, 1)
+        if not input_grad:
+            return None
+        dx_hat = dout * self.params["gamma"].reshape(1, C, 1, 1)
         if not training:   # the statistics are constants
             return dx_hat * inv_std.reshape(1, C, 1, 1)
         # mean and variance depend on x too: dx = (dx_hat - mean(dx_hat) - x_hat*mean(dx_hat*x_hat)) / std
         mean_dxh = dx_hat.mean(axis=(0, 2, 3), keepdims=True)
         mean_dxh_xh = (dx_hat * x_hat).mean(axis=(0, 2, 3), keepdims=True)
         return (dx_hat - mean_dxh - x_hat * mean_dxh_xh) * inv_std.reshape(1, C, 1, 1)
+
+    def _update_running_stats(self, mean, var, M):
+        """running = (1 - momentum) running + momentum batch; the variance unbiased (M / (M-1))."""
+        m = self.momentum
+        self.buffers["running_mean"] = (1 - m) * self.buffers["running_mean"] + m * mean
+        self.buffers["running_var"] = (1 - m) * self.buffers["running_var"] + m * var * (M / (M - 1))
+
+    def check(self, x):
+        super().check(x)
+        if x.shape[1] != self.num_features:
+            raise ValueError(f"BatchNorm2d(num_features={self.num_features}) got x of shape "
+                             f"{shape_str(x.shape)}: axis 1 must be {self.num_features}.")
+        if self.training and x.shape[0] * x.shape[2] * x.shape[3] < 2:
+            raise ValueError("BatchNorm2d in training mode needs more than one value per "
+                             f"channel, got x of shape {shape_str(x.shape)}. Use a larger "
+                             "batch, or call model.eval().")
 
     def get_config(self):
         return {"num_features": self.num_features, "eps": self.eps, "momentum": self.momentum}
@@ -422,7 +473,8 @@ class Sequential(Layer):
     """
 
     def __init__(self, *layers):
-        super().__init__()
+        # No Layer.__init__: a Sequential's params, grads and buffers live in its layers.
+        self.forgot()
         if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
             layers = tuple(layers[0])
         for i, layer in enumerate(layers):
@@ -448,22 +500,26 @@ class Sequential(Layer):
         """Backpropagate dout through the layers in reverse; returns dL/dx.
 
         A training step needs the parameters' gradients only: with ``input_grad=False`` the
-        first trainable layer skips computing dL/dx (as PyTorch does for inputs that need no
-        gradient) and backward returns None.
+        first layer with parameters is asked for no dL/dx (as PyTorch does for inputs that need
+        no gradient), the layers before it are not run, and backward returns None.
         """
         first = next((i for i, layer in enumerate(self.layers) if layer.params), 0)
         for i in range(len(self.layers) - 1, -1, -1):
-            layer = self.layers[i]
-            if not input_grad and i == first and hasattr(layer, "backward_params"):
-                layer.backward_params(dout)
-                return None
-            dout = layer.backward(dout)
+            if not input_grad and i == first and self.layers[i].params:
+                return self.layers[i].backward(dout, input_grad=False)
+            dout = self.layers[i].backward(dout)
         return dout
 
     def predict(self, x, batch_size: int = 1024):
         """Class indices for x, in evaluation mode, on x's device (restores the mode)."""
+        batch_size = whole_number(batch_size, "predict(batch_size=...)")
+        check_input(self, x)
+        xp = get_array_module(x)
+        if x.size and not bool(xp.isfinite(x).all()):
+            raise ValueError(f"{type(self).__name__}.predict: x contains NaN or inf values; a "
+                             f"prediction from them would mean nothing. Fix the data first: "
+                             f"~np.isfinite(x) finds them.")
         with eval_mode(self):
-            xp = get_array_module(x)
             out = [self.forward(x[i:i + batch_size]).argmax(axis=1) for i in range(0, len(x), batch_size)]
             return xp.concatenate(out) if out else xp.zeros(0, dtype=np.int64)
 
@@ -471,29 +527,9 @@ class Sequential(Layer):
         return {f"{i}.{k}": v for i, layer in enumerate(self.layers)
                 for k, v in getattr(layer, attr).items()}
 
-    @property
-    def params(self):
-        return self._gather("params")
-
-    @params.setter
-    def params(self, value):   # Layer.__init__ assigns {}; a Sequential's live in its layers
-        pass
-
-    @property
-    def grads(self):
-        return self._gather("grads")
-
-    @grads.setter
-    def grads(self, value):
-        pass
-
-    @property
-    def buffers(self):
-        return self._gather("buffers")
-
-    @buffers.setter
-    def buffers(self, value):
-        pass
+    params = property(lambda self: self._gather("params"))
+    grads = property(lambda self: self._gather("grads"))
+    buffers = property(lambda self: self._gather("buffers"))
 
     def train(self, mode: bool = True):
         self.training = mode
@@ -501,9 +537,10 @@ class Sequential(Layer):
             layer.train(mode)
         return self
 
-    def _map_arrays(self, fn):   # so Layer.to and Layer.astype reach every layer
+    def map_arrays(self, fn):   # so Layer.to and Layer.astype reach every layer
         for layer in self.layers:
-            layer._map_arrays(fn)
+            layer.map_arrays(fn)
+        self.forgot()
         return self
 
     def state_dict(self):
@@ -511,7 +548,7 @@ class Sequential(Layer):
                 for k, v in layer.state_dict().items()}
 
     def load_state_dict(self, state):
-        _check_state(self, state)
+        check_state(self, state)
         expected = set(self.state_dict())
         extra = set(state) - expected
         if extra:

@@ -9,8 +9,9 @@ import math
 
 import numpy as np
 
+from . import kernels
 from ._validate import check_labels, check_same_device, shape_str
-from .backend import get_array_module, gpu_kernels
+from .backend import get_array_module
 
 
 class Loss:
@@ -25,9 +26,20 @@ class Loss:
 
 
 def _check_float(owner, x, name, expected):
+    """x is a floating-point array with at least one row (a mean over no rows is NaN)."""
     if not hasattr(x, "dtype") or not np.issubdtype(x.dtype, np.floating):
         given = getattr(x, "dtype", type(x).__name__)
         raise TypeError(f"{owner} expects {name} as a floating-point array {expected}, got {given}.")
+    if x.size == 0:
+        raise ValueError(f"{owner} got {name} of shape {shape_str(x.shape)}: an empty batch has "
+                         f"no mean loss. Is the data set (or the last batch) empty?")
+
+
+def _check_real_targets(owner, targets, name="targets"):
+    """Targets are real numbers (bool, int or float), not complex, strings or objects."""
+    if targets.dtype.kind not in "biuf":
+        raise TypeError(f"{owner} expects real-valued {name} (integers or floats), got dtype "
+                        f"{targets.dtype}. Convert them, e.g. {name}.astype(np.float32).")
 
 
 def log_softmax(logits):
@@ -52,31 +64,48 @@ class SoftmaxCrossEntropy(Loss):
     logits: (N, K) floats; labels: (N,) integers in [0, K).
     loss = -mean_n log softmax(logits)[n, labels[n]]
 
-    On the GPU, forward runs the fused CUDA kernel ``softmax_xent.cu`` (loss and gradient in one
-    launch, instead of more than fifteen array operations) and backward returns the gradient
-    it made; ``dl.use_kernels(loss, False)`` switches to the array code below.
+    On the GPU, forward runs the fused CUDA kernel ``softmax_cross_entropy.cu`` (loss and
+    gradient in one launch, instead of more than fifteen array operations) and backward returns
+    the gradient it made; ``dl.use_kernels(loss, False)`` switches to the array code below.
+    The cache is (log-probabilities, labels, the kernel's gradient): the array code fills the
+    first two, the kernel the last.
     """
 
     use_kernels = True
 
     def forward(self, logits, labels):
+        self._check(logits, labels)
+        N, K = logits.shape
+        k = kernels.usable_for(logits, self.use_kernels)
+        if k is not None:
+            return self._forward_kernel(k, logits, labels)
+        labels = check_labels("SoftmaxCrossEntropy", labels, N, K)
+        xp = get_array_module(logits)
+        logp = log_softmax(logits)
+        self.cache = (logp, labels, None)
+        return float(-logp[xp.arange(N), labels].mean())
+
+    def backward(self):
+        """d(loss)/d(logits) = (softmax(logits) - one_hot(labels)) / N: (N, K)."""
+        self._need_forward()
+        logp, labels, dlogits = self.cache
+        if dlogits is not None:                # the fused kernel has made it already
+            return dlogits
+        xp = get_array_module(logp)
+        N = logp.shape[0]
+        dlogits = xp.exp(logp)                 # softmax
+        dlogits[xp.arange(N), labels] -= 1     # minus the one-hot target
+        dlogits /= N
+        return dlogits
+
+    def _check(self, logits, labels):
         owner = "SoftmaxCrossEntropy"
         _check_float(owner, logits, "logits", "of shape (N, K)")
         if logits.ndim != 2:
             raise ValueError(f"{owner} expects logits of shape (N, K), got {shape_str(logits.shape)}.")
         check_same_device(owner, logits, labels)
-        N, K = logits.shape
-        kernels = gpu_kernels(logits, self.use_kernels)
-        if kernels is not None and N and logits.dtype in (np.float32, np.float64):
-            return self._forward_kernel(kernels, logits, labels)
-        labels = check_labels(owner, labels, N, K)
-        xp = get_array_module(logits)
-        logp = log_softmax(logits)
-        rows = xp.arange(N)
-        self.cache = (logp, labels)
-        return float(-logp[rows, labels].mean())
 
-    def _forward_kernel(self, kernels, logits, labels):
+    def _forward_kernel(self, k, logits, labels):
         """The GPU path: one kernel makes the loss and the gradient (kept for backward)."""
         owner = "SoftmaxCrossEntropy"
         N, K = logits.shape
@@ -84,25 +113,13 @@ class SoftmaxCrossEntropy(Loss):
         xp = get_array_module(logits)
         if labels.dtype not in (np.int32, np.int64):      # the kernel reads int or long long
             labels = labels.astype(np.int64)
-        loss, dlogits = kernels.softmax_cross_entropy(xp.ascontiguousarray(logits),
-                                                      xp.ascontiguousarray(labels))
+        loss, dlogits = k.softmax_cross_entropy(xp.ascontiguousarray(logits),
+                                                xp.ascontiguousarray(labels))
         value = float(loss)              # the step's one wait for the GPU
         if math.isnan(value):            # a label out of range makes its row NaN: say so clearly
             check_labels(owner, labels, N, K)
-        self.cache = dlogits
+        self.cache = (None, None, dlogits)
         return value
-
-    def backward(self):
-        self._need_forward()
-        if not isinstance(self.cache, tuple):   # the fused kernel has made the gradient already
-            return self.cache
-        logp, labels = self.cache
-        xp = get_array_module(logp)
-        N = logp.shape[0]
-        dlogits = xp.exp(logp)                 # softmax
-        dlogits[xp.arange(N), labels] -= 1     # minus the one-hot target
-        dlogits /= N
-        return dlogits
 
 
 class SigmoidCrossEntropy(Loss):
@@ -119,12 +136,16 @@ class SigmoidCrossEntropy(Loss):
         check_same_device(owner, logits, targets, "logits", "targets")
         xp = get_array_module(logits)
         targets = xp.asarray(targets)
+        _check_real_targets(owner, targets)
         if logits.ndim > 2 or (logits.ndim == 2 and logits.shape[1] != 1):
             raise ValueError(f"{owner} expects logits of shape (N,) or (N, 1), got {shape_str(logits.shape)}.")
         if targets.size != logits.size:
             raise ValueError(f"{owner}: {logits.size} logits but {targets.size} targets; they must match.")
         y = targets.reshape(logits.shape).astype(logits.dtype)
-        if targets.size and (float(y.min()) < 0 or float(y.max()) > 1):
+        if not bool(xp.isfinite(y).all()):
+            raise ValueError(f"{owner}: the targets contain NaN or inf; each must be 0 or 1 (or a "
+                             f"probability in [0, 1]). ~np.isfinite(targets) finds them.")
+        if float(y.min()) < 0 or float(y.max()) > 1:
             raise ValueError(f"{owner} expects targets in [0, 1] (class 0 or 1), got values from "
                              f"{float(y.min())} to {float(y.max())}. Map labels -1/+1 to 0/1 first.")
         z = logits
@@ -149,6 +170,7 @@ class MSELoss(Loss):
         check_same_device(owner, pred, target, "predictions", "targets")
         xp = get_array_module(pred)
         target = xp.asarray(target)
+        _check_real_targets(owner, target)
         if target.shape != pred.shape:
             raise ValueError(f"MSELoss: predictions have shape {shape_str(pred.shape)} but targets "
                              f"{shape_str(target.shape)}; they must match (reshape the targets?).")

@@ -9,32 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import device_of, get_array_module, gpu_kernels, to_device
-
-
-# Examples the errors below give for building a model from its class.
-_MODEL_EXAMPLES = {"MLP": "dl.MLP([64, 128, 10])", "CNN": "dl.CNN(in_channels=1, image_size=28)",
-                   "Sequential": "dl.Sequential(dl.Linear(64, 10))"}
-
-
-def _model_class_error(cls, where: str) -> TypeError:
-    """The error for a model class given where a model is wanted: ``fit(dl.MLP, ...)``."""
-    name = cls.__name__
-    example = _MODEL_EXAMPLES.get(name, f"{name}(...)")
-    return TypeError(f"{where} got the class {name}, not a model: create the model first, "
-                     f"e.g. model = {example}, and pass model.")
-
-
-def _number(value, what: str, example: str) -> float:
-    """``value`` as a float, or a TypeError saying what was expected (a number, not a string
-    or None). ``what`` names the argument (``"SGD(lr=...)"``), ``example`` shows one."""
-    if value is not None and not isinstance(value, (bool, str, bytes)):
-        try:                     # a Python or NumPy number, a 0-d array (NumPy or CuPy), ...
-            return float(value)
-        except (TypeError, ValueError):
-            pass
-    raise TypeError(f"{what} expects a number, e.g. {example}; got {value!r} "
-                    f"({type(value).__name__}).")
+from . import kernels
+from ._validate import model_class_error, number
+from .backend import device_of, get_array_module, to_device
 
 
 class Optimizer:
@@ -43,12 +20,14 @@ class Optimizer:
     def __init__(self, model, lr: float):
         name = type(self).__name__
         if isinstance(model, type):
-            raise _model_class_error(model, f"{name}(model, ...)")
+            raise model_class_error(model, f"{name}(model, ...)")
         if not hasattr(model, "params") or not hasattr(model, "grads"):
             raise TypeError(f"An optimizer needs a model with params and grads, got {type(model).__name__}.")
-        if not _number(lr, f"{name}(lr=...)", "lr=0.01") > 0:
-            raise ValueError(f"The learning rate must be positive, got lr={lr}.")
-        self.model, self.lr = model, float(lr)
+        lr = number(lr, f"{name}(lr=...)", "lr=0.01")
+        if not (np.isfinite(lr) and lr > 0):
+            raise ValueError(f"The learning rate must be a finite positive number, got lr={lr}. "
+                             f"E.g. {name}(model, lr=0.01).")
+        self.model, self.lr = model, lr
         self.state: dict = {}
         self.steps = 0
 
@@ -73,15 +52,14 @@ class Optimizer:
 
     def _fused(self, update, p, g, state, *scalars):
         """Do this parameter's update as one fused kernel (``update`` names it in
-        dlcourse.kernels) if it can run here: p on the GPU, kernels on, p, g and the state
-        arrays of one float dtype, p and the state C-contiguous (g is copied if it is not: a
-        convolution's dW is a transpose). Returns whether it ran."""
-        kernels = gpu_kernels(p, self.use_kernels)
-        if (kernels is None or p.dtype not in (np.float32, np.float64)
-                or any(a.dtype != p.dtype for a in (g, *state))
-                or not all(a.flags.c_contiguous for a in (p, *state))):
+        dlcourse.kernels) if it can take the arrays (:func:`dlcourse.kernels.usable_for`: p on
+        the GPU, kernels on, p, g and the state of one float dtype, p and the state
+        C-contiguous; g is copied if it is not: a convolution's dW is a transpose). Returns
+        whether it ran."""
+        k = kernels.usable_for(p, self.use_kernels, same_dtype=(g, *state), contiguous=(p, *state))
+        if k is None:
             return False
-        getattr(kernels, update)(p, get_array_module(g).ascontiguousarray(g), *state, *scalars)
+        getattr(k, update)(p, get_array_module(g).ascontiguousarray(g), *state, *scalars)
         return True
 
     def step(self):
@@ -96,11 +74,8 @@ class SGD(Optimizer):
 
     def __init__(self, model, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__(model, lr)
-        momentum = _number(momentum, "SGD(momentum=...)", "momentum=0.9")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
-        self.momentum = momentum
-        self.weight_decay = _number(weight_decay, "SGD(weight_decay=...)", "weight_decay=1e-4")
+        self.momentum = number(momentum, "SGD(momentum=...)", "momentum=0.9", 0.0, 1.0)
+        self.weight_decay = number(weight_decay, "SGD(weight_decay=...)", "weight_decay=1e-4", 0.0)
 
     def step(self):
         self.steps += 1
@@ -135,11 +110,9 @@ class Adam(Optimizer):
         if not (isinstance(betas, (tuple, list, np.ndarray)) and len(betas) == 2):
             raise TypeError(f"Adam(betas=...) takes a pair (beta1, beta2), e.g. "
                             f"betas=(0.9, 0.999); got {betas!r}.")
-        self.b1, self.b2 = (_number(b, "Adam(betas=...)", "betas=(0.9, 0.999)") for b in betas)
-        if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
-            raise ValueError(f"betas must be in [0, 1), got {betas}.")
-        self.eps = _number(eps, "Adam(eps=...)", "eps=1e-8")
-        self.weight_decay = _number(weight_decay, "Adam(weight_decay=...)", "weight_decay=1e-4")
+        self.b1, self.b2 = (number(b, "Adam(betas=...)", "betas=(0.9, 0.999)", 0.0, 1.0) for b in betas)
+        self.eps = number(eps, "Adam(eps=...)", "eps=1e-8", 0.0, None, low_open=True)
+        self.weight_decay = number(weight_decay, "Adam(weight_decay=...)", "weight_decay=1e-4", 0.0)
 
     def step(self):
         self.steps += 1

@@ -24,6 +24,7 @@ and then shows that :func:`fit` is that loop plus the things a real run needs:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -33,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import backend
+from ._validate import check_labels, model_class_error, whole_number
 from .backend import device_of, get_array_module, to_numpy
 from .layers import eval_mode
-from .optim import _model_class_error
 
 __all__ = ["fit", "evaluate", "confusion_matrix", "History", "TrainingDiverged", "StopTraining"]
 
@@ -197,7 +198,7 @@ class _Tally:
 # ======================================================================================
 def _check_model(model, fn):
     if isinstance(model, type):
-        raise _model_class_error(model, fn)
+        raise model_class_error(model, fn)
     for attr in ("forward", "backward", "params"):
         if not hasattr(model, attr):
             hint = (" The Perceptron learns with its own rule: call model.fit(X, y)."
@@ -297,6 +298,27 @@ def _check_batch_size(batch_size, fn):
     return int(batch_size)
 
 
+def _check_finite_data(X, fn, name="X"):
+    """A ValueError naming a row of X that holds NaN or inf (float data only): a model's
+    answer on it would mean nothing."""
+    if not np.issubdtype(X.dtype, np.floating):
+        return
+    xp = get_array_module(X)
+    bad = ~xp.isfinite(X.reshape(len(X), -1)).all(axis=1)
+    if bool(bad.any()):
+        rows = to_numpy(xp.flatnonzero(bad))
+        where = f"row {rows[0]}" if len(rows) == 1 else f"e.g. row {rows[0]}; {len(rows)} rows in all"
+        raise ValueError(f"{fn}: {name} contains NaN or inf values ({where}). Fix the data first: "
+                         f"~np.isfinite({name}) finds them.")
+
+
+def _check_class_labels(tally, y, out, fn):
+    """Once the first batch shows a classifier with K outputs: y (N,) must be integer labels
+    in [0, K), or the accuracy would count against labels no output can match."""
+    if tally.task == "multiclass" and y.ndim == 1:
+        check_labels(fn, y, len(y), out.shape[1])
+
+
 def _is_out_of_memory(err) -> bool:
     """CuPy's OutOfMemoryError (matched by name: this module never imports CuPy) or NumPy's
     MemoryError."""
@@ -332,17 +354,20 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
         _check_loss(loss, "evaluate")
     _check_xy(X, y, "evaluate")
     batch_size = _check_batch_size(batch_size, "evaluate")
+    _check_finite_data(X, "evaluate")
     from .data import batches
 
     device, dtype = _model_device(model), _model_dtype(model)
     total_loss, tally = 0.0, _Tally(loss)
     try:
         with eval_mode(model):
-            for xb, yb in batches(X, y, batch_size, shuffle=False, device=device):
+            for i, (xb, yb) in enumerate(batches(X, y, batch_size, shuffle=False, device=device)):
                 out = model.forward(_prepare(xb, dtype))
                 if loss is not None:
                     total_loss += loss.forward(out, yb) * len(xb)
                 tally.add(out, yb)
+                if i == 0:
+                    _check_class_labels(tally, y, out, "evaluate")
     except Exception as err:
         if _is_out_of_memory(err):
             raise _out_of_memory(err, batch_size, "in evaluate") from err
@@ -476,11 +501,39 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             and names a row, instead of blaming the learning rate.
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
+    _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation)
+    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, seed, progress)
+    try:
+        for epoch in range(1, epochs + 1):
+            model.train()
+            for step, (xb, yb) in run.batches(epoch):
+                out = model.forward(xb)
+                value = loss.forward(out, yb)
+                run.check_loss(value, xb, yb)         # inf or NaN: undo, and say why
+                model.backward(loss.backward())
+                with run.update():                    # a snapshot first, to undo it
+                    optimizer.step()
+                run.after_step(value, out, yb, on_step)
+            run.end_epoch(validation, callback)
+    except StopTraining:
+        run.history.stop_reason = "callback"
+    except KeyboardInterrupt:
+        run.interrupted()
+    except Exception as err:
+        if _is_out_of_memory(err):
+            raise _out_of_memory(err, run.batch_size, f"at epoch {run.epoch}, step {run.step}") from err
+        raise
+    finally:
+        run.close()
+    return run.history
+
+
+def _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation):
     _check_model(model, "fit")
     _check_loss(loss, "fit")
     _check_optimizer(optimizer, model)
     _check_xy(X, y, "fit")
-    batch_size = _check_batch_size(batch_size, "fit")
+    _check_batch_size(batch_size, "fit")
     if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
         raise ValueError(f"fit(epochs=...) must be an int >= 0, got {epochs!r}.")
     if validation is not None:
@@ -488,90 +541,106 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             raise TypeError("fit(validation=...) takes a pair (X_val, y_val), got "
                             f"{type(validation).__name__}.")
         _check_xy(*validation, "fit", "validation=(X_val, y_val)")
-    from .data import batches
 
-    device, dtype = _model_device(model), _model_dtype(model)
-    if seed is not None:
-        backend.manual_seed(seed)              # dropout masks (and CuPy's generator)
-    order_rng = backend.rng(seed) if seed is not None else None   # one batch order per epoch
-    N = len(X)
-    steps = -(-N // batch_size)                # ceil(N / B)
-    history = History()
-    bar = _progress_bar(progress, epochs * steps)
-    was_training = getattr(model, "training", True)
-    epoch = step = global_step = 0
-    snapshot = None                            # model and optimizer at the last finite loss
-    in_update = False
-    try:
-        for epoch in range(1, epochs + 1):
-            model.train()
-            start = time.perf_counter()
-            loss_sum, tally = 0.0, _Tally(loss)
-            order_seed = int(order_rng.integers(2**32)) if order_rng is not None else None
-            if bar is not None:
-                bar.set_description(f"epoch {epoch}/{epochs}", refresh=False)
-            for step, (xb, yb) in enumerate(batches(X, y, batch_size, shuffle=True,
-                                                    seed=order_seed, device=device), start=1):
-                global_step += 1
-                out = model.forward(_prepare(xb, dtype))
-                value = loss.forward(out, yb)
-                if not math.isfinite(value):
-                    if snapshot is not None:   # undo the update that led here
-                        _restore(model, optimizer, snapshot)
-                    raise _diverged(history, epoch, step, steps, optimizer,
-                                    f"the loss is {value}", _bad_data(X, y, xb, yb))
-                model.backward(loss.backward())
-                snapshot = _snapshot(model, optimizer)
-                in_update = True
-                optimizer.step()
-                in_update = False
 
-                loss_sum += value * len(xb)
-                tally.add(out, yb)
-                history.step_loss.append(value)
-                if bar is not None:
-                    bar.set_postfix_str(f"loss {loss_sum / min(step * batch_size, N):.4f}"
-                                        + _val_text(history), refresh=False)
-                    bar.update(1)
-                if on_step is not None and not _keep_going(on_step(global_step, value)):
-                    raise StopTraining
-            # The last update of the epoch has not been through a forward pass yet.
-            if not _all_finite(model):
-                _restore(model, optimizer, snapshot)
-                raise _diverged(history, epoch, step, steps, optimizer,
-                                "a parameter became inf or NaN")
-            history.train_loss.append(loss_sum / N)
-            history.train_accuracy.append(tally.accuracy(N))
-            if validation is not None:
-                result = evaluate(model, *validation, loss=loss, batch_size=batch_size)
-                history.val_loss.append(result["loss"])
-                history.val_accuracy.append(result["accuracy"])
-            backend.synchronize()              # GPU work is queued: wait before reading the clock
-            history.epoch_time.append(time.perf_counter() - start)
-            if bar is not None:
-                bar.set_postfix_str(f"loss {history.train_loss[-1]:.4f}" + _val_text(history))
-            if callback is not None and not _keep_going(callback(epoch, history)):
-                raise StopTraining
-    except StopTraining:
-        history.stop_reason = "callback"
-    except KeyboardInterrupt:
-        if in_update and snapshot is not None:   # stopped half-way through an update
-            _restore(model, optimizer, snapshot)
-        history.stop_reason, history.interrupted = "interrupted", True
-        if bar is not None:
-            bar.close()
-            bar = None
-        print(f"Training interrupted at epoch {epoch}, step {step}: returning the history of "
-              f"the {history.epochs} completed epoch(s).", file=sys.stderr)
-    except Exception as err:
-        if _is_out_of_memory(err):
-            raise _out_of_memory(err, batch_size, f"at epoch {epoch}, step {step}") from err
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        model.train(was_training)
-    return history
+class _Run:
+    """What fit keeps track of around its loop: the batches (moved to the model's device and
+    cast to its dtype), the seeded batch order, the snapshot that undoes a step gone to inf or
+    NaN, the running loss and accuracy of the epoch, the History, the progress bar, and the
+    hooks. Each method is one thing the loop does."""
+
+    def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, seed, progress):
+        self.model, self.loss, self.optimizer, self.X, self.y = model, loss, optimizer, X, y
+        self.epochs, self.batch_size = epochs, int(batch_size)
+        self.device, self.dtype = _model_device(model), _model_dtype(model)
+        if seed is not None:
+            backend.manual_seed(seed)                  # dropout masks (and CuPy's generator)
+        self.order_rng = backend.rng(seed) if seed is not None else None   # one order per epoch
+        self.steps = -(-len(X) // self.batch_size)     # ceil(N / B)
+        self.history = History()
+        self.bar = _progress_bar(progress, epochs * self.steps)
+        self.was_training = getattr(model, "training", True)
+        self.epoch = self.step = self.global_step = 0
+        self.snapshot = None                           # model and optimizer at the last finite loss
+        self.in_update = False
+
+    def batches(self, epoch):
+        """(step, (xb, yb)) over the epoch's shuffled batches, xb in the model's dtype."""
+        from .data import batches
+        self.epoch, self.start = epoch, time.perf_counter()
+        self.loss_sum, self.tally = 0.0, _Tally(self.loss)
+        order_seed = int(self.order_rng.integers(2**32)) if self.order_rng is not None else None
+        if self.bar is not None:
+            self.bar.set_description(f"epoch {epoch}/{self.epochs}", refresh=False)
+        for self.step, (xb, yb) in enumerate(batches(self.X, self.y, self.batch_size, shuffle=True,
+                                                     seed=order_seed, device=self.device), start=1):
+            self.global_step += 1
+            yield self.step, (_prepare(xb, self.dtype), yb)
+
+    def check_loss(self, value, xb, yb):
+        if not math.isfinite(value):
+            if self.snapshot is not None:             # undo the update that led here
+                _restore(self.model, self.optimizer, self.snapshot)
+            raise _diverged(self.history, self.epoch, self.step, self.steps, self.optimizer,
+                            f"the loss is {value}", _bad_data(self.X, self.y, xb, yb))
+
+    @contextlib.contextmanager
+    def update(self):
+        """Around optimizer.step(): a snapshot before it, and a mark while it runs (Ctrl-C
+        half-way through an update restores the snapshot)."""
+        self.snapshot = _snapshot(self.model, self.optimizer)
+        self.in_update = True
+        yield
+        self.in_update = False
+
+    def after_step(self, value, out, yb, on_step):
+        self.loss_sum += value * len(yb)
+        self.tally.add(out, yb)
+        self.history.step_loss.append(value)
+        if self.bar is not None:
+            seen = min(self.step * self.batch_size, len(self.X))
+            self.bar.set_postfix_str(f"loss {self.loss_sum / seen:.4f}" + _val_text(self.history),
+                                     refresh=False)
+            self.bar.update(1)
+        if on_step is not None and not _keep_going(on_step(self.global_step, value)):
+            raise StopTraining
+
+    def end_epoch(self, validation, callback):
+        history, N = self.history, len(self.X)
+        # The last update of the epoch has not been through a forward pass yet.
+        if not _all_finite(self.model):
+            _restore(self.model, self.optimizer, self.snapshot)
+            raise _diverged(history, self.epoch, self.step, self.steps, self.optimizer,
+                            "a parameter became inf or NaN")
+        history.train_loss.append(self.loss_sum / N)
+        history.train_accuracy.append(self.tally.accuracy(N))
+        if validation is not None:
+            result = evaluate(self.model, *validation, loss=self.loss, batch_size=self.batch_size)
+            history.val_loss.append(result["loss"])
+            history.val_accuracy.append(result["accuracy"])
+        backend.synchronize()              # GPU work is queued: wait before reading the clock
+        history.epoch_time.append(time.perf_counter() - self.start)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"loss {history.train_loss[-1]:.4f}" + _val_text(history))
+        if callback is not None and not _keep_going(callback(self.epoch, history)):
+            raise StopTraining
+
+    def interrupted(self):
+        if self.in_update and self.snapshot is not None:   # stopped half-way through an update
+            _restore(self.model, self.optimizer, self.snapshot)
+        self.history.stop_reason, self.history.interrupted = "interrupted", True
+        self.close_bar()
+        print(f"Training interrupted at epoch {self.epoch}, step {self.step}: returning the "
+              f"history of the {self.history.epochs} completed epoch(s).", file=sys.stderr)
+
+    def close_bar(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def close(self):
+        self.close_bar()
+        self.model.train(self.was_training)
 
 
 def _val_text(history) -> str:
@@ -618,7 +687,7 @@ def confusion_matrix(y_true, y_pred, num_classes: int | None = None) -> np.ndarr
         raise ValueError(f"confusion_matrix: y_true has {len(t)} labels but y_pred has {len(p)}.")
     t, p = t.astype(np.int64), p.astype(np.int64)
     seen = int(max(t.max(initial=-1), p.max(initial=-1))) + 1
-    K = seen if num_classes is None else int(num_classes)
+    K = seen if num_classes is None else whole_number(num_classes, "confusion_matrix(num_classes=...)")
     if min(t.min(initial=0), p.min(initial=0)) < 0 or seen > K:
         raise ValueError(f"confusion_matrix(num_classes={K}) needs labels in 0..{K - 1}, got "
                          f"values from {min(t.min(initial=0), p.min(initial=0))} to {seen - 1}.")

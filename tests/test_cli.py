@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlcourse import backend, cli
+from dlcourse import backend, cli, doctor
 
 REPO = Path(__file__).resolve().parents[1]
 ACCURACY_LINE = re.compile(r"^test accuracy: [01]\.\d{4}$")
@@ -51,8 +51,8 @@ def test_doctor_fails_on_a_bad_device_setting(capsys, monkeypatch, setting):
 
 
 def test_doctor_reports_a_missing_required_package(capsys, monkeypatch):
-    real = cli._installed
-    monkeypatch.setattr(cli, "_installed",
+    real = doctor.installed
+    monkeypatch.setattr(doctor, "installed",
                         lambda dist, module: None if dist == "tqdm" else real(dist, module))
     assert cli.main(["doctor"]) == 1
     out = capsys.readouterr().out
@@ -60,8 +60,8 @@ def test_doctor_reports_a_missing_required_package(capsys, monkeypatch):
 
 
 def test_doctor_is_not_ready_for_the_notebooks_without_jupyterlab(capsys, monkeypatch):
-    real = cli._installed
-    monkeypatch.setattr(cli, "_installed", lambda dist, module: None if dist in
+    real = doctor.installed
+    monkeypatch.setattr(doctor, "installed", lambda dist, module: None if dist in
                         ("jupyterlab", "ipywidgets") else real(dist, module))
     assert cli.main(["doctor"]) == 0                      # the library itself works
     out = capsys.readouterr().out
@@ -332,11 +332,11 @@ def test_small_sets_train_with_one_blas_thread():
 def test_nvidia_smi_output_is_understood():
     query = "NVIDIA GeForce RTX 3060, 550.54.14, 12288 MiB\n"
     header = "| NVIDIA-SMI 550.54.14   Driver Version: 550.54.14   CUDA Version: 12.4     |"
-    assert cli.parse_nvidia_smi(query, header) == {
+    assert doctor.parse_nvidia_smi(query, header) == {
         "name": "NVIDIA GeForce RTX 3060", "driver": "550.54.14", "memory": "12288 MiB",
         "cuda": "12.4"}
-    assert cli.parse_nvidia_smi("", header) is None
-    assert cli._cupy_wheel("12.4") == "'cupy-cuda12x[ctk]'"
-    assert cli._cupy_wheel("13.0") == "'cupy-cuda13x[ctk]'"
-    assert "cupy-cuda11x<14" in cli._cupy_wheel("11.8")
-    assert cli._cupy_wheel(None) is None
+    assert doctor.parse_nvidia_smi("", header) is None
+    assert doctor.cupy_wheel("12.4") == "'cupy-cuda12x[ctk]'"
+    assert doctor.cupy_wheel("13.0") == "'cupy-cuda13x[ctk]'"
+    assert "cupy-cuda11x<14" in doctor.cupy_wheel("11.8")
+    assert doctor.cupy_wheel(None) is None

@@ -14,7 +14,9 @@ check their inputs, name the launch geometry, and launch.
 
 Importing this package never imports CuPy; the kernels are compiled (by CuPy with NVRTC) the
 first time they are called, and only there is a GPU needed. The library calls them where its
-arrays are on the GPU (:func:`available` says whether they can run): ``dl.Conv2d`` calls
+arrays are on the GPU, and :func:`usable_for` alone decides whether a kernel takes an array
+(on the GPU, a dtype the kernels are compiled for, the layout they need, the owner's switch
+on): ``dl.Conv2d`` calls
 :func:`im2col` / :func:`col2im`, ``dl.MaxPool2d`` the pooling kernels, the fused layers the
 bias+ReLU kernels, the loss and the optimizers theirs; ``dl.use_kernels(obj, False)`` turns
 that off for a model, loss or optimizer.
@@ -32,10 +34,14 @@ pairs into the fused layers.
 """
 from __future__ import annotations
 
-from ..backend import gpu_available
+import sys
+
+import numpy as np
+
+from ..backend import device_of, gpu_available
 from . import reference
-from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, launch_config,
-                     list_kernels, source)
+from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, define_options,
+                     get_kernel, launch_config, list_kernels, source)
 from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_naive,
@@ -43,7 +49,8 @@ from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_
 from .unfold import col2im, im2col, maxpool_backward, maxpool_forward
 
 __all__ = [
-    "available", "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
+    "available", "usable_for", "use_kernels", "FLOAT_DTYPES", "get_kernel", "define_options",
+    "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
     "REGBLOCK_TUNINGS",
@@ -56,3 +63,37 @@ __all__ = [
 def available() -> bool:
     """True when the kernels can run: CuPy is installed and a CUDA device answers."""
     return gpu_available()
+
+
+#: The dtypes the library's kernels are compiled for.
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def usable_for(x, enabled=True, *, same_dtype=(), contiguous=()):
+    """This package, when a hand-written kernel can take ``x``; else None, and the caller runs
+    its array code (NumPy or CuPy). The one place that decides it, for every layer, loss and
+    optimizer: ``enabled`` (the owner's ``use_kernels`` switch) is on, ``x`` is on the GPU and
+    the kernels can run there, ``x`` is float32 or float64 and the arrays in ``same_dtype``
+    have its dtype, and the arrays in ``contiguous`` are C-contiguous (a kernel that needs
+    its input so and copies it when not is not asked: it takes any layout)."""
+    if not enabled or device_of(x) != "gpu" or not gpu_available():
+        return None
+    if x.dtype not in FLOAT_DTYPES or any(a.dtype != x.dtype for a in same_dtype):
+        return None
+    if not all(a.flags.c_contiguous for a in contiguous):
+        return None
+    return sys.modules[__name__]
+
+
+def use_kernels(obj, enabled: bool = True):
+    """Let (``enabled=True``, the default) or stop ``obj`` from using the hand-written CUDA
+    kernels on the GPU: every layer of a model that has one (Conv2d's im2col/col2im,
+    MaxPool2d's pooling kernels, the fused layers' bias+ReLU), a loss
+    (``dl.SoftmaxCrossEntropy``) or an optimizer (``dl.SGD``, ``dl.Adam``): their fused kernel.
+    Without them the same code runs as plain CuPy array operations. No effect on the CPU.
+    Returns ``obj``."""
+    for part in getattr(obj, "layers", [obj]):
+        for owner in (part, getattr(part, "layer", None)):   # a fused layer and its layer
+            if owner is not None and hasattr(owner, "use_kernels"):
+                owner.use_kernels = bool(enabled)
+    return obj

@@ -57,9 +57,9 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
             "bias_relu_rows_backward<float>", "bias_relu_rows_backward<double>"),
            "fused bias + ReLU forward and backward (deterministic sums for db), with the bias "
            "along columns (Linear) or rows (Conv2d)"),
-    Source("softmax_xent.cu",
-           ("softmax_xent<float, int>", "softmax_xent<float, long long>",
-            "softmax_xent<double, int>", "softmax_xent<double, long long>"),
+    Source("softmax_cross_entropy.cu",
+           ("softmax_cross_entropy<float, int>", "softmax_cross_entropy<float, long long>",
+            "softmax_cross_entropy<double, int>", "softmax_cross_entropy<double, long long>"),
            "fused softmax cross-entropy: per-row loss and gradient, one block per row"),
     Source("im2col.cu",
            ("im2col_kernel<float>", "im2col_kernel<double>",

@@ -1,6 +1,6 @@
 """Fused kernels: several array operations done in one pass over memory.
 
-Introduced in notebook ``08_cuda_kernels``. Sources: ``bias_relu.cu``, ``softmax_xent.cu`` and
+Introduced in notebook ``08_cuda_kernels``. Sources: ``bias_relu.cu``, ``softmax_cross_entropy.cu`` and
 ``optimizers.cu``. NumPy references: ``dlcourse.kernels.reference.bias_relu_forward_ref``,
 ``bias_relu_backward_ref``, ``softmax_cross_entropy_ref``, ``sgd_momentum_update_ref`` and
 ``adam_update_ref``.
@@ -53,7 +53,7 @@ def _softmax_geometry(N, C, itemsize=4):
     threads = 32
     while threads < min(C, 256):   # a power of two from 32 to 256, about the row length
         threads *= 2
-    return LaunchConfig("softmax_cross_entropy", "softmax_xent.cu", grid=(min(N, 2**20), 1, 1),
+    return LaunchConfig("softmax_cross_entropy", "softmax_cross_entropy.cu", grid=(min(N, 2**20), 1, 1),
                         block=(threads, 1, 1), static_shared_mem=2 * 32 * itemsize,
                         note="one block per row (grid-stride when N > 2**20)")
 
@@ -191,7 +191,7 @@ def softmax_cross_entropy(logits, labels):
         return cupy.asarray(float("nan"), dtype=logits.dtype), dlogits
     loss_rows = cupy.empty(N, dtype=logits.dtype)
     cfg = launch_config("softmax_cross_entropy", N, C, logits.dtype.itemsize)
-    kernel = get_kernel(cfg.file, f"softmax_xent<{CTYPE[logits.dtype]}, {CTYPE[labels.dtype]}>")
+    kernel = get_kernel(cfg.file, f"softmax_cross_entropy<{CTYPE[logits.dtype]}, {CTYPE[labels.dtype]}>")
     inv_N = logits.dtype.type(1.0 / N)
     kernel(cfg.grid, cfg.block, (logits, labels, loss_rows, dlogits, np.int32(N), np.int32(C),
                                  inv_N), shared_mem=cfg.shared_mem)

@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from ..backend import require_cupy
-from ..conv import output_size
+from ..shapes import output_size
 from ._build import (CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel,
                      launch_config, remembered)
 

@@ -1,4 +1,4 @@
-// softmax_xent.cu — fused softmax + cross-entropy: loss AND gradient in one kernel launch.
+// softmax_cross_entropy.cu — fused softmax + cross-entropy: loss AND gradient in one kernel launch.
 //
 //   logits z: (N, C),  labels y: (N,) integers in [0, C)
 //   p[n, :]        = softmax(z[n, :]) = exp(z[n, :] - m) / s,   m = max_c z[n, c],
@@ -87,7 +87,7 @@ __device__ void block_reduce_max_sum(T& m, T& s, T* sh_m, T* sh_s)
 }
 
 template <typename T, typename L>
-__global__ void softmax_xent(const T* __restrict__ logits,   // (N, C) input
+__global__ void softmax_cross_entropy(const T* __restrict__ logits,   // (N, C) input
                              const L* __restrict__ labels,   // (N,)   input, in [0, C)
                              T* __restrict__ loss_rows,      // (N,)   output: per-row loss
                              T* __restrict__ dlogits,        // (N, C) output: d(mean loss)/dz

@@ -1,0 +1,462 @@
+"""A CUDA emulator for the tests: the kernels of ``dlcourse/kernels/*.cu`` compiled as C++
+by g++ and run on the CPU, where there is no GPU (CI). Used by tests/test_kernel_emulation.py,
+whose docstring says what it emulates and how.
+
+Every ``.cu`` file is compiled with a small header standing in for CUDA's built-ins
+(``threadIdx``, ``__syncthreads``, ``__shfl_down_sync``, ``float4``, ...). A launch runs the
+grid one block after another; inside a block every thread is a *fiber* (a ``ucontext``), so
+the threads of a block really do cooperate. Every array goes to a kernel inside bands of NaN
+(``GUARD`` elements on each side): a read outside the array poisons the result, and a write
+outside is caught after the launch. :class:`EmuArray` and ``FAKE_CUPY`` stand in for CuPy's
+arrays and allocation, so the Python wrappers of ``dlcourse.kernels`` run on the emulated
+kernels too.
+"""
+import ctypes
+import functools
+import math
+import re
+import shutil
+import subprocess
+import types
+import weakref
+
+import numpy as np
+
+import dlcourse.kernels as K
+
+GXX = shutil.which("g++")
+
+
+CUDA_STAND_IN = r"""
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <ucontext.h>
+
+struct emu_dim3 { unsigned x, y, z; };
+enum emu_state { EMU_READY, EMU_AT_BARRIER, EMU_AT_SHUFFLE, EMU_DONE };
+struct emu_thread {
+    ucontext_t ctx;
+    emu_dim3 idx;                            // threadIdx
+    emu_state state;
+    unsigned mask; int offset, bytes;        // the pending __shfl_down_sync
+    unsigned char value[8], result[8];
+};
+// Not static, so that the compiler reloads them after every switch between threads.
+emu_dim3 blockIdx, blockDim, gridDim;
+emu_thread* emu_self;                        // the thread running now
+ucontext_t emu_scheduler;
+std::function<void()> emu_kernel;
+char emu_error[400];
+
+#define threadIdx (emu_self->idx)
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static                    // one copy for the block (blocks run in turn)
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+using std::min;                              // CUDA's device min(int, int)
+
+static void emu_wait(emu_state why)
+{
+    emu_thread* me = emu_self;
+    me->state = why;
+    swapcontext(&me->ctx, &emu_scheduler);   // back here when the scheduler releases us
+}
+static inline void __syncthreads() { emu_wait(EMU_AT_BARRIER); }
+template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, int offset)
+{
+    static_assert(sizeof(T) <= 8, "the stand-in shuffles at most 8 bytes");
+    emu_self->mask = mask; emu_self->offset = offset; emu_self->bytes = sizeof(T);
+    std::memcpy(emu_self->value, &v, sizeof(T));
+    emu_wait(EMU_AT_SHUFFLE);
+    T out;
+    std::memcpy(&out, emu_self->result, sizeof(T));
+    return out;
+}
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+"""
+
+
+SCHEDULER = r"""
+static void emu_entry() { emu_kernel(); emu_self->state = EMU_DONE; }   // then uc_link
+
+static int emu_fail(const char* what, unsigned tid)
+{
+    std::snprintf(emu_error, sizeof emu_error,
+                  "block (%u, %u, %u), thread %u (threadIdx (%u, %u, %u)): %s", blockIdx.x,
+                  blockIdx.y, blockIdx.z, tid, tid % blockDim.x, tid / blockDim.x % blockDim.y,
+                  tid / (blockDim.x * blockDim.y), what);
+    return 1;
+}
+
+// Exchange the values of one warp whose lanes all wait in __shfl_down_sync.
+static int emu_shuffle(emu_thread* th, unsigned first, unsigned lanes)
+{
+    for (unsigned l = 0; l < lanes; ++l) {
+        const emu_thread& t = th[first + l];
+        if (t.state != EMU_AT_SHUFFLE)
+            return emu_fail(t.state == EMU_DONE ? "returned while its warp waits in __shfl_down_sync"
+                                                : "waits in __syncthreads() while its warp waits in "
+                                                  "__shfl_down_sync", first + l);
+        if (t.mask != 0xffffffffu || lanes != 32)
+            return emu_fail("__shfl_down_sync with a mask other than all 32 lanes of a full warp "
+                            "(the stand-in handles only that)", first + l);
+        if (t.bytes != th[first].bytes)
+            return emu_fail("lanes of one warp shuffle values of different types", first + l);
+    }
+    for (unsigned l = 0; l < lanes; ++l) {
+        emu_thread& t = th[first + l];
+        const unsigned src = l + (unsigned)t.offset < 32 ? l + t.offset : l;
+        std::memcpy(t.result, th[first + src].value, 8);
+        t.state = EMU_READY;
+    }
+    return 0;
+}
+
+static int emu_run_block(emu_thread* th, unsigned n, char* stacks, size_t stack_size, int reverse)
+{
+    for (unsigned i = 0; i < n; ++i) {
+        getcontext(&th[i].ctx);
+        th[i].ctx.uc_stack.ss_sp = stacks + i * stack_size;
+        th[i].ctx.uc_stack.ss_size = stack_size;
+        th[i].ctx.uc_link = &emu_scheduler;
+        makecontext(&th[i].ctx, emu_entry, 0);
+        th[i].state = EMU_READY;
+    }
+    const unsigned warps = (n + 31) / 32;
+    for (;;) {
+        for (unsigned k = 0; k < warps; ++k) {  // each warp in turn runs as far as it can
+            const unsigned first = 32 * (reverse ? warps - 1 - k : k);
+            const unsigned lanes = n - first < 32 ? n - first : 32;
+            for (;;) {
+                bool shuffle = false;           // run each lane until it waits or returns
+                for (unsigned l = 0; l < lanes; ++l) {
+                    emu_self = &th[first + (reverse ? lanes - 1 - l : l)];
+                    if (emu_self->state == EMU_READY) swapcontext(&emu_scheduler, &emu_self->ctx);
+                    shuffle |= emu_self->state == EMU_AT_SHUFFLE;
+                }
+                if (!shuffle) break;            // the warp waits at the barrier, or is done
+                if (emu_shuffle(th, first, lanes)) return 1;
+            }
+        }
+        unsigned done = 0;                    // else every thread waits at the barrier or is done
+        for (unsigned i = 0; i < n; ++i) done += th[i].state == EMU_DONE;
+        if (done == n) return 0;
+        for (unsigned i = 0; i < n; ++i) {
+            if (done && th[i].state == EMU_DONE)
+                return emu_fail("returned while other threads of its block wait in "
+                                "__syncthreads() (on a GPU the block may hang)", i);
+            th[i].state = EMU_READY;
+        }
+    }
+}
+
+static int launch(const unsigned* grid, const unsigned* block, int reverse,
+                  std::function<void()> kernel)
+{
+    gridDim = {grid[0], grid[1], grid[2]};
+    blockDim = {block[0], block[1], block[2]};
+    const unsigned n = block[0] * block[1] * block[2];
+    const size_t stack_size = 64 * 1024;
+    emu_thread* th = new emu_thread[n];
+    char* stacks = static_cast<char*>(std::malloc(n * stack_size));
+    emu_kernel = kernel;
+    int failed = 0;
+    for (unsigned bz = 0; bz < grid[2] && !failed; ++bz)
+    for (unsigned by = 0; by < grid[1] && !failed; ++by)
+    for (unsigned bx = 0; bx < grid[0] && !failed; ++bx) {
+        blockIdx = {bx, by, bz};
+        for (unsigned i = 0; i < n; ++i)
+            th[i].idx = {i % block[0], i / block[0] % block[1], i / (block[0] * block[1])};
+        failed = emu_run_block(th, n, stacks, stack_size, reverse);
+    }
+    std::free(stacks);
+    delete[] th;
+    return failed;
+}
+"""
+
+
+LAUNCHERS = r"""
+#define GEOMETRY const unsigned* grid, const unsigned* block, int reverse
+#define LAUNCH(call) return launch(grid, block, reverse, [&] { call; })
+#define CONV_SIZES int N, int C, int H, int W, int KH, int KW, int stride, int padding, int OH, int OW
+#define CONV_ARGS N, C, H, W, KH, KW, stride, padding, OH, OW
+#define POOL_SIZES int N, int C, int H, int W, int KH, int KW, int stride, int OH, int OW
+#define POOL_ARGS N, C, H, W, KH, KW, stride, OH, OW
+
+extern "C" {
+const char* emu_last_error() { return emu_error; }
+int run_matmul_naive(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_naive(A, B, Cm, M, N, K)); }
+int run_matmul_coalesced(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_coalesced(A, B, Cm, M, N, K)); }
+int run_matmul_tiled(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_tiled(A, B, Cm, M, N, K)); }
+int run_matmul_regblock(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_regblock(A, B, Cm, M, N, K)); }
+"""
+
+
+TYPED = r"""
+int run_bias_relu_forward_{t}(GEOMETRY, const {T}* x, const {T}* b, {T}* y, long long N, int F)
+{{ LAUNCH(bias_relu_forward<{T}>(x, b, y, N, F)); }}
+int run_bias_relu_backward_{t}(GEOMETRY, const {T}* dout, const {T}* y, {T}* dx, {T}* partial,
+                               long long N, int F)
+{{ LAUNCH(bias_relu_backward<{T}>(dout, y, dx, partial, N, F)); }}
+int run_bias_relu_rows_forward_{t}(GEOMETRY, const {T}* x, const {T}* b, {T}* y, long long M)
+{{ LAUNCH(bias_relu_rows_forward<{T}>(x, b, y, M)); }}
+int run_bias_relu_rows_backward_{t}(GEOMETRY, const {T}* dout, const {T}* y, {T}* dx,
+                                    {T}* partial, long long M)
+{{ LAUNCH(bias_relu_rows_backward<{T}>(dout, y, dx, partial, M)); }}
+int run_softmax_cross_entropy_{t}_i(GEOMETRY, const {T}* z, const int* y, {T}* loss, {T}* dz,
+                           int N, int C, {T} inv_N)
+{{ LAUNCH((softmax_cross_entropy<{T}, int>(z, y, loss, dz, N, C, inv_N))); }}
+int run_softmax_cross_entropy_{t}_l(GEOMETRY, const {T}* z, const long long* y, {T}* loss, {T}* dz,
+                           int N, int C, {T} inv_N)
+{{ LAUNCH((softmax_cross_entropy<{T}, long long>(z, y, loss, dz, N, C, inv_N))); }}
+int run_im2col_{t}(GEOMETRY, const {T}* x, {T}* cols_t, long long sN, long long sC,
+                   long long sH, long long sW, CONV_SIZES)
+{{ LAUNCH(im2col_kernel<{T}>(x, cols_t, sN, sC, sH, sW, CONV_ARGS)); }}
+int run_col2im_{t}(GEOMETRY, const {T}* cols, {T}* dx, long long s_r, long long s_q, CONV_SIZES)
+{{ LAUNCH(col2im_kernel<{T}>(cols, dx, s_r, s_q, CONV_ARGS)); }}
+int run_maxpool_forward_{t}(GEOMETRY, const {T}* x, {T}* out, int* idx, long long sN,
+                            long long sC, long long sH, long long sW, POOL_SIZES)
+{{ LAUNCH(maxpool_forward<{T}>(x, out, idx, sN, sC, sH, sW, POOL_ARGS)); }}
+int run_maxpool_backward_{t}(GEOMETRY, const {T}* dout, const int* idx, {T}* dx, long long dN,
+                             long long dC, long long dH, long long dW, long long xN, long long xC,
+                             long long xH, long long xW, POOL_SIZES)
+{{ LAUNCH(maxpool_backward<{T}>(dout, idx, dx, dN, dC, dH, dW, xN, xC, xH, xW, POOL_ARGS)); }}
+int run_sgd_momentum_update_{t}(GEOMETRY, {T}* p, const {T}* g, {T}* v, long long n, {T} lr,
+                                {T} momentum, {T} weight_decay)
+{{ LAUNCH(sgd_momentum_update<{T}>(p, g, v, n, lr, momentum, weight_decay)); }}
+int run_adam_update_{t}(GEOMETRY, {T}* p, const {T}* g, {T}* m, {T}* v, long long n, {T} b1,
+                        {T} one_minus_b1, {T} b2, {T} one_minus_b2, {T} step_size, {T} eps,
+                        {T} weight_decay)
+{{ LAUNCH(adam_update<{T}>(p, g, m, v, n, b1, one_minus_b1, b2, one_minus_b2, step_size, eps,
+                           weight_decay)); }}
+"""
+
+
+SUFFIX = {np.float32: "f", np.float64: "d"}
+
+
+CTYPES = {np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+
+
+GUARD = 64   # NaN elements on each side of every array: 256+ bytes, so float4 stays aligned
+
+
+def compile_kernels(out, sources, name="emulated"):
+    """Compile the .cu sources (name -> text) with the stand-in into a ctypes library."""
+    unit = CUDA_STAND_IN + "".join(f"// ---- {f}\n{text}\n" for f, text in sources.items())
+    unit += SCHEDULER + LAUNCHERS
+    unit += "".join(TYPED.format(t=t, T=T) for t, T in (("f", "float"), ("d", "double"))) + "}\n"
+    (out / f"{name}.cpp").write_text(unit)
+    lib = out / f"lib{name}.so"
+    proc = subprocess.run([GXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
+                           "-o", str(lib), str(out / f"{name}.cpp")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"g++ could not compile the kernels as C++:\n{proc.stderr[-4000:]}"
+    emu = ctypes.CDLL(str(lib))
+    emu.emu_last_error.restype = ctypes.c_char_p
+    return emu
+
+
+def all_sources():
+    return {f: K.source(f) for f in K.SOURCES}
+
+
+def fill_value(dtype):
+    """What the guard bands hold: NaN, or for integers (labels) the most negative one."""
+    return np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+BUFFERS = weakref.WeakValueDictionary()   # id -> every buffer guarded made, while alive
+
+
+def guarded(a):
+    """A C-contiguous copy of a inside a buffer with GUARD elements of fill_value on each side."""
+    a = np.asarray(a)
+    buf = np.full(a.size + 2 * GUARD, fill_value(a.dtype), dtype=a.dtype)
+    BUFFERS[id(buf)] = buf
+    inner = buf[GUARD:GUARD + a.size].reshape(a.shape)
+    inner[...] = a
+    assert inner.ctypes.data % 16 == 0, "the guarded array must be 16-byte aligned"
+    return inner
+
+
+def empty(shape, dtype):
+    """An output: NaN inside (so anything left unwritten shows), NaN guards outside (for
+    integers: the most negative one)."""
+    return guarded(np.full(shape, fill_value(np.dtype(dtype)), dtype=dtype))
+
+
+def guard_buffer(a):
+    """The guarded buffer a lies in (checking that it lies inside the guards), or None."""
+    buf = a.base
+    if buf is None or BUFFERS.get(id(buf)) is not buf:
+        return None
+    lo, hi = _byte_bounds(a)
+    start = buf.ctypes.data + GUARD * buf.itemsize
+    assert start <= lo and hi <= start + (buf.size - 2 * GUARD) * buf.itemsize, \
+        "the array reaches into its guard bands"
+    return buf
+
+
+def launch(emu, name, cfg, *args, reverse=False, strict=True):
+    """Run the emulated kernel with cfg's grid and block; arrays go as pointers to their first
+    element. Afterwards the guard bands around every array must still hold their fill. strict:
+    every array must come from guarded (the tests' own arrays)."""
+    grid, block = ((ctypes.c_uint * 3)(*cfg.grid), (ctypes.c_uint * 3)(*cfg.block))
+    c_args, buffers = [], []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            buffers.append((len(c_args), guard_buffer(a)))
+            assert buffers[-1][1] is not None or not strict, "pass arrays via guarded"
+            c_args.append(ctypes.c_void_p(a.ctypes.data))
+        elif isinstance(a, np.int64):
+            c_args.append(ctypes.c_longlong(int(a)))
+        elif isinstance(a, np.floating):
+            c_args.append(CTYPES[a.dtype.type](a))
+        else:
+            c_args.append(ctypes.c_int(int(a)))
+    if getattr(emu, name)(grid, block, int(reverse), *c_args):
+        raise AssertionError(f"{name} {cfg}: {emu.emu_last_error().decode()}")
+    for i, buf in buffers:
+        if buf is not None:
+            guards = np.concatenate([buf[:GUARD], buf[-GUARD:]])
+            np.testing.assert_array_equal(guards, np.full_like(guards, fill_value(buf.dtype)),
+                                          err_msg=f"{name} wrote outside argument {i}")
+
+
+def tolerance(dtype):
+    """assert_allclose tolerances for sums taken in another order than the reference's."""
+    return dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+
+
+def elements(a):
+    return tuple(np.int64(s // a.itemsize) for s in a.strides)
+
+
+def with_defines(sources, defines):
+    """The sources built with ((name, value), ...), as NVRTC's -D options would."""
+    heads = "".join(f"#define {name} {value}\n" for name, value in defines)
+    return {f: heads + text for f, text in sources.items()}
+
+
+def channel_major(a):
+    """a's values in a guarded (C, N, H, W) buffer, seen as (N, C, H, W): Conv2d's layout."""
+    return guarded(a.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+
+
+# ============================================================================================
+# The Python wrappers and the layers' GPU branches, on the emulated kernels
+# ============================================================================================
+# With the patches of the `emulated_gpu` fixture, dlcourse.kernels takes NumPy arrays for CuPy
+# ones, allocates through a small CuPy stand-in (guarded buffers again), and launches the
+# emulated kernels. So the wrappers' own work (padding, strides, partial sums, the template
+# each dtype picks, the type of every scalar argument) and the glue in Conv2d and the fused
+# layers run in CI as they would on a GPU.
+C_TYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64}
+
+
+SHORT = {"float": "f", "double": "d", "int": "i", "long long": "l"}
+
+
+@functools.lru_cache(maxsize=None)
+def cu_params(source, kernel):
+    """((is_pointer, C type, name), ...) of a __global__ kernel, read from its .cu source."""
+    source = re.sub(r"//[^\n]*", "", source)
+    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?" + kernel +
+                  r"\s*\(([^)]*)\)", source)
+    assert m, f"no __global__ kernel {kernel} in the source"
+    params = []
+    for p in m.group(1).split(","):
+        words = [w for w in p.replace("*", " * ").split() if w not in ("const", "__restrict__")]
+        params.append(("*" in words, " ".join(w for w in words[:-1] if w != "*"), words[-1]))
+    return tuple(params)
+
+
+class EmuArray(np.ndarray):
+    """A NumPy array standing in for a CuPy one: ``.data.ptr`` is its address, as in CuPy.
+
+    It also counts what CuPy would launch a kernel for (``EmuArray.launches``): every ufunc call
+    and reduction on it (``mean`` once: CuPy's is one reduction kernel, NumPy's two ufunc
+    calls), and every launch of an emulated kernel."""
+
+    launches = 0
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        EmuArray.launches += 1
+        plain = [a.view(np.ndarray) if isinstance(a, EmuArray) else a for a in inputs]
+        if out is not None:
+            getattr(ufunc, method)(*plain, out=tuple(o.view(np.ndarray) for o in out), **kwargs)
+            return out[0] if len(out) == 1 else out
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        return result.view(EmuArray) if isinstance(result, np.ndarray) else result
+
+    def mean(self, *args, **kwargs):
+        EmuArray.launches += 1
+        return self.view(np.ndarray).mean(*args, **kwargs)
+
+
+def device_array(a):
+    """a, copied into a guarded buffer, as an EmuArray."""
+    return guarded(a).view(EmuArray)
+
+
+FAKE_CUPY = types.SimpleNamespace(
+    float32=np.float32,
+    int32=np.int32,
+    empty=lambda shape, dtype=np.float32: empty(shape, dtype).view(EmuArray),
+    empty_like=lambda a: empty(a.shape, a.dtype).view(EmuArray),
+    zeros=lambda shape, dtype=np.float32: device_array(np.zeros(shape, dtype=dtype)),
+    asarray=lambda a, dtype=None: device_array(np.asarray(a, dtype=dtype)),
+    ascontiguousarray=lambda a: device_array(np.ascontiguousarray(a)),
+)
+
+
+def emulated_kernel(emu, file, name):
+    """What get_kernel(file, name) returns on a GPU: kernel(grid, block, args, shared_mem=0).
+    It checks what CUDA would not: the argument count, each array's dtype and each scalar's
+    exact type against the kernel's signature in the .cu file, and the launch limits."""
+    kernel, _, targs = name.partition("<")
+    targs = [t.strip() for t in targs.rstrip(">").split(",")] if targs else []
+    params = cu_params(K.source(file), kernel)
+    ctype = dict(C_TYPES, **dict(zip(("T", "L"), (C_TYPES[t] for t in targs))))
+    run = "run_" + kernel.removesuffix("_kernel") + "".join("_" + SHORT[t] for t in targs)
+
+    def kernel(grid, block, args, shared_mem=0):
+        assert isinstance(grid, tuple) and isinstance(block, tuple) and shared_mem == 0
+        assert all(isinstance(v, int) and v >= 1 for v in grid + block), (grid, block)
+        assert math.prod(block) <= 1024 and max(grid[1:]) <= 65535, (grid, block)
+        assert len(args) == len(params), f"{name}: {len(args)} arguments, {len(params)} parameters"
+        for a, (pointer, t, pname) in zip(args, params):
+            if pointer:
+                assert isinstance(a, np.ndarray) and a.dtype == ctype[t], \
+                    f"{name}: {pname} is a {t}*, got {getattr(a, 'dtype', type(a).__name__)}"
+            else:
+                assert type(a) is ctype[t], f"{name}: {pname} is a {t}, got {type(a).__name__}"
+        launch(emu, run, types.SimpleNamespace(grid=grid, block=block), *args, strict=False)
+        EmuArray.launches += 1
+    return kernel
+
+
+def _byte_bounds(a):
+    """(low, high) byte addresses of a: np.lib.array_utils.byte_bounds (NumPy 2), np.byte_bounds
+    before it (NumPy 1.24)."""
+    utils = getattr(np.lib, "array_utils", None)
+    return (utils.byte_bounds if utils is not None else np.byte_bounds)(a)

@@ -1,0 +1,104 @@
+"""Imports run one way: no dlcourse module imports, even inside a function, a module that
+imports it back (directly or round a longer circle), and none imports another module's
+private names. Read from the source with ``ast``, so an import that only runs on the GPU
+counts too."""
+import ast
+from pathlib import Path
+
+import dlcourse
+
+PACKAGE = Path(dlcourse.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(name: str, path: Path):
+    """(imported module, [names]) for every import statement in the module, anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            names = [a.name for a in node.names]
+            submodules = [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
+            for sub in submodules:                     # `from . import layers`: the module
+                yield sub, []
+            rest = [n for n in names if f"{target}.{n}" not in MODULES]
+            if rest or not submodules:
+                yield target, rest
+
+
+def _graph():
+    """module -> the dlcourse modules it imports. The root package, dlcourse/__init__.py, is
+    the public face that imports everything: an import of a name from it (its __version__)
+    is not followed; every other package (dlcourse.kernels, ...) is a module like the rest."""
+    return {name: {t for t, _ in _imports(name, path) if t in MODULES and t != "dlcourse"}
+            for name, path in MODULES.items()}
+
+
+def _cycle(graph):
+    """One import cycle as a list of modules [a, b, ..., a], or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_among_dlcourse_modules():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle_through_an_import_inside_a_function():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_backend_imports_no_other_dlcourse_module():
+    assert _graph()["dlcourse.backend"] == set()
+
+
+# dlcourse.check (the exercise checks) is being restructured on its own branch, which removes
+# its private imports (check.kernels and check.cnn import check.basics._rng): drop this
+# exclusion when that branch is merged.
+NOT_YET = ("dlcourse.check",)
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = [f"{name} imports {target}.{n}"
+             for name, path in MODULES.items() if not name.startswith(NOT_YET)
+             for target, names in _imports(name, path)
+             if target.startswith("dlcourse") for n in names
+             if n.startswith("_") and not n.startswith("__") and target != name]
+    assert found == []
