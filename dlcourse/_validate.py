@@ -59,8 +59,8 @@ def number(value, what: str, example: str, low=None, high=None, *, low_open=Fals
     if not math.isfinite(result) or below or above:
         lo = "" if low is None else f"{'(' if low_open else '['}{low:g}, "
         hi = "inf)" if high is None else f"{high:g}{')' if high_open else ']'}"
-        where = f"in {lo}{hi}" if low is not None else "finite"
-        raise ValueError(f"{what} must be a finite number {where}, got {value!r}. E.g. {example}.")
+        where = f" in {lo}{hi}" if low is not None else ""
+        raise ValueError(f"{what} must be a finite number{where}, got {value!r}. E.g. {example}.")
     return result
 
 

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from ._validate import check_input, shape_str
+from ._validate import check_input, number, shape_str, whole_number
 from .backend import rng, to_numpy
 from .conv import Conv2d, MaxPool2d
 from .layers import ACTIVATIONS, BatchNorm2d, Dropout, Flatten, Linear, ReLU, Sequential
@@ -25,7 +25,9 @@ class Perceptron:
     """
 
     def __init__(self, n_features: int, lr: float = 1.0, max_epochs: int = 100, seed=None):
-        self.n_features, self.lr, self.max_epochs = int(n_features), float(lr), int(max_epochs)
+        self.n_features = whole_number(n_features, "Perceptron(n_features=...)")
+        self.lr = number(lr, "Perceptron(lr=...)", "lr=1.0", 0.0, None, low_open=True)
+        self.max_epochs = whole_number(max_epochs, "Perceptron(max_epochs=...)")
         self.w = np.zeros(self.n_features)
         self.b = 0.0
         self.seed = seed
@@ -88,8 +90,8 @@ class MLP(Sequential):
                  dtype=np.float32, seed=None):
         given = sizes
         sizes = None if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__") else list(given)
-        if sizes is None or any(isinstance(s, bool) or not isinstance(s, numbers.Real) or s != int(s)
-                                for s in sizes):
+        if sizes is None or any(isinstance(s, bool) or not isinstance(s, numbers.Real)
+                                or not np.isfinite(s) or s != int(s) for s in sizes):
             raise TypeError(f"MLP takes a list of whole-number layer sizes [inputs, hidden..., "
                             f"outputs], got {given!r}. E.g. dl.MLP([64, 128, 10]).")
         sizes = [int(s) for s in sizes]
@@ -125,10 +127,15 @@ class CNN(Sequential):
     def __init__(self, in_channels: int = 1, image_size=(28, 28), num_classes: int = 10,
                  channels=(16, 32), batchnorm: bool = False, dropout: float = 0.0,
                  dtype=np.float32, seed=None):
-        H, W = (image_size, image_size) if np.isscalar(image_size) else tuple(image_size)
+        sizes = (image_size, image_size) if np.isscalar(image_size) else tuple(image_size)
+        if len(sizes) != 2:
+            raise ValueError(f"CNN(image_size=...) takes a size or a pair (H, W), got {image_size!r}.")
+        H, W = (whole_number(v, "CNN(image_size=...)") for v in sizes)
         if H < 4 or W < 4:
             raise ValueError(f"CNN needs images of at least 4×4 (two 2×2 poolings), got {H}×{W}.")
-        c1, c2 = (int(c) for c in channels)
+        if len(tuple(channels)) != 2:
+            raise ValueError(f"CNN(channels=...) takes two channel counts (c1, c2), got {channels!r}.")
+        c1, c2 = (whole_number(c, "CNN(channels=...)") for c in channels)
         gen = rng(seed) if seed is not None else None
         layers = [Conv2d(in_channels, c1, 3, padding=1, dtype=dtype, seed=_child_seed(gen))]
         if batchnorm:

@@ -23,11 +23,12 @@ class Optimizer:
             raise model_class_error(model, f"{name}(model, ...)")
         if not hasattr(model, "params") or not hasattr(model, "grads"):
             raise TypeError(f"An optimizer needs a model with params and grads, got {type(model).__name__}.")
-        lr = number(lr, f"{name}(lr=...)", "lr=0.01")
-        if not (np.isfinite(lr) and lr > 0):
-            raise ValueError(f"The learning rate must be a finite positive number, got lr={lr}. "
-                             f"E.g. {name}(model, lr=0.01).")
-        self.model, self.lr = model, lr
+        try:
+            self.lr = number(lr, f"{name}(lr=...)", "lr=0.01", 0.0, None, low_open=True)
+        except ValueError:
+            raise ValueError(f"The learning rate must be a finite number > 0, got lr={lr!r}. "
+                             f"E.g. {name}(model, lr=0.01).") from None
+        self.model = model
         self.state: dict = {}
         self.steps = 0
 

@@ -312,10 +312,10 @@ def _check_finite_data(X, fn, name="X"):
                          f"~np.isfinite({name}) finds them.")
 
 
-def _check_class_labels(tally, y, out, fn):
+def _check_class_labels(loss, y, out, fn):
     """Once the first batch shows a classifier with K outputs: y (N,) must be integer labels
     in [0, K), or the accuracy would count against labels no output can match."""
-    if tally.task == "multiclass" and y.ndim == 1:
+    if _task(loss, out) == "multiclass" and y.ndim == 1:
         check_labels(fn, y, len(y), out.shape[1])
 
 
@@ -363,11 +363,11 @@ def evaluate(model, X, y, loss=None, batch_size: int = 256) -> dict:
         with eval_mode(model):
             for i, (xb, yb) in enumerate(batches(X, y, batch_size, shuffle=False, device=device)):
                 out = model.forward(_prepare(xb, dtype))
+                if i == 0:
+                    _check_class_labels(loss, y, out, "evaluate")
                 if loss is not None:
                     total_loss += loss.forward(out, yb) * len(xb)
                 tally.add(out, yb)
-                if i == 0:
-                    _check_class_labels(tally, y, out, "evaluate")
     except Exception as err:
         if _is_out_of_memory(err):
             raise _out_of_memory(err, batch_size, "in evaluate") from err

@@ -239,3 +239,125 @@ def test_more_shape_and_label_mistakes_get_their_fix():
         dl.Sequential([dl.Linear(2, 2)], [dl.ReLU()])
     with pytest.raises(TypeError, match=r"class \(dl\.ReLU\) instead of an instance"):
         dl.Sequential(dl.Linear(2, 2), dl.ReLU)
+
+
+# --------------------------------------------------------------------------------------
+# Nothing silently wrong (issue 18): a dout of the wrong shape, sizes that are not whole
+# numbers, hyperparameters out of range, bad data for evaluate / predict, and bad loss input
+# are errors that say so, never a broadcast gradient, a truncated size or a NaN.
+# --------------------------------------------------------------------------------------
+DOUT_CASES = {   # name: (layer, x's shape)
+    "ReLU": (lambda: dl.ReLU(), (2, 3)), "Tanh": (lambda: dl.Tanh(), (2, 3)),
+    "Sigmoid": (lambda: dl.Sigmoid(), (2, 3)), "Identity": (lambda: dl.Identity(), (2, 3)),
+    "Dropout": (lambda: dl.Dropout(0.5), (2, 3)), "Dropout in eval": (lambda: dl.Dropout(0.5).eval(), (2, 3)),
+    "Flatten": (lambda: dl.Flatten(), (2, 1, 2, 2)),
+    "BatchNorm2d": (lambda: dl.BatchNorm2d(2), (2, 2, 3, 3)),
+    "MaxPool2d": (lambda: dl.MaxPool2d(2), (1, 1, 4, 4)),
+    "Conv2d": (lambda: dl.Conv2d(1, 2, 3), (1, 1, 4, 4)),
+    "Linear": (lambda: dl.Linear(3, 2), (2, 3)),
+    "LinearReLU": (lambda: dl.fuse(dl.MLP([3, 4, 2])).layers[0], (2, 3)),
+    "Conv2dReLU": (lambda: dl.fuse(dl.CNN(1, (4, 4), 3, channels=(2, 2))).layers[0], (1, 1, 4, 4)),
+    "MLP": (lambda: dl.MLP([3, 4, 2]), (2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", DOUT_CASES)
+def test_backward_refuses_a_dout_of_the_wrong_shape(name, device, to_dev):
+    make, shape = DOUT_CASES[name]
+    layer = make().to(device)
+    out = layer.forward(to_dev(np.ones(shape, np.float32)))
+    for wrong in (out.shape[:-1] + (out.shape[-1] + 1,), (out.shape[0] + 1,) + tuple(out.shape[1:]),
+                  out.shape[1:]):
+        with pytest.raises(ValueError, match=rf"backward got dout of shape .*must match the forward "
+                                             rf"output, \({out.shape[0]}, "):
+            layer.backward(to_dev(np.ones(wrong, np.float32)))
+    with pytest.raises(ValueError, match=r"got dout of shape a float"):
+        layer.backward(1.0)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: dl.Linear(2.7, 3), r"Linear\(in_features=\.\.\.\) must be a whole number >= 1, got 2\.7"),
+    (lambda: dl.Linear(4, float("nan")), r"out_features=\.\.\.\) must be a whole number >= 1, got nan"),
+    (lambda: dl.Linear(True, 3), r"got True \(bool\)"),
+    (lambda: dl.Linear(0, 3), r"in_features=\.\.\.\) must be a whole number >= 1, got 0"),
+    (lambda: dl.Conv2d(1, 2, 2.5), r"Conv2d\(kernel_size=\.\.\.\) must be a whole number"),
+    (lambda: dl.Conv2d(1.5, 2, 3), r"Conv2d\(in_channels=\.\.\.\)"),
+    (lambda: dl.Conv2d(1, 2, 3, stride=1.5), r"Conv2d\(stride=\.\.\.\) must be a whole number >= 1"),
+    (lambda: dl.Conv2d(1, 2, 3, padding=-1), r"Conv2d\(padding=\.\.\.\) must be a whole number >= 0"),
+    (lambda: dl.Conv2d(1, 2, (3, 2.5)), r"kernel_size=\.\.\.\) must be a whole number"),
+    (lambda: dl.MaxPool2d(2.5), r"MaxPool2d\(kernel_size=\.\.\.\)"),
+    (lambda: dl.MaxPool2d(2, stride=True), r"MaxPool2d\(stride=\.\.\.\).*True"),
+    (lambda: dl.BatchNorm2d(2.5), r"BatchNorm2d\(num_features=\.\.\.\)"),
+    (lambda: dl.CNN(image_size=27.5), r"CNN\(image_size=\.\.\.\) must be a whole number"),
+    (lambda: dl.CNN(channels=(8, 2.7)), r"CNN\(channels=\.\.\.\)"),
+    (lambda: dl.CNN(num_classes=float("nan")), r"out_features=\.\.\.\).*nan"),
+    (lambda: dl.MLP([4, float("nan"), 2]), r"whole-number layer sizes"),
+    (lambda: dl.Perceptron(2.5), r"Perceptron\(n_features=\.\.\.\)"),
+])
+def test_sizes_are_whole_numbers_never_truncated(make, words):
+    with pytest.raises((TypeError, ValueError), match=words):
+        make()
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: dl.BatchNorm2d(2, eps=-1e-5), r"BatchNorm2d\(eps=\.\.\.\) must be a finite number in \(0, inf\)"),
+    (lambda: dl.BatchNorm2d(2, eps=0), r"BatchNorm2d\(eps=\.\.\.\)"),
+    (lambda: dl.BatchNorm2d(2, momentum=5), r"BatchNorm2d\(momentum=\.\.\.\) must be a finite number in \[0, 1\]"),
+    (lambda: dl.BatchNorm2d(2, momentum=float("nan")), r"momentum"),
+    (lambda: dl.Dropout(float("nan")), r"Dropout probability p must be a finite number in \[0, 1\)"),
+    (lambda: dl.Dropout(-0.1), r"Dropout probability"),
+    (lambda: dl.SGD(dl.Linear(2, 2), lr=float("inf")), r"learning rate must be a finite number > 0, got lr=inf"),
+    (lambda: dl.SGD(dl.Linear(2, 2), lr=float("nan")), r"learning rate"),
+    (lambda: dl.SGD(dl.Linear(2, 2), lr=0.1, weight_decay=float("nan")), r"SGD\(weight_decay=\.\.\.\)"),
+    (lambda: dl.SGD(dl.Linear(2, 2), lr=0.1, weight_decay=-1), r"SGD\(weight_decay=\.\.\.\)"),
+    (lambda: dl.SGD(dl.Linear(2, 2), lr=0.1, momentum=float("nan")), r"SGD\(momentum=\.\.\.\)"),
+    (lambda: dl.Adam(dl.Linear(2, 2), eps=-1e-8), r"Adam\(eps=\.\.\.\) must be a finite number in \(0, inf\)"),
+    (lambda: dl.Adam(dl.Linear(2, 2), betas=(0.9, float("nan"))), r"Adam\(betas=\.\.\.\)"),
+    (lambda: dl.Adam(dl.Linear(2, 2), weight_decay=float("inf")), r"Adam\(weight_decay=\.\.\.\)"),
+    (lambda: dl.Perceptron(2, lr=float("nan")), r"Perceptron\(lr=\.\.\.\)"),
+])
+def test_hyperparameters_are_finite_and_in_range(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
+
+
+def test_evaluate_and_predict_refuse_what_fit_refuses(device, to_dev):
+    model = dl.MLP([3, 4, 2], seed=0).to(device)
+    X = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+    y = np.array([0, 1, 0, 1, 0, 1])
+    assert dl.evaluate(model, X, y)["accuracy"] is not None
+    with pytest.raises(ValueError, match=r"evaluate: labels must be in \[0, 1\].*from 0 to 2"):
+        dl.evaluate(model, X, np.array([0, 1, 2, 1, 0, 1]))
+    with pytest.raises(TypeError, match=r"evaluate expects integer class labels, got dtype float64"):
+        dl.evaluate(model, X, y.astype(np.float64))
+    bad = X.copy()
+    bad[4, 1] = np.nan
+    with pytest.raises(ValueError, match=r"evaluate: X contains NaN or inf values \(row 4\)"):
+        dl.evaluate(model, bad, y)
+    with pytest.raises(ValueError, match=r"batch_size"):
+        dl.evaluate(model, X, y, batch_size=0)
+    with pytest.raises(ValueError, match=r"MLP\.predict: x contains NaN or inf"):
+        model.predict(to_dev(bad))
+    with pytest.raises(ValueError, match=r"predict\(batch_size=\.\.\.\) must be a whole number >= 1"):
+        model.predict(to_dev(X), batch_size=0)
+    with pytest.raises(TypeError, match=r"floating-point input"):
+        model.predict(to_dev(y.reshape(2, 3)))
+    with pytest.raises(TypeError, match=r"confusion_matrix\(num_classes=\.\.\.\) must be a whole number"):
+        dl.confusion_matrix(y, y, num_classes=2.5)
+
+
+def test_losses_refuse_an_empty_batch_nan_and_complex_targets(device, to_dev):
+    with pytest.raises(ValueError, match=r"SoftmaxCrossEntropy got logits of shape \(0, 3\): an empty batch"):
+        dl.SoftmaxCrossEntropy().forward(to_dev(np.zeros((0, 3), np.float32)), to_dev(np.zeros(0, np.int64)))
+    with pytest.raises(ValueError, match=r"MSELoss got predictions of shape \(0,\): an empty batch"):
+        dl.MSELoss().forward(to_dev(np.zeros(0, np.float32)), to_dev(np.zeros(0, np.float32)))
+    with pytest.raises(ValueError, match=r"SigmoidCrossEntropy got logits of shape \(0, 1\)"):
+        dl.SigmoidCrossEntropy().forward(to_dev(np.zeros((0, 1), np.float32)), to_dev(np.zeros(0)))
+    with pytest.raises(ValueError, match=r"SigmoidCrossEntropy: the targets contain NaN"):
+        dl.SigmoidCrossEntropy().forward(to_dev(np.zeros(3, np.float32)), to_dev(np.array([0, np.nan, 1])))
+    with pytest.raises(TypeError, match=r"SigmoidCrossEntropy expects real-valued targets.*complex128"):
+        dl.SigmoidCrossEntropy().forward(to_dev(np.zeros(2, np.float32)), to_dev(np.array([0, 1j])))
+    with pytest.raises(TypeError, match=r"MSELoss expects real-valued targets.*complex"):
+        dl.MSELoss().forward(to_dev(np.zeros(2, np.float32)), to_dev(np.array([0, 1 + 1j])))
+    with pytest.raises(TypeError, match=r"integer class labels, got dtype complex"):
+        dl.SoftmaxCrossEntropy().forward(to_dev(np.zeros((2, 3), np.float32)), to_dev(np.array([0, 1j])))
