@@ -23,6 +23,7 @@ import sys
 import numpy as np
 import pytest
 
+import dlcourse as dl
 import dlcourse.kernels as K
 from dlcourse.kernels import reference as R
 
@@ -691,3 +692,32 @@ def test_gpu_maxpool(cp, case, layout, dtype):
     tol = 1e-6 if dtype == np.float32 else 1e-15
     np.testing.assert_allclose(dx.get(), R.maxpool_backward_ref(dout, want_idx, shape, KH, KW, s),
                                rtol=tol, atol=tol)
+
+
+def test_usable_for_alone_decides_whether_a_kernel_takes_an_array(monkeypatch):
+    """Device, the switch, dtype and layout: each refusal is a None (the caller runs its array
+    code). Arrays count as GPU ones here, so the rule is checked without a GPU."""
+    x = np.zeros((4, 3), np.float32)
+    assert K.usable_for(x) is None                       # a NumPy array: never a kernel
+    monkeypatch.setattr(K, "device_of", lambda a: "gpu")
+    monkeypatch.setattr(K, "gpu_available", lambda: True)
+    assert K.usable_for(x) is K and K.usable_for(x.astype(np.float64)) is K
+    assert K.usable_for(x, False) is None                 # the owner's use_kernels switch
+    assert K.usable_for(x.astype(np.float16)) is None     # no kernel is compiled for it
+    assert K.usable_for(x.astype(np.int32)) is None
+    assert K.usable_for(x, same_dtype=(x.astype(np.float64),)) is None
+    assert K.usable_for(x, contiguous=(x, x.T)) is None
+    assert K.usable_for(x, contiguous=(x,)) is K
+    monkeypatch.setattr(K, "gpu_available", lambda: False)
+    assert K.usable_for(x) is None                        # CuPy without a usable GPU
+
+
+def test_use_kernels_switches_every_owner_of_a_kernel():
+    model = dl.fuse(dl.CNN(1, 8, 3, channels=(2, 2)))
+    owners = [model.layers[0], model.layers[0].layer, model.layers[2]]   # Conv2dReLU, its Conv2d, MaxPool2d
+    loss, opt = dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.1)
+    for obj in (model, loss, opt):
+        assert dl.use_kernels(obj, False) is obj
+    assert not any(o.use_kernels for o in owners) and not loss.use_kernels and not opt.use_kernels
+    dl.use_kernels(model)
+    assert all(o.use_kernels for o in owners)
