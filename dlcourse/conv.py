@@ -289,7 +289,6 @@ class Conv2d(Layer):
                     if x.shape[3] == self.in_channels else "")
             raise ValueError(f"Conv2d(in_channels={self.in_channels}) got x of shape {shape_str(x.shape)}: "
                              f"axis 1 (channels) must be {self.in_channels}.{hint}")
-        conv_output_shape(self, x.shape)          # the window fits in the (padded) image
 
     def get_config(self):
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,
@@ -382,10 +381,6 @@ class MaxPool2d(Layer):
         x, idx, _ = self.cache
         dx = get_array_module(dout).empty_like(x, dtype=dout.dtype)
         return kernels.maxpool_backward(dout, idx, dx, *self.kernel_size, self.stride)
-
-    def check(self, x):
-        super().check(x)
-        output_size(x.shape[2], x.shape[3], *self.kernel_size, self.stride)   # the window fits
 
     def get_config(self):
         return {"kernel_size": list(self.kernel_size), "stride": self.stride}

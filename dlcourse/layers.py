@@ -172,7 +172,7 @@ def _checked_backward(backward):
                                f"saved. Call out = layer.forward(x), then layer.backward(dout) "
                                f"with dout shaped like out.")
         got = getattr(dout, "shape", None)
-        if got is None or tuple(got) != tuple(want):
+        if got != want:                # shapes are tuples, on NumPy and on CuPy
             given = shape_str(got) if got is not None else f"a {type(dout).__name__}"
             raise ValueError(f"{name}.backward got dout of shape {given}; it must match the "
                              f"forward output, {shape_str(want)} (dout is dL/d(out), one number "
