@@ -1,7 +1,9 @@
-"""Tests for dlcourse.data. No network: downloads use file:// URLs of files made here,
-or a patched urlopen."""
+"""Tests for dlcourse.data (the package: synthetic, splits, datasets, formats, download,
+batching). No network: downloads use file:// URLs of files made here, or a patched urlopen.
+Array tests take the ``xp`` fixture of conftest.py and run on NumPy and CuPy."""
 import gzip
 import hashlib
+import importlib
 import io
 import struct
 import sys
@@ -14,16 +16,10 @@ import pytest
 
 from dlcourse import backend
 from dlcourse import data
+from dlcourse.data import batching
 
-
-@pytest.fixture(params=["numpy", "cupy"])
-def xp(request):
-    """Each array test runs once per backend; cupy is skipped (with the reason) without a GPU."""
-    if request.param == "numpy":
-        return np
-    if not backend.gpu_available():
-        pytest.skip(f"no usable GPU: {backend.gpu_problem()}")
-    return backend.require_cupy()
+# dl.data.download is the function (public API); its module is reached through sys.modules.
+download_module = importlib.import_module("dlcourse.data.download")
 
 
 # --------------------------------------------------------------------------------------
@@ -335,12 +331,12 @@ def served(tmp_path):
 @pytest.fixture
 def count_urlopen(monkeypatch):
     calls = []
-    real = data.urlopen
+    real = download_module.urlopen
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
-    monkeypatch.setattr(data, "urlopen", counting)
+    monkeypatch.setattr(download_module, "urlopen", counting)
     return calls
 
 
@@ -380,7 +376,7 @@ def test_download_failure_leaves_existing_file_untouched(tmp_path, served, monke
 
     def offline(*args, **kwargs):
         raise URLError("no network")
-    monkeypatch.setattr(data, "urlopen", offline)
+    monkeypatch.setattr(download_module, "urlopen", offline)
     with pytest.raises(data.DownloadError):
         data.download(url, dest, sha256=sha256_of(content), progress=False)
     assert dest.read_bytes() == b"old bytes"
@@ -401,7 +397,7 @@ def test_download_redownloads_a_damaged_file(tmp_path, served, count_urlopen, ca
     dest.write_bytes(content[:100])                  # e.g. damaged on disk
     data.download(url, dest, sha256=sha256_of(content), progress=False)
     assert dest.read_bytes() == content and len(count_urlopen) == 2
-    assert "damaged" in capsys.readouterr().err
+    assert "cannot be reused" in capsys.readouterr().err
 
 
 def test_download_md5_only_records_sha256(tmp_path, served, count_urlopen):
@@ -446,7 +442,7 @@ class _CutShortReply(io.BytesIO):
 @pytest.mark.parametrize("with_sha256", [False, True])
 def test_download_cut_short_is_an_error_not_a_file(tmp_path, monkeypatch, with_sha256):
     content = b"x" * 5000
-    monkeypatch.setattr(data, "urlopen", lambda *a, **k: _CutShortReply(content[:1200], 5000))
+    monkeypatch.setattr(download_module, "urlopen", lambda *a, **k: _CutShortReply(content[:1200], 5000))
     kwargs = {"sha256": sha256_of(content)} if with_sha256 else {}
     dest = tmp_path / "f.gz"
     with pytest.raises(data.DownloadError, match="closed after 1200 of 5000 bytes") as err:
@@ -459,7 +455,7 @@ def test_download_cut_short_is_an_error_not_a_file(tmp_path, monkeypatch, with_s
 def test_download_offline_names_load_digits(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise URLError("[Errno -3] Temporary failure in name resolution")
-    monkeypatch.setattr(data, "urlopen", offline)
+    monkeypatch.setattr(download_module, "urlopen", offline)
     dest = tmp_path / "x.gz"
     with pytest.raises(data.DownloadError) as err:
         data.download("https://example.invalid/x.gz", dest, progress=False)
@@ -471,7 +467,7 @@ def test_download_offline_names_load_digits(tmp_path, monkeypatch):
 def test_download_http_error(tmp_path, monkeypatch):
     def not_found(request, *args, **kwargs):
         raise HTTPError(request.full_url, 404, "Not Found", {}, None)
-    monkeypatch.setattr(data, "urlopen", not_found)
+    monkeypatch.setattr(download_module, "urlopen", not_found)
     with pytest.raises(data.DownloadError, match="HTTP 404"):
         data.download("https://example.invalid/x.gz", tmp_path / "x.gz", progress=False)
 
@@ -557,7 +553,7 @@ def test_load_mnist_downloads_into_the_cache(tmp_path, monkeypatch, count_urlope
 def test_load_mnist_offline_message(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise URLError("no network")
-    monkeypatch.setattr(data, "urlopen", offline)
+    monkeypatch.setattr(download_module, "urlopen", offline)
     monkeypatch.setenv("DLCOURSE_DATA", str(tmp_path))
     with pytest.raises(data.DownloadError) as err:
         data.load_mnist(progress=False)
@@ -719,7 +715,7 @@ def test_batches_drop_last():
 def test_batches_device_none_never_asks_for_the_default(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("to_device must not be called when device=None")
-    monkeypatch.setattr(data, "to_device", boom)
+    monkeypatch.setattr(batching, "to_device", boom)
     for xb, _ in data.batches(np.zeros((5, 2)), np.arange(5), 2):
         assert isinstance(xb, np.ndarray)
 
