@@ -12,6 +12,7 @@ every split fixed and seeded.
 """
 from __future__ import annotations
 
+import functools
 import io
 import tarfile
 from pathlib import Path
@@ -90,9 +91,11 @@ MNIST1D_SIZES = {"train": 3500, "val": 500, "test": 1000}
 MNIST1D_LENGTH = 40   # samples in each signal
 
 
+@functools.lru_cache(maxsize=2)
 def _generate_mnist1d(seed):
     """MNIST-1D's own generator, with NumPy's and Python's global random state (which it
-    reseeds) put back as they were afterwards. Nothing is downloaded or unpickled."""
+    reseeds) put back as they were afterwards. Nothing is downloaded or unpickled. Kept in
+    memory for the next call (read-only arrays: the loader hands out copies)."""
     import random
 
     from mnist1d.data import get_dataset_args, make_dataset
@@ -105,7 +108,12 @@ def _generate_mnist1d(seed):
     finally:
         np.random.set_state(np_state)
         random.setstate(py_state)
-    return raw["x"], raw["y"], raw["x_test"], raw["y_test"]
+    arrays = (np.asarray(raw["x"], dtype=np.float32), np.asarray(raw["y"], dtype=np.int64),
+              np.asarray(raw["x_test"], dtype=np.float32),
+              np.asarray(raw["y_test"], dtype=np.int64))
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
 
 
 def load_mnist1d(split: str | None = None, *, flat: bool = True, seed: int = 42,
@@ -117,11 +125,14 @@ def load_mnist1d(split: str | None = None, *, flat: bool = True, seed: int = 42,
     enough that architecture and regularization matter (the paper reports about 32 % test
     accuracy for logistic regression, 68 % for an MLP and 94 % for a CNN).
 
-    It is generated from code by the ``mnist1d`` package with ``seed`` (42, the default, is
-    the seed of the published set), never downloaded: 4000 train and 1000 test signals (its
-    own 80/20 split); ``val_size`` of the train signals (500 by default) are moved to a
-    validation split, stratified and seeded (``SPLIT_SEED = 0``) as in the other loaders.
-    NumPy's global random state, which the generator reseeds, is left as it was.
+    It is generated from code by the ``mnist1d`` package (Apache-2.0) with ``seed`` (42 by
+    default, the package's own default), never downloaded and never unpickled: 5000 signals,
+    500 per digit, of which the first 4000 are train and the last 1000 test (its own 80/20
+    split); ``val_size`` of the train signals (500 by default) are moved to a validation
+    split, stratified and seeded (``SPLIT_SEED = 0``) as in the other loaders. The generator
+    reseeds NumPy's and Python's global random state; both are put back as they were.
+    Nothing is written to disk; the last two sets generated are kept in memory, so a second
+    call is instant (each call returns fresh copies).
 
     Args:
         split: ``None`` for a :class:`Dataset`, or ``"train"``, ``"val"``, ``"test"``.
@@ -132,8 +143,8 @@ def load_mnist1d(split: str | None = None, *, flat: bool = True, seed: int = 42,
         val_size: signals moved from train to val (0 for none).
 
     Returns:
-        ``X`` float32 (the signals, roughly in ``[-4, 4]``; standardize them with
-        :class:`Standardizer` fit on train), ``y`` int64 ``(N,)`` in 0..9.
+        ``X`` float32 (the generator centres the whole set and scales it to standard
+        deviation 1), ``y`` int64 ``(N,)`` in 0..9.
 
     Example::
 
@@ -144,10 +155,8 @@ def load_mnist1d(split: str | None = None, *, flat: bool = True, seed: int = 42,
         check_split(split)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"load_mnist1d(seed=...) must be an int >= 0, got {seed!r}.")
-    x, y, x_test, y_test = _generate_mnist1d(int(seed))
-    X_train = np.asarray(x, dtype=np.float32)                     # (4000, 40)
-    X_test = np.asarray(x_test, dtype=np.float32)                 # (1000, 40)
-    y_train, y_test = np.asarray(y, dtype=np.int64), np.asarray(y_test, dtype=np.int64)
+    X_train, y_train, X_test, y_test = (a.copy() for a in _generate_mnist1d(int(seed)))
+    # X_train (4000, 40), y_train (4000,), X_test (1000, 40), y_test (1000,)
     val_size = check_val_size(val_size, len(y_train), "mnist1d")
     if not flat:
         X_train = X_train.reshape(len(X_train), 1, 1, -1)         # (N, C=1, H=1, W=40)
