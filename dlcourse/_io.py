@@ -26,7 +26,7 @@ def atomic_write(path, mode: str = "wb", encoding: str | None = None):
         keep_mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         keep_mode = None
-    fd, tmp = _create_beside(path, private=keep_mode is not None)
+    fd, tmp = _open_beside(path, private=keep_mode is not None)
     if keep_mode is not None:
         try:
             os.chmod(tmp, keep_mode)              # before a byte is written
@@ -40,11 +40,33 @@ def atomic_write(path, mode: str = "wb", encoding: str | None = None):
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as err:                    # name the user's file, not our temporary one
+            raise type(err)(err.errno, f"cannot replace {path}: {err.strerror}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def check_writable(path) -> None:
+    """Raise now the error :func:`atomic_write` would raise for ``path`` later (a missing or
+    read-only folder, a folder that is a file), naming ``path``: creates the temporary file
+    beside it and deletes it again. Use it before minutes of work whose result goes there."""
+    fd, tmp = _open_beside(Path(path), private=True)
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def _open_beside(path: Path, private: bool):
+    """:func:`_create_beside`, with an error that names ``path`` (the user's file), never
+    the hidden temporary file."""
+    try:
+        return _create_beside(path, private)
+    except OSError as err:
+        raise type(err)(err.errno, f"cannot write {path}: {err.strerror} (in the folder "
+                                   f"{path.parent})") from None
 
 
 def _create_beside(path: Path, private: bool = False):

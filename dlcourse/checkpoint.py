@@ -35,10 +35,11 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
-from ._io import atomic_write
+from ._io import atomic_write, check_writable
 from .backend import to_numpy
 
-__all__ = ["save", "load", "CheckpointError", "FORMAT_VERSION", "MAX_CHECKPOINT_BYTES"]
+__all__ = ["save", "load", "check_can_save", "CheckpointError", "FORMAT_VERSION",
+           "MAX_CHECKPOINT_BYTES"]
 
 FORMAT_NAME = "dlcourse-checkpoint"
 FORMAT_VERSION = 1
@@ -158,11 +159,7 @@ def save(model, path) -> Path:
             "dlcourse_version": _version(), "architecture": architecture,
             "sha256": _digest(architecture, arrays)}
 
-    path = _npz_path(path)
-    folder = path.parent
-    if not folder.is_dir():
-        raise FileNotFoundError(f"Cannot save to {path}: the folder {folder} does not exist. "
-                                f"Create it first (os.makedirs) or choose another path.")
+    path = _save_target(path)
     with atomic_write(path) as f:      # readers see the old file or the new one, never half
         np.savez(f, **{META_KEY: np.array(json.dumps(meta))}, **arrays)
     return path
@@ -248,6 +245,27 @@ def _check_config_sizes(path: Path, config, arrays: dict) -> None:
                                   f"about {size} values), far more than the {held} values the "
                                   f"file holds. Building it would allocate that much memory; "
                                   f"the file is damaged or was not written by dl.save.")
+
+
+def _save_target(path) -> Path:
+    """The file :func:`save` writes for ``path``, once its folder is known to exist."""
+    path = _npz_path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise FileNotFoundError(f"Cannot save to {path}: the folder {folder} {what}. "
+                                f"Create it first (os.makedirs) or choose another path.")
+    return path
+
+
+def check_can_save(path) -> Path:
+    """Check now, before any training, that :func:`save` could write ``path``; return the
+    file it would write (``.npz`` added when there is no suffix). Raises the error save
+    would raise (FileNotFoundError, IsADirectoryError, PermissionError), naming ``path``.
+    Nothing is left behind."""
+    target = _save_target(path)
+    check_writable(target)
+    return target
 
 
 def _read(path: Path) -> tuple[dict, dict]:
