@@ -633,8 +633,8 @@ def test_standardizer_fits_on_train_only(xp):
     assert float(xp.abs(data.Standardizer().fit_transform(X_train) - Z).max()) == 0.0
 
 
-def test_standardizer_images_and_errors():
-    X = np.random.default_rng(0).random((10, 1, 8, 8), dtype=np.float32)
+def test_standardizer_images_and_errors(xp):
+    X = xp.asarray(np.random.default_rng(0).random((10, 1, 8, 8), dtype=np.float32))
     s = data.Standardizer()
     with pytest.raises(RuntimeError, match="before fit"):
         s.transform(X)
@@ -643,7 +643,7 @@ def test_standardizer_images_and_errors():
     with pytest.raises(ValueError, match=r"flat vs image"):
         s.transform(X.reshape(10, 64))
     with pytest.raises(ValueError, match="reshape"):
-        data.Standardizer().fit(np.ones(5))
+        data.Standardizer().fit(xp.ones(5))
 
 
 def test_standardizer_cpu_fit_gpu_transform():
@@ -665,18 +665,18 @@ def test_one_hot(xp):
     assert data.one_hot(xp.zeros(0, dtype=xp.int64), 4).shape == (0, 4)
 
 
-def test_one_hot_errors():
+def test_one_hot_errors(xp):
     assert data.one_hot([1, 0], 2).tolist() == [[0, 1], [1, 0]]
     with pytest.raises(ValueError, match=r"0\.\.2, but found labels from 1 to 3"):
-        data.one_hot(np.array([1, 3]), 3)
+        data.one_hot(xp.array([1, 3]), 3)
     with pytest.raises(ValueError, match="from -1"):
-        data.one_hot(np.array([-1, 0]), 3)
+        data.one_hot(xp.array([-1, 0]), 3)
     with pytest.raises(TypeError, match="integer class indices.*float"):
-        data.one_hot(np.array([0.0, 1.0]), 2)
+        data.one_hot(xp.array([0.0, 1.0]), 2)
     with pytest.raises(ValueError, match=r"shape \(N,\)"):
-        data.one_hot(np.eye(3, dtype=np.int64), 3)
+        data.one_hot(xp.eye(3, dtype=xp.int64), 3)
     with pytest.raises(ValueError, match="positive int"):
-        data.one_hot(np.array([0]), 0)
+        data.one_hot(xp.array([0]), 0)
 
 
 def test_batches_cover_every_sample_once(xp):
@@ -694,9 +694,10 @@ def test_batches_cover_every_sample_once(xp):
     assert not np.array_equal(seen, np.arange(103))            # shuffled
 
 
-def test_batches_seeded_unseeded_and_in_order():
-    X, y = np.zeros((50, 3)), np.arange(50)
-    order = lambda **kw: np.concatenate([yb for _, yb in data.batches(X, y, 8, **kw)])  # noqa
+def test_batches_seeded_unseeded_and_in_order(xp):
+    X, y = xp.zeros((50, 3)), xp.arange(50)
+    order = lambda **kw: np.concatenate([backend.to_numpy(yb)                           # noqa
+                                         for _, yb in data.batches(X, y, 8, **kw)])
     np.testing.assert_array_equal(order(seed=1), order(seed=1))
     assert not np.array_equal(order(seed=1), order(seed=2))
     backend.manual_seed(0)
@@ -704,8 +705,8 @@ def test_batches_seeded_unseeded_and_in_order():
     np.testing.assert_array_equal(order(shuffle=False), np.arange(50))
 
 
-def test_batches_drop_last():
-    X, y = np.zeros((23, 1)), np.arange(23)
+def test_batches_drop_last(xp):
+    X, y = xp.zeros((23, 1)), xp.arange(23)
     sizes = [len(yb) for _, yb in data.batches(X, y, 5, drop_last=True, seed=0)]
     assert sizes == [5, 5, 5, 5]
     sizes = [len(yb) for _, yb in data.batches(X, y, 5, shuffle=False, drop_last=True)]
@@ -731,14 +732,14 @@ def test_batches_moves_to_the_requested_device(xp):
 
 
 @pytest.mark.parametrize("batch_size", [0, -3, 2.5, True, "8"])
-def test_batches_bad_batch_size(batch_size):
+def test_batches_bad_batch_size(xp, batch_size):
     with pytest.raises(ValueError, match="positive int"):
-        data.batches(np.zeros((4, 1)), np.arange(4), batch_size)
+        data.batches(xp.zeros((4, 1)), xp.arange(4), batch_size)
 
 
-def test_batches_length_mismatch_is_reported_at_the_call():
+def test_batches_length_mismatch_is_reported_at_the_call(xp):
     with pytest.raises(ValueError, match="X has 4 samples but y has 3"):
-        data.batches(np.zeros((4, 1)), np.arange(3), 2)        # no iteration needed
+        data.batches(xp.zeros((4, 1)), xp.arange(3), 2)        # no iteration needed
 
 
 def test_known_checksums_are_well_formed():
