@@ -59,6 +59,13 @@ def _check_arguments(module, x, target, eps, tol, atol, max_entries):
         raise ValueError(f"gradcheck(max_entries=...) must be an int >= 1 (how many entries of "
                          f"each array to compare), got {max_entries!r}: with none compared "
                          f"there is no agreement to report.")
+    params = getattr(module, "params", None)
+    complex_params = [k for k, p in (params.items() if isinstance(params, dict) else ())
+                      if getattr(getattr(p, "dtype", None), "kind", None) == "c"]
+    if complex_params:
+        raise TypeError(f"gradcheck: {type(module).__name__} has complex parameters "
+                        f"{complex_params}; casting them to float64 would silently drop the "
+                        f"imaginary part. dlcourse's layers and gradients are real.")
     for name, value in (("x", x), ("target", target)):
         kind = getattr(getattr(value, "dtype", None), "kind", None)
         if kind is None and value is not None:

@@ -81,9 +81,15 @@ def test_eps_must_be_a_small_positive_number(x, eps):
         dl.gradcheck(dl.Linear(4, 2, seed=0), x, eps=eps)
 
 
-def test_complex_input_is_an_error(x):
+def test_complex_input_or_parameters_are_an_error(x, xp):
     with pytest.raises(TypeError, match="complex.*imaginary"):
         dl.gradcheck(dl.ReLU(), x + 1j * x)
+    with pytest.raises(TypeError, match="complex.*imaginary"):
+        dl.gradcheck(dl.SoftmaxCrossEntropy(), x, xp.zeros((3, 4)) + 0j)
+    layer = dl.Linear(4, 2, seed=0)
+    layer.params["W"] = layer.params["W"].astype(np.complex128)
+    with pytest.raises(TypeError, match=r"complex parameters \['W'\]"):
+        dl.gradcheck(layer, x)
 
 
 def test_a_class_instead_of_an_instance_is_an_error(x):
