@@ -23,15 +23,15 @@ lesson                 check                            your function
 07_training_a_cnn      :func:`batchnorm_forward`        ``(x, gamma, beta, eps) -> out``
 =====================  ===============================  =========================================
 
-The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``basics.py``.
+The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import backend
-from .basics import (_rng, call, expect_close, expect_shape, expect_tuple, expect_unchanged,
-                     fail, passed, to_array, to_number)
+from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unchanged,
+                     fail, passed, rng, to_array, to_number)
 
 __all__ = [
     "iterate_minibatches", "accuracy", "sgd_momentum_step",
@@ -57,12 +57,14 @@ def iterate_minibatches(fn) -> None:
     Any permutation made from the seed passes: the lesson says another correct shuffle than
     ``default_rng(seed).permutation(N)`` is equally good, so the order itself is not compared.
     """
+    __tracebackhide__ = True
     N = 50
     # Row i of X is (i, 1000 + i) and y[i] = i: every row names its sample.
     X = np.stack([np.arange(N), 1000 + np.arange(N)], axis=1).astype(np.float32)   # (N, 2)
     y = np.arange(N)
 
     def epoch(B, shuffle, seed):
+        __tracebackhide__ = True
         case = f"X of shape {X.shape}, batch_size={B}, shuffle={shuffle}, seed={seed}"
         X_given, y_given = X.copy(), y.copy()     # the check's own X and y stay as they are
         out = call(fn, X_given, y_given, B, shuffle=shuffle, seed=seed, case=case)
@@ -142,7 +144,8 @@ def iterate_minibatches(fn) -> None:
 def accuracy(fn) -> None:
     """Check ``fn(logits, y)``: the fraction (a float in [0, 1]) of rows of ``logits``
     (N, K) whose largest entry is at the class index ``y`` (N,) names."""
-    r = _rng(4)
+    __tracebackhide__ = True
+    r = rng(4)
     cases = [(np.array([[2.0, 1.0, 0.1], [0.1, 0.2, 3.0], [1.0, 5.0, 0.0], [0.3, 0.2, 0.1]]),
               np.array([0, 2, 0, 0]))]
     for N, K in ((10, 10), (7, 3), (1, 5)):
@@ -184,7 +187,8 @@ def sgd_momentum_step(fn) -> None:
     each step's ``grads``, so an update that reuses the gradient's memory (``g += ...``) is
     fine, as long as ``params`` and ``velocity`` come out right.
     """
-    r = _rng(5)
+    __tracebackhide__ = True
+    r = rng(5)
     shapes = {"W": (4, 3), "b": (3,)}
     start = {k: r.standard_normal(s) for k, s in shapes.items()}
     grads_seq = [{k: r.standard_normal(s) for k, s in shapes.items()} for _ in range(3)]
@@ -257,41 +261,50 @@ class _Spy(np.ndarray):
     log = None          # the _SpyLog of the case being run
 
     def __array_finalize__(self, obj):
+        __tracebackhide__ = True
         self.role = getattr(obj, "role", None)
 
     def __getitem__(self, index):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.took(_index_text(index))
         return super().__getitem__(index)
 
     def __iter__(self):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.iterated = True
         return iter(self.view(np.ndarray))   # plain rows: the loop is recorded once, here
 
     def __repr__(self):                      # print(X) while debugging is not a loop
+        __tracebackhide__ = True
         return repr(self.view(np.ndarray))
 
     def __str__(self):
+        __tracebackhide__ = True
         return str(self.view(np.ndarray))
 
     def tolist(self):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.tolist = True
         return super().tolist()
 
     def take(self, indices, *args, **kwargs):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.took(f"X.take({indices!r:.20})")
         return super().take(indices, *args, **kwargs)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        __tracebackhide__ = True
         _Spy.log.used(inputs)
         if "out" in kwargs:
             kwargs["out"] = tuple(_plain(o) for o in kwargs["out"])
         return getattr(ufunc, method)(*(_plain(a) for a in inputs), **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        __tracebackhide__ = True
         name = func.__name__
         if name == "take" and args and getattr(args[0], "role", None) == "X":
             indices = args[1] if len(args) > 1 else kwargs.get("indices")
@@ -309,6 +322,7 @@ _ROW_FUNCTIONS = {"apply_along_axis", "split", "array_split", "vsplit", "unstack
 
 def _plain(value):
     """``value`` with every spy (also inside lists, tuples and dicts) as a plain ndarray."""
+    __tracebackhide__ = True
     if isinstance(value, _Spy):
         return value.view(np.ndarray)
     if isinstance(value, (list, tuple)):
@@ -320,7 +334,9 @@ def _plain(value):
 
 def _index_text(index) -> str:
     """``X[...]`` as the learner wrote it, roughly: ``X[3, :]``, ``X[3:4]``, ``X[[...]]``."""
+    __tracebackhide__ = True
     def one(i):
+        __tracebackhide__ = True
         if isinstance(i, slice):
             ends = ["" if e is None else str(e) for e in (i.start, i.stop)]
             return ":".join(ends + ([] if i.step is None else [str(i.step)]))
@@ -337,20 +353,24 @@ class _SpyLog:
     """What one call of the learner's function did with its spied inputs."""
 
     def __init__(self):
+        __tracebackhide__ = True
         self.indexed = []        # "X[0, :]", "np.take(X, 1)", ..., in order
         self.iterated = self.tolist = False
         self.functions = []      # the _ROW_FUNCTIONS called on X
         self.uses = {}           # role -> number of operations it took part in
 
     def took(self, text):
+        __tracebackhide__ = True
         self.indexed.append(text)
 
     def used(self, arrays):
+        __tracebackhide__ = True
         for role in {getattr(a, "role", None) for a in arrays} - {None, "X"}:
             self.uses[role] = self.uses.get(role, 0) + 1
 
     def loops(self) -> list[str]:
         """How the function took the batch apart, in words (empty: it did not)."""
+        __tracebackhide__ = True
         found = []
         if self.iterated:
             found.append("it loops over the samples (`for x in X`)")
@@ -374,7 +394,8 @@ def mlp_forward_batched(fn) -> None:
     b2 (K,); returns (N, K). It must give the per-sample loop's numbers without looping
     over the samples. Where a GPU is usable, one more case runs on CuPy arrays and the
     result must stay on the GPU."""
-    r = _rng(6)
+    __tracebackhide__ = True
+    r = rng(6)
     sizes = [(1, 4, 5, 3), (7, 4, 5, 3), (64, 64, 32, 10)]
     for N, D, H, K in sizes:
         case = f"X of shape ({N}, {D}), W1 ({D}, {H}), W2 ({H}, {K})"
@@ -437,6 +458,7 @@ def conv_output_size(fn) -> None:
     """Check ``fn(H, K, stride=1, padding=0)``: how many positions a K-wide window takes
     when slid with ``stride`` over H pixels padded by ``padding`` on each side,
     ``(H + 2 * padding - K) // stride + 1`` (an int)."""
+    __tracebackhide__ = True
     cases = [(8, 3, 1, 0), (8, 3, 1, 1), (28, 5, 1, 2), (7, 3, 2, 0), (32, 3, 2, 1),
              (5, 2, 2, 0), (6, 3, 3, 0), (4, 4, 1, 0)]
     for H, K, s, p in cases:
@@ -464,7 +486,8 @@ def conv_output_size(fn) -> None:
 
 def _conv_cases():
     """(case, x, W, b, stride, padding): small enough for Python loops."""
-    r = _rng(7)
+    __tracebackhide__ = True
+    r = rng(7)
     out = []
     for (N, C, H, Wd), (F, KH, KW), s, p in (
             ((1, 1, 4, 4), (1, 2, 2), 1, 0),
@@ -484,6 +507,7 @@ def conv2d_naive(fn) -> None:
     """Check ``fn(x, W, b, stride=1, padding=0)``: the convolution (cross-correlation) of
     x (N, C, H, W) with filters W (F, C, KH, KW) plus biases b (F,), returning
     (N, F, OH, OW); compared with ``dlcourse.conv.conv2d_forward_naive``."""
+    __tracebackhide__ = True
     from ..conv import conv2d_forward_naive as ref
     cases = _conv_cases()
     for case, x, W, b, s, p in cases:
@@ -516,6 +540,7 @@ def im2col_simple(fn) -> None:
     cols (N*OH*OW, C*KH*KW), one row per window, in the order of ``dl.im2col``:
     rows run over n, then i, then j; columns over c, then kh, then kw (the order of
     ``W[f].reshape(-1)``)."""
+    __tracebackhide__ = True
     from ..conv import im2col
     cases = [((1, 1, 3, 3), 2, 2), ((1, 1, 4, 5), 3, 2), ((2, 3, 4, 4), 2, 2),
              ((2, 2, 5, 4), 3, 3)]
@@ -551,8 +576,9 @@ def im2col_simple(fn) -> None:
 def conv2d_backward(fn) -> None:
     """Check ``fn(dout, x, W, stride=1, padding=0)`` returning ``(dx, dW, db)``, compared with
     ``dlcourse.conv.conv2d_backward_naive``: dx (N, C, H, W), dW (F, C, KH, KW), db (F,)."""
+    __tracebackhide__ = True
     from ..conv import conv2d_backward_naive, output_size
-    r = _rng(8)
+    r = rng(8)
     cases = _conv_cases()
     for case, x, W, b, s, p in cases:
         N, C, H, Wd = x.shape
@@ -590,6 +616,7 @@ def _maxpool_wrong(dout, x, K, s):
     """Five wrong dx: spread over the whole window, averaged, overwritten (= instead of +=);
     and, where a window has ties, dout to EVERY tied maximum (a mask ``window ==
     window.max()``) or to the LAST one (``>=`` in a search loop)."""
+    __tracebackhide__ = True
     N, C, H, W = x.shape
     _, _, OH, OW = dout.shape
     spread, overwrite, every, last = (np.zeros_like(x) for _ in range(4))
@@ -619,8 +646,9 @@ def maxpool_backward(fn) -> None:
     where windows overlap (stride < K) the gradients add up. Where a window holds several
     equal maxima (after a ReLU many values are exactly 0), only the first in row-major order
     gets it, as with ``window.argmax()``. Compared with ``dlcourse.conv.maxpool_backward_naive``."""
+    __tracebackhide__ = True
     from ..conv import maxpool_backward_naive, output_size
-    r = _rng(9)
+    r = rng(9)
     cases = []
     for shape, K, s in [((1, 1, 4, 4), 2, 2), ((2, 3, 6, 6), 2, 2), ((1, 2, 5, 5), 2, 2),
                         ((2, 2, 5, 5), 3, 1), ((1, 1, 7, 7), 3, 2)]:
@@ -667,6 +695,7 @@ def conv_params(fn) -> None:
     """Check ``fn(in_channels, out_channels, kernel_size)``: how many numbers a
     ``Conv2d(in_channels, out_channels, kernel_size)`` learns: the weights
     (out_channels, in_channels, K, K) plus one bias per output channel."""
+    __tracebackhide__ = True
     cases = [(1, 16, 3), (16, 32, 3), (3, 8, 5), (2, 1, 1), (4, 6, 2)]
     for C_in, C_out, K in cases:
         case = f"conv_params({C_in}, {C_out}, {K})"
@@ -693,8 +722,9 @@ def batchnorm_forward(fn) -> None:
     beta[c]. Compared with ``dl.BatchNorm2d`` in training mode. One case has a channel that
     varies very little (a variance near eps), where eps's place, inside the square root,
     shows."""
+    __tracebackhide__ = True
     from ..layers import BatchNorm2d
-    r = _rng(10)
+    r = rng(10)
     shapes = [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1), (4, 3, 5, 6)]
     for k, shape in enumerate(shapes):
         N, C, H, W = shape
@@ -717,7 +747,9 @@ def batchnorm_forward(fn) -> None:
         g4, b4 = gamma.reshape(1, C, 1, 1), beta.reshape(1, C, 1, 1)
 
         def norm(axes, ddof=0, std=lambda v: np.sqrt(v + 1e-5)):
+            __tracebackhide__ = True
             def f():
+                __tracebackhide__ = True
                 m = x.mean(axis=axes, keepdims=True)
                 v = x.var(axis=axes, keepdims=True, ddof=ddof)
                 return (x - m) / std(v)
