@@ -6,6 +6,7 @@ case that failed, what was expected and what your function gave, and prints a sh
 confirmation when everything passes.
 """
 from .harness import ExerciseError
+from .hints import hint, solution
 from .basics import (cross_entropy, linear_backward,   # lessons 00-03
                      linear_forward, normalize_rows, perceptron_predict, perceptron_update,
                      relu_backward, sigmoid_ce_grad, softmax)
@@ -18,7 +19,7 @@ from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
-    "ExerciseError",
+    "ExerciseError", "hint", "solution",
     # lessons 00-03
     "normalize_rows", "perceptron_predict", "perceptron_update", "softmax", "cross_entropy",
     "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",

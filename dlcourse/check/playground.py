@@ -10,7 +10,7 @@ check                       your function
 
 Each check runs your function on several cases and prints one line when all pass, or raises
 ``ExerciseError`` saying which case failed, what was expected, what came back and the likely
-mistake, as every check in the course does (the machinery is ``check/basics.py``'s). (No
+mistake, as every check in the course does (the machinery is ``check/harness.py``'s). (No
 ipywidgets needed.)
 """
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""Hints in levels, and the reference solution on request (every lesson's exercises).
+
+The first level is the ``# HINT:`` line in the exercise's cell (what to compute, the shapes and
+the idea; in the student version it is the ``NotImplementedError`` text). Deeper levels live
+here, one call at a time::
+
+    dl.check.hint("conv2d_backward")       # the next level (2, then 3, ...)
+    dl.check.hint("conv2d_backward", 1)    # a given level
+    dl.check.solution("conv2d_backward")   # the reference solution, only when asked for
+
+The last level may come close to code; the solution itself is never a hint.
+"""
+from __future__ import annotations
+
+from ..student import find_exercise, first_hint, solution_text
+
+__all__ = ["hint", "solution", "HINTS"]
+
+# name -> [level 2, level 3, ...]
+HINTS: dict[str, list[str]] = {}
+
+_shown: dict[str, int] = {}   # the deepest level shown so far in this session
+
+
+def _levels(name: str) -> list[str]:
+    try:
+        first = first_hint(name)
+    except KeyError:
+        if name not in HINTS:
+            raise
+        first = None
+    return [first or "(this exercise's cell has no first-level hint)"] + HINTS.get(name, [])
+
+
+def hint(name: str, level: int | None = None) -> str:
+    """Print (and return) hint ``level`` of exercise ``name``; without ``level``, the next
+    level after the deepest one shown so far (starting at 2: level 1 is in the cell)."""
+    try:
+        levels = _levels(name)
+    except KeyError as err:
+        raise KeyError(str(err.args[0])) from None
+    if level is None:
+        level = min(_shown.get(name, 1) + 1, len(levels))
+    if not 1 <= level <= len(levels):
+        raise ValueError(f"{name} has hints 1 to {len(levels)}; you asked for {level}.")
+    _shown[name] = max(_shown.get(name, 1), level)
+    text = f"Hint {level} of {len(levels)} for {name}: {levels[level - 1]}"
+    if level == len(levels):
+        text += (f"\n(That is the last hint. The reference solution: "
+                 f"dl.check.solution({name!r}).)")
+    else:
+        text += f"\n(More: dl.check.hint({name!r}) again.)"
+    print(text)
+    return text
+
+
+def solution(name: str) -> str:
+    """Print (and return) the reference solution of exercise ``name``, from the instructor
+    notebook. Try the hints first: writing it yourself is the exercise."""
+    path, _, _ = find_exercise(name)
+    code = solution_text(name)
+    print(f"Reference solution of {name} ({path.name}):\n\n{code}")
+    return code
