@@ -23,7 +23,7 @@ from .harness import (call, expect_close, expect_finite, expect_on_gpu,
 __all__ = [
     "normalize_rows",
     "perceptron_predict", "perceptron_update",
-    "softmax", "cross_entropy", "sigmoid_ce_grad",
+    "softmax", "cross_entropy", "softmax_ce_grad", "sigmoid_ce_grad",
     "linear_forward", "linear_backward", "relu_backward",
 ]
 
@@ -249,8 +249,12 @@ def softmax(fn):
         tol = 1e-5 if z.dtype == np.float32 else 1e-10
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             col = np.exp(z - z.max()) / np.exp(z - z.max()).sum(axis=0, keepdims=True)
+            whole = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
         expect_close(got, expected, fn, case, "the result", rtol=tol, atol=tol, mistakes=[
             (col, "the columns sum to 1 instead of the rows: reduce over the last axis (axis=-1)."),
+            (whole, "the whole array sums to 1: you divided by the sum of EVERY exponential. "
+                    "Each row is its own distribution: sum over the last axis only (axis=-1, "
+                    "keepdims=True)."),
         ])
         if got.dtype != z.dtype:
             fail(fn, case, f"the result is {got.dtype} but z is {z.dtype}.",
@@ -306,11 +310,68 @@ def cross_entropy(fn):
             (picked.mean(), "the sign is flipped: the loss is MINUS the log-probability."),
             (-logp.mean(), "you averaged over every class; use only the log-probability of each "
                            "sample's label: logp[xp.arange(N), labels]."),
+            (-logp[:, labels].mean(), "logp[:, labels] picks every label's column for EVERY row "
+                                      "(an (N, N) array); one entry per row needs two index "
+                                      "arrays: logp[xp.arange(N), labels]."),
             (-_ref_log_softmax(logits.T).T[np.arange(N), labels].mean(),
              "softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
         ])
         expect_unchanged(fn, case, [("logits", logits, logits_given),
                                     ("labels", labels, labels_given)])
+    passed(fn, len(cases))
+
+
+def softmax_ce_grad(fn):
+    """Check ``fn(logits, labels)``: dL/dlogits of L = mean over the batch of the softmax
+    cross-entropy, ``(softmax(logits) - onehot(labels)) / N``, shaped like logits (N, K)."""
+    __tracebackhide__ = True
+    r = rng(7)
+    cases = [
+        ("logits = [[2, 1, 0.1], [0.5, 2.5, 0.3]], labels = [0, 1]",
+         np.array([[2.0, 1.0, 0.1], [0.5, 2.5, 0.3]]), np.array([0, 1])),
+        ("6 samples, 4 classes, random logits", r.standard_normal((6, 4)) * 2, r.integers(0, 4, 6)),
+        ("4 samples, 4 classes (square: only the values can show a wrong axis)",
+         r.standard_normal((4, 4)), np.array([3, 0, 0, 2])),
+        ("logits 1000 apart: [[1000, 0], [0, 1000]], labels = [1, 1]",
+         np.array([[1000.0, 0.0], [0.0, 1000.0]]), np.array([1, 1])),
+    ]
+    for case, logits, labels in cases:
+        N, K = logits.shape
+        p = _ref_softmax(logits)
+        onehot = np.eye(K)[labels]
+        expected = (p - onehot) / N
+        given = {"logits": logits.copy(), "labels": labels.copy()}
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            got = to_array(call(fn, given["logits"], given["labels"], case=case,
+                                on_error="subtract 1 at one entry per row: index with "
+                                         "[xp.arange(N), labels]."), fn, case, "dL/dlogits")
+        expect_shape(got, logits.shape, fn, case, "dL/dlogits",
+                     "the gradient has the logits' shape (N, K): one entry per logit.")
+        expect_finite(got, fn, case, "dL/dlogits",
+                      "compute the softmax stably (subtract each row's max before exp).")
+
+        def every_label():
+            wrong = p.copy()
+            wrong[:, labels] -= 1
+            return wrong / N
+        expect_close(got, expected, fn, case, "dL/dlogits", rtol=1e-6, atol=1e-12, mistakes=[
+            (p - onehot, f"the gradient is {N} times too large: the loss is a mean over N "
+                         "samples, so divide by N."),
+            ((onehot - p) / N, "the sign is flipped: the gradient is softmax MINUS the one-hot "
+                               "target."),
+            (p / N, "the target is missing: subtract 1 at each row's label (the one-hot "
+                    "target) from the probabilities."),
+            (every_label, "p[:, labels] -= 1 subtracts 1 in every row at EVERY label's column; "
+                          "one entry per row: p[xp.arange(N), labels] -= 1."),
+            ((_ref_softmax(logits.T).T - onehot) / N,
+             "the softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
+            ((np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum() - onehot) / N,
+             "the softmax is normalized over the whole array; each row is its own distribution."),
+        ])
+        expect_unchanged(fn, case, [("logits", logits, given["logits"]),
+                                    ("labels", labels, given["labels"])],
+                         "compute into a new array (p = softmax(logits), then change p): do not "
+                         "write into {name}.")
     passed(fn, len(cases))
 
 

@@ -34,10 +34,10 @@ from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unc
                      fail, passed, rng, to_array, to_number)
 
 __all__ = [
-    "iterate_minibatches", "accuracy", "sgd_momentum_step",
+    "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward", "dropout_backward",
     "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
-    "conv_params", "batchnorm_forward",
+    "conv_params", "batchnorm_forward", "batchnorm_backward",
 ]
 
 
@@ -160,7 +160,10 @@ def accuracy(fn) -> None:
         case = f"logits of shape ({N}, {K}), y = {yy.tolist()}"
         expected = float((lg.argmax(axis=1) == yy).mean())
         logits_given, y_given = lg.astype(np.float32), yy.copy()
-        got = to_number(call(fn, logits_given, y_given, case=case), fn, case, "the accuracy",
+        got = to_number(call(fn, logits_given, y_given, case=case,
+                             on_error="the classes are along axis 1: logits.argmax(axis=1) gives "
+                                      "one prediction per row, shape (N,), to compare with y."),
+                        fn, case, "the accuracy",
                         "take the mean over the batch: (predictions == y).mean().")
         expect_unchanged(fn, case, [("logits", lg.astype(np.float32), logits_given),
                                     ("y", yy, y_given)])
@@ -228,17 +231,89 @@ def sgd_momentum_step(fn) -> None:
                                             "dl.SGD (like PyTorch) does not scale g: v = momentum * v + g."),
                              ])
             for k in shapes:
-                expect_close(to_array(velocity[k], fn, case, f"velocity[{k!r}]"), ref_v[k], fn, case,
+                v_got = to_array(velocity[k], fn, case, f"velocity[{k!r}]")
+                if v_got.shape == ref_v[k].shape and np.allclose(v_got, -lr * ref_v[k]):
+                    continue   # v = momentum*v - lr*g; p += v: the same parameters (the lesson)
+                expect_close(v_got, ref_v[k], fn, case,
                              f"velocity[{k!r}] (the parameters are right)", mistakes=[
                                  (np.zeros_like(ref_v[k]),
                                   f"velocity[{k!r}] is still zero, so the next step cannot use it "
                                   f"(that is plain SGD): store v = momentum * v + g in velocity[{k!r}]."),
-                                 (-lr * ref_v[k],
-                                  "you stored v = momentum * v - lr * g (the other common "
-                                  "convention); this lesson uses dl.SGD's: v = momentum * v + g."),
                              ], fix=f"store v = momentum * v + g in velocity[{k!r}].")
         checks += 1
     passed(fn, checks)
+
+
+def dropout_forward(fn) -> None:
+    """Check ``fn(x, p, rng)`` -> ``(out, mask)``, inverted dropout in training mode: each entry
+    is kept with probability ``1 - p`` (``p`` is the probability to DROP) and scaled by
+    ``1 / (1 - p)``, so that the output's expected value is ``x``; ``mask`` holds 0 or
+    ``1 / (1 - p)`` and ``out = x * mask``. Any random draw from ``rng`` passes: the check
+    looks at what the mask holds and at how many entries it keeps, not at which."""
+    __tracebackhide__ = True
+    cases = [((400, 50), 0.5), ((200, 100), 0.2), ((100, 100), 0.8), ((10, 7), 0.0)]
+    for shape, p in cases:
+        case = f"x of shape {shape}, all ones, p={p}"
+        x = np.ones(shape)
+        x_given = x.copy()
+        out = expect_tuple(call(fn, x_given, p, np.random.default_rng(0), case=case),
+                           2, fn, case, "out, mask")
+        got, mask = (to_array(a, fn, case, n) for a, n in zip(out, ("out", "mask")))
+        expect_shape(got, shape, fn, case, "out", "out has x's shape.")
+        expect_shape(mask, shape, fn, case, "mask", "one mask entry per entry of x.")
+        expect_unchanged(fn, case, [("x", x, x_given)])
+        kept = float((mask != 0).mean())
+        scale = 1.0 / (1.0 - p)
+        values = np.unique(np.round(mask[mask != 0], 9))
+        if p > 0 and abs(kept - p) < 0.05 and abs(kept - (1 - p)) > 0.1:
+            fail(fn, case, f"the mask keeps {kept:.0%} of the entries; with p={p} it should keep "
+                           f"about {1 - p:.0%}.",
+                 "p is the probability to DROP an entry: keep it where the uniform number is >= p "
+                 "(or < 1 - p).")
+        if abs(kept - (1 - p)) > 0.05:
+            fail(fn, case, f"the mask keeps {kept:.0%} of the entries; expected about {1 - p:.0%}.",
+                 "draw one uniform number per entry (rng.random(x.shape)) and keep where it is >= p.")
+        if values.size and np.allclose(values, 1.0) and p > 0:
+            fail(fn, case, "the kept entries are not scaled: the mask holds 0 and 1.",
+                 f"divide the mask by (1 - p) = {1 - p}, so that the expected value of the output "
+                 f"is x itself and nothing has to change at test time (that is what makes the "
+                 f"dropout 'inverted').")
+        if values.size and np.allclose(values, 1 - p) and p > 0:
+            fail(fn, case, f"the kept entries are scaled by (1 - p) = {1 - p}; they must be "
+                           f"scaled UP, by 1 / (1 - p) = {scale:.4g}.",
+                 "divide by (1 - p), don't multiply: the survivors stand in for the dropped ones.")
+        if not (values.size == 1 and np.isclose(values[0], scale)):
+            fail(fn, case, f"the mask's nonzero values are {values[:5].tolist()}; expected only "
+                           f"1 / (1 - p) = {scale:.4g}.",
+                 "mask = (rng.random(x.shape) >= p) / (1 - p).")
+        expect_close(got, x * mask, fn, case, "out", fix="out = x * mask.")
+    passed(fn, len(cases))
+
+
+def dropout_backward(fn) -> None:
+    """Check ``fn(dout, mask)`` -> ``dx``: the forward multiplied x by the (scaled) mask, so
+    ``dx = dout * mask``."""
+    __tracebackhide__ = True
+    r = rng(12)
+    cases = []
+    for shape, p in (((4, 5), 0.5), ((3, 6), 0.25), ((2, 3, 4), 0.8)):
+        mask = (r.random(shape) >= p) / (1 - p)
+        cases.append((f"dout of shape {shape}, a mask with p={p}", r.standard_normal(shape), mask, p))
+    for case, dout, mask, p in cases:
+        given = {"dout": dout.copy(), "mask": mask.copy()}
+        got = to_array(call(fn, given["dout"], given["mask"], case=case), fn, case, "dx")
+        expect_shape(got, dout.shape, fn, case, "dx", "dx has dout's shape.")
+        expect_close(got, dout * mask, fn, case, "dx", mistakes=[
+            (dout, "dout passed through everywhere: the dropped entries had no effect on the "
+                   "output, so their gradient is 0; multiply by the mask."),
+            (dout * (mask != 0), "the kept entries were multiplied by 1 / (1 - p) in the forward "
+                                 "pass, so their gradient is too: dx = dout * mask (the scaled "
+                                 "mask), not dout * (mask != 0)."),
+            (dout * (mask != 0) * (1 - p), "scale by 1 / (1 - p), as the forward did, not by "
+                                           "(1 - p): dx = dout * mask."),
+        ])
+        expect_unchanged(fn, case, [("dout", dout, given["dout"]), ("mask", mask, given["mask"])])
+    passed(fn, len(cases))
 
 
 # ======================================================================================
@@ -778,3 +853,82 @@ def batchnorm_forward(fn) -> None:
         expect_unchanged(fn, case, [(name, ref_, given[name]) for name, ref_ in
                                     (("x", x), ("gamma", gamma), ("beta", beta))])
     passed(fn, len(shapes))
+
+
+def batchnorm_backward(fn) -> None:
+    """Check ``fn(dout, x, gamma, eps=1e-5)`` -> ``(dx, dgamma, dbeta)``: the backward pass of
+    batch normalization in training mode for x (N, C, H, W), gamma (C,); compared with
+    ``dl.BatchNorm2d``'s backward. The usual mistakes are named: the mean's or the variance's
+    path forgotten, the wrong axes, dgamma without x_hat."""
+    __tracebackhide__ = True
+    from ..layers import BatchNorm2d
+    r = rng(11)
+    eps = 1e-5
+    for shape in [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1)]:
+        N, C, H, W = shape
+        x = r.standard_normal(shape) * 2 + r.standard_normal((1, C, 1, 1))
+        gamma, beta = r.uniform(0.5, 2.0, C), r.standard_normal(C)
+        dout = r.standard_normal(shape)
+        case = f"x and dout of shape {shape}, gamma of shape ({C},)"
+        bn = BatchNorm2d(C, eps=eps, dtype=np.float64)
+        bn.params = {"gamma": gamma.copy(), "beta": beta.copy()}
+        bn.forward(x)
+        e_dx = bn.backward(dout)
+        e_dgamma, e_dbeta = bn.grads["gamma"], bn.grads["beta"]
+        given = {"dout": dout.copy(), "x": x.copy(), "gamma": gamma.copy()}
+        out = expect_tuple(call(fn, given["dout"], given["x"], given["gamma"], eps=eps, case=case,
+                                on_error="reduce over axes (0, 2, 3) with keepdims=True and "
+                                         "reshape gamma to (1, C, 1, 1)."),
+                           3, fn, case, "dx, dgamma, dbeta")
+        dx, dgamma, dbeta = (to_array(a, fn, case, n) for a, n in zip(out, ("dx", "dgamma", "dbeta")))
+        axes = (0, 2, 3)
+        mean = x.mean(axis=axes, keepdims=True)
+        var = x.var(axis=axes, keepdims=True)
+        x_hat = (x - mean) / np.sqrt(var + eps)
+        g4 = gamma.reshape(1, C, 1, 1)
+        expect_shape(dbeta, (C,), fn, case, "dbeta", "one number per channel: sum dout over "
+                                                     "axes (0, 2, 3).")
+        expect_close(dbeta, e_dbeta, fn, case, "dbeta", mistakes=[
+            (dout.mean(axis=axes), "dbeta is a SUM over N, H and W, not a mean."),
+        ], fix="beta[c] is added to every value of channel c: dbeta = dout.sum(axis=(0, 2, 3)).")
+        expect_shape(dgamma, (C,), fn, case, "dgamma", "one number per channel.")
+        expect_close(dgamma, e_dgamma, fn, case, "dgamma", mistakes=[
+            (dout.sum(axis=axes), "dgamma multiplies dout by x_hat (gamma scales x_hat): "
+                                  "(dout * x_hat).sum(axis=(0, 2, 3))."),
+            ((dout * x).sum(axis=axes), "gamma scales the NORMALIZED x: use x_hat, not x."),
+            ((dout * x_hat).mean(axis=axes), "dgamma is a SUM over N, H and W, not a mean."),
+        ])
+        expect_shape(dx, shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
+        dxh = dout * g4
+        std = np.sqrt(var + eps)
+
+        def paths(mean_path=True, var_path=True, ax=axes):
+            def f():
+                m = x.mean(axis=ax, keepdims=True)
+                v = x.var(axis=ax, keepdims=True)
+                xh = (x - m) / np.sqrt(v + eps)
+                d = dxh
+                if mean_path:
+                    d = d - dxh.mean(axis=ax, keepdims=True)
+                if var_path:
+                    d = d - xh * (dxh * xh).mean(axis=ax, keepdims=True)
+                return d / np.sqrt(v + eps)
+            return f
+        expect_close(dx, e_dx, fn, case, "dx", mistakes=[
+            (dxh / std, "that is only the direct path through x_hat: the mean and the variance "
+                        "depend on x too. Add their two paths, as the lesson derives them (each a "
+                        "mean over axes (0, 2, 3))."),
+            (dout / std, "gamma is missing: dx_hat = dout * gamma, and then the three paths."),
+            (paths(var_path=False), "the variance's path is missing: subtract x_hat * mean(dxh * "
+                                    "x_hat) as well (the variance depends on x)."),
+            (paths(mean_path=False), "the mean's path is missing: subtract mean(dxh) as well (the "
+                                     "mean depends on every x of the channel)."),
+            (paths(ax=(2, 3)), "the means go over axes (2, 3) only; batch norm's statistics, and "
+                               "so their gradients, run over the batch too: axes (0, 2, 3)."),
+            (paths(ax=(0,)), "the means go over axis 0 only; a channel shares its statistics over "
+                             "N, H and W: axes (0, 2, 3)."),
+        ], fix="derive it path by path as in the lesson, and compare with dl.gradcheck on a "
+               "small x.")
+        expect_unchanged(fn, case, [(k, ref_, given[k]) for k, ref_ in
+                                    (("dout", dout), ("x", x), ("gamma", gamma))])
+    passed(fn, 3)

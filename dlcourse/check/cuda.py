@@ -212,6 +212,29 @@ def _inner_tiles_only(A, B, tile):
     return C
 
 
+class _Whole(np.ndarray):
+    """A whole input matrix that notes when it is multiplied as a whole (``A @ B``,
+    ``np.dot(A, B)``): tiled_matmul must multiply tiles, not the matrices. Slices of it (the
+    tiles) are plain arrays, so only the whole matrix is watched."""
+
+    used_whole = False
+
+    def __getitem__(self, index):
+        return np.asarray(self)[index]
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if ufunc is np.matmul:
+            _Whole.used_whole = True
+        inputs = tuple(np.asarray(a) if isinstance(a, _Whole) else a for a in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in (np.dot, np.matmul, np.inner, np.tensordot, np.einsum, np.vdot):
+            _Whole.used_whole = True
+        args = tuple(np.asarray(a) if isinstance(a, _Whole) else a for a in args)
+        return func(*args, **kwargs)
+
+
 def tiled_matmul(fn) -> None:
     """Check ``fn(A, B, tile)``: C = A @ B computed tile by tile as in ``matmul_tiled.cu``,
     for square and ragged sizes (M, N, K not multiples of ``tile``), a tile of 1, and a tile
@@ -247,7 +270,16 @@ def tiled_matmul(fn) -> None:
         ])
         expect_unchanged(fn, case, [("A", A, A_given), ("B", B, B_given)],
                          "copy the tiles out of {name} (As[...] = a), never write into {name}.")
-    passed(fn, len(sizes))
+    M, N, K, tile = sizes[-1]
+    case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}, watching the products"
+    _Whole.used_whole = False
+    call(fn, r.standard_normal((M, K)).view(_Whole), r.standard_normal((K, N)).view(_Whole), tile,
+         case=case)
+    if _Whole.used_whole:
+        fail(fn, case, "the whole matrices were multiplied (A @ B or np.dot(A, B)): the result "
+                       "is right, but that is not the tiled algorithm the kernel runs.",
+             "multiply only the (tile, tile) tiles, As @ Bs, one k-step at a time.")
+    passed(fn, len(sizes) + 1)
 
 
 # ======================================================================================
