@@ -266,7 +266,8 @@ def tag_notebooks(folder, *, write: bool = True) -> list[Path]:
     for path in sorted(Path(folder).glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         tagged = tag_nbgrader(nb)
-        if _notebook_text(nbformat, tagged) != path.read_text(encoding="utf-8"):
+        if any(a.metadata.get("nbgrader") != b.metadata.get("nbgrader")
+               for a, b in zip(nb.cells, tagged.cells)):
             changed.append(path)
             if write:
                 _write_atomic(nbformat, tagged, path)

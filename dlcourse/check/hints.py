@@ -50,6 +50,12 @@ HINTS: dict[str, list[str]] = {
         ('log-softmax = shifted - log(sum of exp(shifted)) with shifted = logits minus the row '
          'max; then average -logp[xp.arange(N), labels]'),
     ],
+    'softmax_ce_grad': [
+        ("start from a copy of the probabilities and subtract 1 at each row's label only (one "
+         "entry per row), then scale by 1/N"),
+        ("index the copy with two arrays, the row numbers xp.arange(N) and the labels, to reach "
+         "one entry per row"),
+    ],
     'linear_forward': [
         'the cache holds the input and the weights, in that order',
         ('one matrix product plus the bias (it broadcasts over the rows); the cache is the pair '
@@ -80,6 +86,13 @@ HINTS: dict[str, list[str]] = {
          'very arrays)'),
         ('velocity[k] = momentum * velocity[k] + grads[k]; then params[k] -= lr * velocity[k] (in '
          'place!)'),
+    ],
+    'dropout_forward': [
+        "the mask holds 0 or 1/(1 - p); the output is x times the mask",
+        "mask = a boolean array (uniform numbers >= p) divided by (1 - p)",
+    ],
+    'dropout_backward': [
+        "dx is dout times the mask the forward returned (the scaled one)",
     ],
     'mlp_forward_batched': [
         "use xp's maximum against 0 for the ReLU, so the same code runs on NumPy and CuPy",
@@ -123,6 +136,12 @@ HINTS: dict[str, list[str]] = {
         ('mean = x.mean(axis=(0, 2, 3), keepdims=True) and var = x.var(axis=(0, 2, 3), '
          'keepdims=True) have shape (1, C, 1, 1); x_hat = (x - mean) / sqrt(var + eps); out = '
          'gamma.reshape(1, C, 1, 1) * x_hat + beta.reshape(1, C, 1, 1)'),
+    ],
+    'batchnorm_backward': [
+        ("with d = dout * gamma (as (1, C, 1, 1)): dx = (d - mean(d) - x_hat * mean(d * x_hat)) / "
+         "sqrt(var + eps), every mean over axes (0, 2, 3) with keepdims"),
+        ("dbeta is the sum of dout and dgamma the sum of dout * x_hat over axes (0, 2, 3); check "
+         "your dx against dl.gradcheck on a small input if the check's case is hard to read"),
     ],
     'global_index': [
         ("the blocks before this one hold block_idx * block_dim threads; add the thread's place "
