@@ -83,3 +83,37 @@ def test_hint_goes_one_level_at_a_time_and_solution_only_on_request(capsys, monk
         dl.check.hint("nope")
     with pytest.raises(ValueError, match="has hints 1 to"):
         dl.check.hint("relu_backward", 99)
+
+
+# --------------------------------------------------------------------------------------
+# Checks never show their own answers
+# --------------------------------------------------------------------------------------
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_a_failing_check_shows_the_learners_cell_and_the_message_not_the_check(tmp_path):
+    """A student notebook (03) with the exercises solved, one of them wrong, executed by a real
+    kernel: the error shows the message, and no frame or source line of the check."""
+    nbclient = pytest.importorskip("nbclient")
+    source = nbformat.read(NOTEBOOKS / "03_backpropagation.ipynb", as_version=4)
+    relu = next(ex for ex in exercises(source) if ex.name == "relu_backward")
+    nb = nbformat.read(NOTEBOOKS / "03_backpropagation.ipynb", as_version=4)
+    nb.cells = nb.cells[:relu.check + 1]
+    nb.cells[relu.cell].source = nb.cells[relu.cell].source.replace(
+        "dx = dout * (x > 0)", "dx = dout * (x >= 0)")            # the learner's mistake
+    client = nbclient.NotebookClient(nb, timeout=120, allow_errors=True,
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    errors = [out for out in nb.cells[relu.check].outputs if out.output_type == "error"]
+    assert len(errors) == 1 and errors[0].ename == "ExerciseError"
+    shown = ANSI.sub("", "\n".join(errors[0].traceback))
+    assert "relu_backward is not right yet" in shown and "use x > 0, not x >= 0" in shown
+    for internal in ("dlcourse/check", "harness.py", "basics.py", "expect_close(", "fail(fn",
+                     "expected = dout * (x > 0)", "__tracebackhide__"):
+        assert internal not in shown, f"the traceback shows the check's {internal!r}:\n{shown}"
+    # Every check frame is hidden: each function in dlcourse/check/ sets __tracebackhide__.
+    for path in (NOTEBOOKS.parent / "dlcourse" / "check").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and path.name not in ("hints.py", "__init__.py"):
+                assert any(isinstance(s, ast.Assign) and getattr(s.targets[0], "id", "") ==
+                           "__tracebackhide__" for s in node.body[:2]), (path.name, node.name)

@@ -20,6 +20,8 @@ shows the learner's cell and the message, not the check's frames (a test keeps i
 """
 from __future__ import annotations
 
+import linecache
+
 import numpy as np
 
 from .. import backend
@@ -58,13 +60,30 @@ def _show(a) -> str:
     return text.replace("\n", "\n" + " " * 14)   # aligned under "    expected: "
 
 
+# IPython hides every frame that sets __tracebackhide__ except the last, the one that raises.
+# So the error is raised from a one-line frame of its own, which holds no reference code.
+_RAISER = "<dl.check>"
+_RAISE_LINE = "raise error   # the check's message below says what is wrong and the likely fix\n"
+_RAISE = compile(_RAISE_LINE, _RAISER, "exec")
+linecache.cache[_RAISER] = (len(_RAISE_LINE), None, [_RAISE_LINE], _RAISER)
+
+
+def _raise(error: BaseException, cause: BaseException | None = None):
+    """Raise ``error`` (with ``cause`` as its ``__cause__``, else none) from the ``<dl.check>``
+    frame, so that a traceback ends there and not in a check."""
+    __tracebackhide__ = True
+    error.__cause__, error.__suppress_context__ = cause, True
+    linecache.cache.setdefault(_RAISER, (len(_RAISE_LINE), None, [_RAISE_LINE], _RAISER))
+    exec(_RAISE, {"error": error})  # noqa: S102 - a fixed line of our own
+
+
 def fail(fn, case: str, problem: str, fix: str | None = None):
     """Raise :class:`ExerciseError` in the common format: function, case, problem, likely fix."""
     __tracebackhide__ = True
     lines = [f"{_name(fn)} is not right yet.", f"  case:    {case}", f"  problem: {problem}"]
     if fix:
         lines.append(f"  likely fix: {fix}")
-    raise ExerciseError("\n".join(lines))
+    _raise(ExerciseError("\n".join(lines)))
 
 
 def call(fn, *args, case: str, on_error: str | None = None, **kwargs):
@@ -80,15 +99,15 @@ def call(fn, *args, case: str, on_error: str | None = None, **kwargs):
         return fn(*args, **kwargs)
     except NotImplementedError as err:
         hint = str(err).strip() or _first_hint(_name(fn))
-        raise ExerciseError(f"{_name(fn)} is not implemented yet: {hint}") from None
+        _raise(ExerciseError(f"{_name(fn)} is not implemented yet: {hint}"))
     except ExerciseError:
         raise
     except Exception as err:
         fix = on_error or "read the error above: the last lines of the traceback point at your code."
-        raise ExerciseError(
+        _raise(ExerciseError(
             f"{_name(fn)} raised {type(err).__name__}: {err}\n"
             f"  case:    {case}\n"
-            f"  likely fix: {fix}") from err
+            f"  likely fix: {fix}"), cause=err)
 
 
 def _first_hint(name: str) -> str:
