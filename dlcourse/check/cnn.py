@@ -687,7 +687,7 @@ def conv2d_backward(fn) -> None:
     passed(fn, len(cases))
 
 
-def _maxpool_wrong(dout, x, K, s):
+def maxpool_mistakes(dout, x, K, s):
     """Five wrong dx: spread over the whole window, averaged, overwritten (= instead of +=);
     and, where a window has ties, dout to EVERY tied maximum (a mask ``window ==
     window.max()``) or to the LAST one (``>=`` in a search loop)."""
@@ -743,7 +743,7 @@ def maxpool_backward(fn) -> None:
         dout_given, x_given = dout.copy(), x.copy()
         got = to_array(call(fn, dout_given, x_given, K, s, case=case), fn, case, "dx")
         expect_shape(got, x.shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
-        spread, averaged, overwrite, every, last = _maxpool_wrong(dout, x, K, s)
+        spread, averaged, overwrite, every, last = maxpool_mistakes(dout, x, K, s)
         expect_close(got, expected, fn, case, "dx", mistakes=[
             (spread, "you sent the gradient to every pixel of the window; only the maximum "
                      "influenced the output, so only it gets the gradient."),
