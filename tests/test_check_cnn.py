@@ -2,6 +2,7 @@
 gets the message that names its mistake (also the wrong answers a mutation test found passing).
 
 Each wrong answer is a small function named after its mistake, written as a learner would."""
+
 import numpy as np
 import pytest
 
@@ -9,8 +10,12 @@ import dlcourse as dl
 import dlcourse.check as C
 from dlcourse.check import ExerciseError
 from dlcourse.check.cnn import maxpool_mistakes
-from dlcourse.conv import (conv2d_backward_naive, conv2d_forward_naive, im2col,
-                           maxpool_backward_naive)
+from dlcourse.conv import (
+    conv2d_backward_naive,
+    conv2d_forward_naive,
+    im2col,
+    maxpool_backward_naive,
+)
 
 
 def expect_fail(check, fn, *words):
@@ -27,7 +32,7 @@ def mb_good(X, y, batch_size, shuffle=True, seed=None):
     N = len(X)
     order = np.random.default_rng(seed).permutation(N) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        idx = order[s:s + batch_size]
+        idx = order[s : s + batch_size]
         yield (X[idx], y[idx])
 
 
@@ -35,7 +40,7 @@ def mb_nolast(X, y, batch_size, shuffle=True, seed=None):
     N = len(X)
     order = np.random.default_rng(seed).permutation(N) if shuffle else np.arange(N)
     for s in range(0, N - batch_size + 1, batch_size):
-        idx = order[s:s + batch_size]
+        idx = order[s : s + batch_size]
         yield (X[idx], y[idx])
 
 
@@ -45,19 +50,19 @@ def mb_unpaired(X, y, batch_size, shuffle=True, seed=None):
     o1 = r.permutation(N) if shuffle else np.arange(N)
     o2 = r.permutation(N) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        yield (X[o1[s:s + batch_size]], y[o2[s:s + batch_size]])
+        yield (X[o1[s : s + batch_size]], y[o2[s : s + batch_size]])
 
 
 def mb_noshuffle(X, y, batch_size, shuffle=True, seed=None):
     for s in range(0, len(X), batch_size):
-        yield (X[s:s + batch_size], y[s:s + batch_size])
+        yield (X[s : s + batch_size], y[s : s + batch_size])
 
 
 def mb_unseeded(X, y, batch_size, shuffle=True, seed=None):
     N = len(X)
     order = np.random.default_rng().permutation(N) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        idx = order[s:s + batch_size]
+        idx = order[s : s + batch_size]
         yield (X[idx], y[idx])
 
 
@@ -69,7 +74,7 @@ def mb_other_shuffle(X, y, batch_size, shuffle=True, seed=None):  # the lesson: 
     N = len(X)
     order = np.random.default_rng(seed).choice(N, N, replace=False) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        idx = order[s:s + batch_size]
+        idx = order[s : s + batch_size]
         yield (X[idx], y[idx])
 
 
@@ -78,13 +83,20 @@ def mb_in_place(X, y, batch_size, shuffle=True, seed=None):  # reorders the call
         np.random.default_rng(seed).shuffle(X)
         np.random.default_rng(seed).shuffle(y)
     for s in range(0, len(X), batch_size):
-        yield (X[s:s + batch_size], y[s:s + batch_size])
+        yield (X[s : s + batch_size], y[s : s + batch_size])
 
 
 def test_minibatches():
     C.iterate_minibatches(mb_good)
     C.iterate_minibatches(mb_other_shuffle)
-    expect_fail(C.iterate_minibatches, mb_in_place, "shuffle=True", "changed its input X in place", "shuffle an index array, not the data", "order[start:start + batch_size]")
+    expect_fail(
+        C.iterate_minibatches,
+        mb_in_place,
+        "shuffle=True",
+        "changed its input X in place",
+        "shuffle an index array, not the data",
+        "order[start:start + batch_size]",
+    )
     expect_fail(C.iterate_minibatches, mb_nolast, "last, smaller batch")
     expect_fail(C.iterate_minibatches, mb_unpaired, "SAME indices")
     expect_fail(C.iterate_minibatches, mb_noshuffle, "still came in order")
@@ -148,7 +160,7 @@ def test_sgd():
     C.sgd_momentum_step(sgd_reuses_grads)
     expect_fail(C.sgd_momentum_step, sgd_rebind, "NEW array")
     expect_fail(C.sgd_momentum_step, sgd_plain, "plain SGD")
-    C.sgd_momentum_step(sgd_cs)    # the lesson's other convention: the same parameters
+    C.sgd_momentum_step(sgd_cs)  # the lesson's other convention: the same parameters
     expect_fail(C.sgd_momentum_step, sgd_ema, "averaged")
 
 
@@ -180,9 +192,17 @@ def fwd_centres_X(X, W1, b1, W2, b2):
 
 def test_fwd():
     C.mlp_forward_batched(fwd_good)
-    expect_fail(C.mlp_forward_batched, fwd_float32, "the logits are float32", "float64 in gives float64 out")
+    expect_fail(
+        C.mlp_forward_batched, fwd_float32, "the logits are float32", "float64 in gives float64 out"
+    )
     expect_fail(C.mlp_forward_batched, fwd_centres_X, "changed its input X in place")
-    expect_fail(C.mlp_forward_batched, fwd_loop, "row by row", "indexed 7 times (X[0], X[1], ...)", "write it for the whole batch")
+    expect_fail(
+        C.mlp_forward_batched,
+        fwd_loop,
+        "row by row",
+        "indexed 7 times (X[0], X[1], ...)",
+        "write it for the whole batch",
+    )
     expect_fail(C.mlp_forward_batched, fwd_loop2, "`for x in X`")
     expect_fail(C.mlp_forward_batched, fwd_norelu, "ReLU is missing")
 
@@ -196,7 +216,7 @@ def fwd_loop_row(X, *p):
 
 
 def fwd_loop_slice(X, *p):
-    return np.concatenate([_one(X[i:i + 1], *p) for i in range(len(X))])
+    return np.concatenate([_one(X[i : i + 1], *p) for i in range(len(X))])
 
 
 def fwd_loop_tolist(X, *p):
@@ -221,9 +241,26 @@ def fwd_loop_layer2(X, W1, b1, W2, b2):
     return np.stack([h[i] @ W2 + b2 for i in range(len(h))])
 
 
-@pytest.mark.parametrize("fn, words", [(fwd_loop_row, ["X is indexed 7 times (X[0, :], X[1, :], ...)"]), (fwd_loop_slice, ["X is indexed 7 times (X[0:1], X[1:2], ...)"]), (fwd_loop_tolist, ["X.tolist()"]), (fwd_loop_take, ["np.take(X, 0), np.take(X, 1)"]), (fwd_loop_apply, ["np.apply_along_axis"]), (fwd_loop_asarray, ["W1 takes part in 7 separate operations", "a loop"]), (fwd_loop_layer2, ["W2 takes part in 7 separate operations"])])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (fwd_loop_row, ["X is indexed 7 times (X[0, :], X[1, :], ...)"]),
+        (fwd_loop_slice, ["X is indexed 7 times (X[0:1], X[1:2], ...)"]),
+        (fwd_loop_tolist, ["X.tolist()"]),
+        (fwd_loop_take, ["np.take(X, 0), np.take(X, 1)"]),
+        (fwd_loop_apply, ["np.apply_along_axis"]),
+        (fwd_loop_asarray, ["W1 takes part in 7 separate operations", "a loop"]),
+        (fwd_loop_layer2, ["W2 takes part in 7 separate operations"]),
+    ],
+)
 def test_fwd_catches_every_per_sample_loop(fn, words):
-    expect_fail(C.mlp_forward_batched, fn, "the numbers are right", *words, "write it for the whole batch, with no loop: X @ W1 + b1")
+    expect_fail(
+        C.mlp_forward_batched,
+        fn,
+        "the numbers are right",
+        *words,
+        "write it for the whole batch, with no loop: X @ W1 + b1",
+    )
 
 
 def fwd_dot(X, W1, b1, W2, b2):
@@ -262,7 +299,9 @@ def fwd_bias_column(X, W1, b1, W2, b2):
     return np.maximum(Xb @ np.vstack([W1, b1]), 0) @ W2 + b2
 
 
-@pytest.mark.parametrize("fn", [fwd_dot, fwd_matmul, fwd_einsum, fwd_views, fwd_in_place, fwd_prints, fwd_bias_column])
+@pytest.mark.parametrize(
+    "fn", [fwd_dot, fwd_matmul, fwd_einsum, fwd_views, fwd_in_place, fwd_prints, fwd_bias_column]
+)
 def test_fwd_accepts_every_batched_solution(fn):
     C.mlp_forward_batched(fn)
 
@@ -324,13 +363,27 @@ def i2c_T(x, KH, KW):
 def i2c_cols(x, KH, KW):
     N, C, H, W = x.shape
     OH, OW = (H - KH + 1, W - KW + 1)
-    return np.array([x[n, :, i:i + KH, j:j + KW].transpose(1, 2, 0).reshape(-1) for n in range(N) for i in range(OH) for j in range(OW)])
+    return np.array(
+        [
+            x[n, :, i : i + KH, j : j + KW].transpose(1, 2, 0).reshape(-1)
+            for n in range(N)
+            for i in range(OH)
+            for j in range(OW)
+        ]
+    )
 
 
 def i2c_rows(x, KH, KW):
     N, C, H, W = x.shape
     OH, OW = (H - KH + 1, W - KW + 1)
-    return np.array([x[n, :, i:i + KH, j:j + KW].reshape(-1) for i in range(OH) for j in range(OW) for n in range(N)])
+    return np.array(
+        [
+            x[n, :, i : i + KH, j : j + KW].reshape(-1)
+            for i in range(OH)
+            for j in range(OW)
+            for n in range(N)
+        ]
+    )
 
 
 def test_i2c():
@@ -379,8 +432,10 @@ def _mp_loop(dout, x, K, stride, pick):
         for c in range(C_):
             for i in range(dout.shape[2]):
                 for j in range(dout.shape[3]):
-                    win = x[n, c, i * stride:i * stride + K, j * stride:j * stride + K]
-                    dx[n, c, i * stride:i * stride + K, j * stride:j * stride + K] += pick(win) * dout[n, c, i, j]
+                    win = x[n, c, i * stride : i * stride + K, j * stride : j * stride + K]
+                    dx[n, c, i * stride : i * stride + K, j * stride : j * stride + K] += (
+                        pick(win) * dout[n, c, i, j]
+                    )
     return dx
 
 
@@ -394,6 +449,7 @@ def mp_last(dout, x, K, stride):  # a search loop with >=: the last tied maximum
         m = np.zeros(w.shape)
         m.flat[w.size - 1 - w.ravel()[::-1].argmax()] = 1
         return m
+
     return _mp_loop(dout, x, K, stride, last)
 
 
@@ -402,6 +458,7 @@ def mp_first_mask(dout, x, K, stride):  # right: a mask that keeps the first max
     def first(w):
         m = (w == w.max()).ravel()
         return (m & (np.cumsum(m) == 1)).reshape(w.shape)
+
     return _mp_loop(dout, x, K, stride, first)
 
 
@@ -410,8 +467,18 @@ def test_mp():
     C.maxpool_backward(mp_first_mask)
     expect_fail(C.maxpool_backward, mp_over, "ADD")
     expect_fail(C.maxpool_backward, mp_spread, "every pixel")
-    for wrong, words in ((mp_mask, ["EVERY one of them", "window.argmax()"]), (mp_last, ["the LAST one", "(>, not >=)"])):
-        expect_fail(C.maxpool_backward, wrong, "x after a ReLU", *words, "the FIRST maximum in row-major order of the window (row by row, left to right)", "dl.MaxPool2d")
+    for wrong, words in (
+        (mp_mask, ["EVERY one of them", "window.argmax()"]),
+        (mp_last, ["the LAST one", "(>, not >=)"]),
+    ):
+        expect_fail(
+            C.maxpool_backward,
+            wrong,
+            "x after a ReLU",
+            *words,
+            "the FIRST maximum in row-major order of the window (row by row, left to right)",
+            "dl.MaxPool2d",
+        )
 
 
 def cp_good(a, b, k):
@@ -472,7 +539,12 @@ def bn_in_place(x, gamma, beta, eps=1e-05):
 def test_bn():
     C.batchnorm_forward(bn_good)
     expect_fail(C.batchnorm_forward, bn_no_eps, "channel 1 nearly constant", "eps is missing")
-    expect_fail(C.batchnorm_forward, bn_eps_outside, "channel 1 nearly constant", "INSIDE the square root: sqrt(var + eps), not sqrt(var) + eps")
+    expect_fail(
+        C.batchnorm_forward,
+        bn_eps_outside,
+        "channel 1 nearly constant",
+        "INSIDE the square root: sqrt(var + eps), not sqrt(var) + eps",
+    )
     expect_fail(C.batchnorm_forward, bn_in_place, "changed its input x in place")
     expect_fail(C.batchnorm_forward, bn_ddof, "biased")
     expect_fail(C.batchnorm_forward, bn_inst, "each image")
@@ -505,7 +577,14 @@ def gs_at_least_one(n, block):
 
 def test_grid_size():
     C.grid_size(gs_good)
-    expect_fail(C.grid_size, gs_round, "n=768", "one block too many", "round(n / block + 0.5)", "(n + block - 1) // block")
+    expect_fail(
+        C.grid_size,
+        gs_round,
+        "n=768",
+        "one block too many",
+        "round(n / block + 0.5)",
+        "(n + block - 1) // block",
+    )
     expect_fail(C.grid_size, gs_999, "n=1025", "the last 1 element(s) get none", "Adding 0.999")
     expect_fail(C.grid_size, gs_at_least_one, "n=0", "no element needs a thread", "max(1, ...)")
 
@@ -529,7 +608,13 @@ def wt_sorts(addresses, segment_bytes=32):
 
 def test_warp_transactions():
     C.warp_transactions(wt_good)
-    expect_fail(C.warp_transactions, wt_range, "starting at byte 64", "address RANGE (max - min)", "np.unique(addresses // segment_bytes)")
+    expect_fail(
+        C.warp_transactions,
+        wt_range,
+        "starting at byte 64",
+        "address RANGE (max - min)",
+        "np.unique(addresses // segment_bytes)",
+    )
     expect_fail(C.warp_transactions, wt_elements, "32 consecutive float64", "already in BYTES")
     expect_fail(C.warp_transactions, wt_sorts, "changed its input addresses in place")
 
@@ -541,9 +626,9 @@ def tm_good(A, B, tile):
     for i0 in range(0, M, tile):
         for j0 in range(0, N, tile):
             for k0 in range(0, K, tile):
-                a = A[i0:i0 + tile, k0:k0 + tile]
-                b = B[k0:k0 + tile, j0:j0 + tile]
-                C_[i0:i0 + tile, j0:j0 + tile] += a @ b
+                a = A[i0 : i0 + tile, k0 : k0 + tile]
+                b = B[k0 : k0 + tile, j0 : j0 + tile]
+                C_[i0 : i0 + tile, j0 : j0 + tile] += a @ b
     return C_
 
 
