@@ -172,42 +172,38 @@ def add_commands(commands) -> None:
     """Add ``start``, ``student-notebooks``, ``reset`` and ``solution`` to the ``dlcourse``
     command's subparsers; each sets ``run`` to its function."""
     where = f"the workspace folder (default: ${ENV}, else ~/dlcourse-workspace)"
-    source = ("folder of the instructor notebooks (default: the repository's notebooks/, or "
-              "the copy installed with dlcourse)")
-    start = commands.add_parser(
-        "start", help="open the course on your own copy of the notebooks (JupyterLab)",
-        description="Write the student notebooks into your workspace (never overwriting one "
-                    "you changed) and open JupyterLab there.")
+    exercise = "the exercise, as its check is called (conv2d_backward)"
+    table = [  # (name, run, help, description)
+        ("start", _start, "open the course on your own copy of the notebooks (JupyterLab)",
+         "Write the student notebooks into your workspace (never overwriting one you changed) "
+         "and open JupyterLab there."),
+        ("student-notebooks", _student_notebooks,
+         "write the student notebooks (exercises blanked) to OUTDIR",
+         "Write the student versions of the course notebooks into OUTDIR (a notebook changed "
+         "there is kept; the new version goes beside it)."),
+        ("reset", _reset, "put one exercise of your workspace back to its starting state",
+         "Replace one exercise cell of a workspace notebook with its starting state."),
+        ("solution", _solution, "print the reference solution of one exercise (on purpose only)",
+         "Print the reference solution of one exercise from the instructor notebooks."),
+    ]
+    parsers = {}
+    for name, run, help_, description in table:
+        parsers[name] = commands.add_parser(name, help=help_, description=description)
+        parsers[name].set_defaults(run=run)
+    start = parsers["start"]
     start.add_argument("--dir", metavar="DIR", help=where)
     start.add_argument("--port", type=int, help="JupyterLab's port (default: its own, 8888)")
     start.add_argument("--no-browser", action="store_true", help="do not open a browser")
     start.add_argument("--no-lab", action="store_true",
                        help="only update the workspace; do not start JupyterLab")
-    start.add_argument("--source", metavar="DIR", help=source)
-    start.set_defaults(run=_start)
-
-    notebooks = commands.add_parser(
-        "student-notebooks", help="write the student notebooks (exercises blanked) to OUTDIR",
-        description="Write the student versions of the course notebooks into OUTDIR (a "
-                    "notebook changed there is kept; the new version goes beside it).")
-    notebooks.add_argument("outdir", metavar="OUTDIR", help="folder to write into")
-    notebooks.add_argument("--source", metavar="DIR", help=source)
-    notebooks.set_defaults(run=_student_notebooks)
-
-    reset = commands.add_parser(
-        "reset", help="put one exercise of your workspace back to its starting state",
-        description="Replace one exercise cell of a workspace notebook with its starting state.")
-    reset.add_argument("lesson", help="the lesson: its number (06) or name (06_convolution)")
-    reset.add_argument("exercise", help="the exercise, as its check is called (conv2d_backward)")
-    reset.add_argument("--dir", metavar="DIR", help=where)
-    reset.add_argument("--source", metavar="DIR", help=source)
-    reset.set_defaults(run=_reset)
-
-    solution = commands.add_parser(
-        "solution", help="print the reference solution of one exercise (on purpose only)",
-        description="Print the reference solution of one exercise from the instructor notebooks.")
-    solution.add_argument("exercise", help="the exercise, as its check is called (conv2d_backward)")
-    solution.add_argument("--source", metavar="DIR", help=source)
-    solution.set_defaults(run=_solution)
-
-
+    parsers["student-notebooks"].add_argument("outdir", metavar="OUTDIR",
+                                              help="folder to write into")
+    parsers["reset"].add_argument("lesson",
+                                  help="the lesson: its number (06) or name (06_convolution)")
+    parsers["reset"].add_argument("exercise", help=exercise)
+    parsers["reset"].add_argument("--dir", metavar="DIR", help=where)
+    parsers["solution"].add_argument("exercise", help=exercise)
+    for parser in parsers.values():
+        parser.add_argument("--source", metavar="DIR",
+                            help="folder of the instructor notebooks (default: the repository's "
+                                 "notebooks/, or the copy installed with dlcourse)")
