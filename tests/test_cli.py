@@ -4,7 +4,6 @@ import re
 import subprocess
 import shutil
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
