@@ -351,6 +351,7 @@ def softmax_ce_grad(fn):
                       "compute the softmax stably (subtract each row's max before exp).")
 
         def every_label():
+            __tracebackhide__ = True
             wrong = p.copy()
             wrong[:, labels] -= 1
             return wrong / N

@@ -903,7 +903,9 @@ def batchnorm_backward(fn) -> None:
         std = np.sqrt(var + eps)
 
         def paths(mean_path=True, var_path=True, ax=axes):
+            __tracebackhide__ = True
             def f():
+                __tracebackhide__ = True
                 m = x.mean(axis=ax, keepdims=True)
                 v = x.var(axis=ax, keepdims=True)
                 xh = (x - m) / np.sqrt(v + eps)

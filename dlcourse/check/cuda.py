@@ -220,15 +220,18 @@ class _Whole(np.ndarray):
     used_whole = False
 
     def __getitem__(self, index):
+        __tracebackhide__ = True
         return np.asarray(self)[index]
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        __tracebackhide__ = True
         if ufunc is np.matmul:
             _Whole.used_whole = True
         inputs = tuple(np.asarray(a) if isinstance(a, _Whole) else a for a in inputs)
         return getattr(ufunc, method)(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        __tracebackhide__ = True
         if func in (np.dot, np.matmul, np.inner, np.tensordot, np.einsum, np.vdot):
             _Whole.used_whole = True
         args = tuple(np.asarray(a) if isinstance(a, _Whole) else a for a in args)
