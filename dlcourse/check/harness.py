@@ -15,8 +15,10 @@ library's reference through the ``expect_*`` helpers, and raises :class:`Exercis
     passed(fn, n_cases)                             # the one-line success message
 
 Checks never show their own answers: every function here and in the check modules starts with
-``__tracebackhide__ = True``, which IPython (and pytest) honour, so a failing check's traceback
-shows the learner's cell and the message, not the check's frames (a test keeps it so).
+``__tracebackhide__ = True``, which IPython (and pytest) honour, and the error is raised from a
+one-line frame of its own, ``<dl.check>`` (IPython always shows the last frame), so a failing
+check's traceback shows the learner's cell and the message, not the check's code
+(tests/test_hints.py runs a real kernel to keep it so).
 """
 from __future__ import annotations
 
