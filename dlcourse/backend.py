@@ -53,6 +53,9 @@ _notice_shown = False
 _requested: str | None = None        # set by set_device(); None means "read the env var"
 _seed: int | None = None             # the last manual_seed, applied to CuPy once it is found
 
+CPU_NOTICE = ("dlcourse: running on the CPU (NumPy), as the whole course can. For a GPU, see "
+              "\"The GPU path\" in README.md; `dlcourse doctor` checks your set-up.")
+
 _FIXES = {
     "missing": ("CuPy is not installed. For the GPU path install the CuPy build that "
                 "matches your CUDA driver, with the CUDA libraries: pip install 'dlcourse[gpu]' "
@@ -175,7 +178,11 @@ def get_device() -> str:
         return "gpu"
     if not _notice_shown:
         _notice_shown = True
-        print(f"dlcourse: running on the CPU with NumPy. {gpu_problem()}", file=sys.stderr)
+        problem = gpu_problem()
+        if problem == _FIXES["missing"]:   # the usual CPU machine: one plain line, not a warning
+            print(CPU_NOTICE)
+        else:                              # CuPy is there but cannot be used: say why
+            print(f"dlcourse: running on the CPU with NumPy. {problem}", file=sys.stderr)
     return "cpu"
 
 

@@ -7,8 +7,8 @@
 ``dlcourse train``
     Train a model on a dataset from the command line and print ``test accuracy: 0.xxxx``.
     ``dlcourse train`` alone trains the CNN on the 8x8 digits.
-``dlcourse student-notebooks OUTDIR``
-    Write the student versions of the notebooks (exercises blanked out) into OUTDIR.
+``dlcourse start`` / ``student-notebooks OUTDIR`` / ``reset LESSON EXERCISE`` / ``solution EXERCISE``
+    The learner's own copy of the notebooks (``workspace.py``).
 
 Errors end with one line on stderr and exit status 1 (set ``DLCOURSE_DEBUG=1`` to see the
 full traceback); bad arguments exit 2 with argparse's usage message.
@@ -27,6 +27,7 @@ import numpy as np
 
 from .data import POINT_SETS as _POINT_MAKERS
 from .doctor import doctor
+from .workspace import add_commands as add_workspace_commands
 
 PROG = "dlcourse"
 IMAGE_SETS = ("digits", "mnist", "fashion-mnist", "cifar10")
@@ -154,13 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="no progress bar: print one line per epoch instead")
     train.set_defaults(usage_error=train.error)   # for the checks done after parsing (main)
 
-    notebooks = commands.add_parser(
-        "student-notebooks", help="write the student notebooks (exercises blanked) to OUTDIR",
-        description="Write the student versions of the course notebooks into OUTDIR.")
-    notebooks.add_argument("outdir", metavar="OUTDIR", help="folder to write into")
-    notebooks.add_argument("--source", metavar="DIR",
-                           help="folder of the full notebooks (default: ./notebooks, or the "
-                                "notebooks folder next to the dlcourse package)")
+    add_workspace_commands(commands)   # start, student-notebooks, reset, solution
     return parser
 
 
@@ -386,38 +381,11 @@ def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
 
 
 # ======================================================================================
-# dlcourse student-notebooks
-# ======================================================================================
-def _student_notebooks(args) -> int:
-    try:
-        from .student import write_student_notebooks
-    except ModuleNotFoundError as err:
-        if err.name not in ("dlcourse.student", f"{__package__}.student"):
-            raise
-        raise CLIError("student notebooks are not available in this version of dlcourse "
-                       "(dlcourse/student.py is missing).") from None
-    if args.source is not None:
-        source = Path(args.source)
-    else:
-        candidates = [Path.cwd() / "notebooks", Path(__file__).resolve().parent.parent / "notebooks"]
-        source = next((c for c in candidates if c.is_dir()), None)
-        if source is None:
-            raise CLIError("no notebooks folder found (looked for ./notebooks and next to the "
-                           "dlcourse package): pass --source DIR.")
-    if not source.is_dir():
-        raise CLIError(f"--source {source} is not a folder.")
-    written = write_student_notebooks(source, Path(args.outdir))
-    count = f"{len(written)} " if isinstance(written, (list, tuple)) else ""
-    print(f"wrote {count}student notebooks from {source} to {args.outdir}")
-    return 0
-
-
-# ======================================================================================
 # main
 # ======================================================================================
 # Errors whose message already says what to do: printed without the DLCOURSE_DEBUG hint.
 EXPECTED_ERRORS = {"CLIError", "DeviceError", "DownloadError", "ChecksumError", "DataFormatError",
-                   "FileNotFoundError", "CheckpointError", "MemoryError"}
+                   "FileNotFoundError", "CheckpointError", "MemoryError", "WorkspaceError"}
 
 
 def main(argv=None) -> int:
@@ -426,8 +394,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)     # bad arguments: usage + one line, exit 2
     if args.command == "train" and (problem := _options_of_other_models(args)):
         args.usage_error(problem)      # the same, for options that belong to another model
-    run = {"doctor": lambda a: doctor(), "train": _train,
-           "student-notebooks": _student_notebooks}[args.command]
+    run = getattr(args, "run", None) or {"doctor": lambda a: doctor(), "train": _train}[args.command]
     try:
         return run(args)
     except KeyboardInterrupt:

@@ -19,15 +19,38 @@ and the exercise's check (``dl.check.relu_backward(relu_backward)``) then answer
 "relu_backward is not implemented yet: the gradient passes where the input was positive".
 All outputs and execution counts are cleared; the notebook metadata is kept. In a markdown
 cell, a block between the same markers becomes "YOUR ANSWER HERE" (nbgrader's placeholder).
+
+The ``# HINT:`` line is the first-level hint: what to compute, the shapes and the idea, never
+code (a test keeps it so). Deeper levels come on request: ``dl.check.hint(name)``.
+
+nbgrader reads the same markers. :func:`tag_nbgrader` writes each notebook's nbgrader cell
+metadata from them (a solution cell, graded by the locked check cell after it), deterministically,
+so a new notebook is tagged with one command (a test fails while any notebook is out of date)::
+
+    python -m dlcourse.student --tag-nbgrader notebooks/
+
+Writing into a folder a learner works in never overwrites their edits: a manifest in the folder
+(``.dlcourse-manifest.json``) records what was generated; a notebook the learner changed is kept
+and the new version is written beside it (``NN_name.updated.ipynb``). See :func:`sync_notebooks`.
 """
 from __future__ import annotations
 
+import argparse
+import copy
+import hashlib
+import json
+import os
+import re
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from ._io import atomic_write
 
 __all__ = ["write_student_notebooks", "make_student_notebook", "student_source",
-           "SolutionMarkerError", "BEGIN", "END", "HINT", "GENERIC_HINT"]
+           "SolutionMarkerError", "BEGIN", "END", "HINT", "GENERIC_HINT",
+           "Exercise", "exercises", "tag_nbgrader", "tag_notebooks", "notebooks_dir",
+           "find_exercise", "first_hint", "solution_text", "sync_notebooks", "MANIFEST"]
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -103,7 +126,6 @@ def student_source(source: str, *, cell_type: str = "code", where: str = "the ce
 
 def make_student_notebook(nb, name: str = "the notebook"):
     """A student copy of a notebook node (nbformat 4): solutions replaced, outputs cleared."""
-    import copy
     nb = copy.deepcopy(nb)
     for index, cell in enumerate(nb.cells):
         where = f"{name}, cell {index}"
@@ -115,20 +137,246 @@ def make_student_notebook(nb, name: str = "the notebook"):
     return nb
 
 
+def _notebook_text(nbformat, nb) -> str:
+    """The notebook as the repository stores it (nbformat's layout and a final newline)."""
+    return nbformat.writes(nb) + "\n"
+
+
 def _write_atomic(nbformat, nb, path: Path) -> None:
     with atomic_write(path, "w", encoding="utf-8") as f:
-        nbformat.write(nb, f)
+        f.write(_notebook_text(nbformat, nb))
 
 
-def write_student_notebooks(source_dir, outdir) -> list[Path]:
-    """Write the student version of every ``*.ipynb`` in ``source_dir`` (sorted) to ``outdir``,
-    under the same names; return the written paths.
+# ======================================================================================
+# Exercises: a solution block, and the check cell after it
+# ======================================================================================
+class Exercise(NamedTuple):
+    """One exercise of a notebook: its name (the check's, e.g. ``conv2d_backward``), the index
+    of the cell with the solution block, the index of its check cell (None if it has none) and
+    the first-level hint."""
+    name: str
+    cell: int
+    check: int | None
+    hint: str | None
 
-    Every notebook is converted and validated before any file is written, so an error leaves
-    ``outdir`` as it was. Raises ``FileNotFoundError`` when ``source_dir`` holds no notebook,
-    :class:`SolutionMarkerError` (naming the notebook and the cell) for an unbalanced solution
-    block, and ``ValueError`` when ``outdir`` is ``source_dir`` (that would overwrite the
-    solutions).
+
+_CHECK_CALL = re.compile(r"\bdl\.check\.(\w+)\(")
+_DEF = re.compile(r"^def (\w+)\(", re.MULTILINE)
+
+
+def _has_block(source: str) -> bool:
+    return any(_is_marker(line, BEGIN) for line in source.splitlines())
+
+
+def _block(source: str) -> tuple[str | None, list[str]]:
+    """(the first block's hint, the first block's solution lines without the hint line)."""
+    hint, lines, inside = None, [], False
+    for line in source.splitlines():
+        if _is_marker(line, BEGIN):
+            inside = True
+        elif _is_marker(line, END):
+            break
+        elif inside:
+            if hint is None and line.strip().startswith(HINT):
+                hint = line.strip()[len(HINT):].strip() or None
+            else:
+                lines.append(line)
+    return hint, lines
+
+
+def exercises(nb) -> list[Exercise]:
+    """The exercises of a notebook node, in order.
+
+    An exercise is a cell with a solution block. Its check cell is the next code cell (before
+    the next exercise) that calls ``dl.check.<name>(...)``; its name is that check's name, or
+    the first function the cell defines, or ``exercise_<cell index>``. Names are unique within
+    a notebook (a repeated one gets ``_2``, ``_3``, ...).
+    """
+    found, seen = [], set()
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type not in ("code", "markdown") or not _has_block(cell.source):
+            continue
+        check, name = None, None
+        for j in range(i + 1, len(cells)):
+            if _has_block(cells[j].source):
+                break
+            match = cells[j].cell_type == "code" and _CHECK_CALL.search(cells[j].source)
+            if match:
+                check, name = j, match.group(1)
+                break
+        if name is None:
+            match = _DEF.search(cell.source)
+            name = match.group(1) if match else f"exercise_{i}"
+        unique, k = name, 2
+        while unique in seen:
+            unique, k = f"{name}_{k}", k + 1
+        seen.add(unique)
+        found.append(Exercise(unique, i, check, _block(cell.source)[0]))
+    return found
+
+
+# ======================================================================================
+# nbgrader metadata, derived from the markers
+# ======================================================================================
+POINTS = 1   # each exercise's check is worth one point
+
+
+def _nbgrader_meta(grade: bool, solution: bool, locked: bool, grade_id: str | None = None,
+                   points: int | None = None) -> dict:
+    meta = {"grade": grade, "locked": locked, "schema_version": 3, "solution": solution}
+    if grade_id is not None:
+        meta["grade_id"] = grade_id
+    if points is not None:
+        meta["points"] = points
+    return meta
+
+
+def tag_nbgrader(nb):
+    """A copy of ``nb`` whose nbgrader cell metadata follows from its markers, and nothing else.
+
+    - a code cell with a solution block: an nbgrader solution cell, ``grade_id`` = the exercise
+      name (``conv2d_backward``);
+    - its check cell: a locked, autograded test cell, ``grade_id`` = ``check_<name>``, worth
+      :data:`POINTS`; a markdown answer cell is graded by hand (grade and solution, 1 point);
+    - every other cell: no nbgrader metadata.
+
+    Running it twice gives the same notebook (the tool is idempotent).
+    """
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        cell.metadata.pop("nbgrader", None)
+    for ex in exercises(nb):
+        cell = nb.cells[ex.cell]
+        if cell.cell_type == "markdown":
+            cell.metadata["nbgrader"] = _nbgrader_meta(True, True, False, ex.name, POINTS)
+            continue
+        cell.metadata["nbgrader"] = _nbgrader_meta(False, True, False, ex.name)
+        if ex.check is not None:
+            nb.cells[ex.check].metadata["nbgrader"] = _nbgrader_meta(
+                True, False, True, f"check_{ex.name}", POINTS)
+    return nb
+
+
+def tag_notebooks(folder, *, write: bool = True) -> list[Path]:
+    """Tag every ``*.ipynb`` in ``folder`` with :func:`tag_nbgrader`; return the notebooks whose
+    metadata was (with ``write=False``: would be) changed."""
+    nbformat = _nbformat()
+    changed = []
+    for path in sorted(Path(folder).glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        tagged = tag_nbgrader(nb)
+        if any(a.metadata.get("nbgrader") != b.metadata.get("nbgrader")
+               for a, b in zip(nb.cells, tagged.cells)):
+            changed.append(path)
+            if write:
+                _write_atomic(nbformat, tagged, path)
+    return changed
+
+
+# ======================================================================================
+# Finding the course notebooks, an exercise, its hint and its solution
+# ======================================================================================
+def notebooks_dir() -> Path:
+    """The folder of the instructor notebooks: ``$DLCOURSE_NOTEBOOKS`` if set, else the
+    repository's ``notebooks/`` (a checkout, or an editable install), else the copy a wheel
+    installs under ``<prefix>/share/dlcourse/notebooks``."""
+    import sysconfig
+    env = os.environ.get("DLCOURSE_NOTEBOOKS")
+    candidates = [Path(env)] if env else []
+    candidates += [Path(__file__).resolve().parent.parent / "notebooks",
+                   Path(sysconfig.get_path("data")) / "share" / "dlcourse" / "notebooks",
+                   Path(sys.prefix) / "share" / "dlcourse" / "notebooks"]
+    for folder in candidates:
+        if folder.is_dir() and any(folder.glob("*.ipynb")):
+            return folder
+    raise FileNotFoundError(
+        "The course notebooks were not found (looked in "
+        + ", ".join(str(c) for c in candidates)
+        + "). Install dlcourse from the repository (python -m pip install -e .) or set "
+          "DLCOURSE_NOTEBOOKS to the folder that holds them.")
+
+
+def find_exercise(name: str, folder=None):
+    """``(notebook path, notebook node, Exercise)`` of the exercise called ``name``."""
+    nbformat = _nbformat()
+    folder = Path(folder) if folder is not None else notebooks_dir()
+    names = []
+    for path in sorted(folder.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for ex in exercises(nb):
+            if ex.name == name:
+                return path, nb, ex
+            names.append(ex.name)
+    raise KeyError(f"No exercise is called {name!r}. The exercises are: {', '.join(names)}.")
+
+
+def first_hint(name: str, folder=None) -> str | None:
+    """The first-level hint of exercise ``name`` (its ``# HINT:`` line)."""
+    return find_exercise(name, folder)[2].hint
+
+
+def solution_text(name: str, folder=None) -> str:
+    """The reference solution of exercise ``name``: the lines of its solution block."""
+    _, nb, ex = find_exercise(name, folder)
+    lines = _block(nb.cells[ex.cell].source)[1]
+    width = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+    return "\n".join(line[width:] for line in lines)
+
+
+# ======================================================================================
+# Writing student versions without overwriting a learner's edits
+# ======================================================================================
+MANIFEST = ".dlcourse-manifest.json"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _read_manifest(outdir: Path) -> dict:
+    try:
+        data = json.loads((outdir / MANIFEST).read_text(encoding="utf-8"))
+        return dict(data.get("generated", {}))
+    except (FileNotFoundError, ValueError, AttributeError):
+        return {}
+
+
+def _file_sha(path: Path) -> str | None:
+    try:
+        return _sha(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+
+
+def _beside(outdir: Path, name: str, generated: dict) -> Path:
+    """A free name beside ``name`` for the new version: ``NN_x.updated.ipynb`` (or ``-2``, ...),
+    reusing one we wrote before if the learner has not changed it."""
+    stem = name[:-len(".ipynb")]
+    k = 1
+    while True:
+        candidate = outdir / (f"{stem}.updated.ipynb" if k == 1 else f"{stem}.updated-{k}.ipynb")
+        sha = _file_sha(candidate)
+        if sha is None or generated.get(candidate.name) == sha:
+            return candidate
+        k += 1
+
+
+def sync_notebooks(source_dir, outdir) -> list[tuple[str, Path]]:
+    """Write the student version of every notebook in ``source_dir`` into ``outdir`` without
+    losing a learner's work; return ``[(what, path)]`` with ``what`` one of:
+
+    - ``"added"``: a new lesson, written;
+    - ``"updated"``: a newer version replaced one the learner had not changed;
+    - ``"unchanged"``: already up to date;
+    - ``"kept"``: the learner changed this notebook; it is kept as it is, and there is no new
+      version of it;
+    - ``"kept, new version beside"``: the learner changed it and the course has a newer version,
+      written beside it (``path`` is the new file).
+
+    What was generated is recorded (SHA-256) in ``outdir/.dlcourse-manifest.json``; a file
+    the manifest does not know is the learner's. Every notebook is converted and validated
+    before anything is written. Raises as :func:`write_student_notebooks` does.
     """
     nbformat = _nbformat()
     source_dir, outdir = Path(source_dir), Path(outdir)
@@ -144,17 +392,82 @@ def write_student_notebooks(source_dir, outdir) -> list[Path]:
                          f"would overwrite the solutions. Choose another folder.")
     converted = []
     for path in paths:
-        nb = nbformat.read(path, as_version=4)
-        student = make_student_notebook(nb, path.name)
+        student = make_student_notebook(nbformat.read(path, as_version=4), path.name)
         try:
             nbformat.validate(student)
         except nbformat.ValidationError as err:
             raise ValueError(f"The student version of {path.name} is not a valid notebook: "
                              f"{err.message}") from err
-        converted.append((outdir / path.name, student))
+        converted.append((path.name, student))
     outdir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for target, student in converted:
-        _write_atomic(nbformat, student, target)
-        written.append(target)
-    return written
+    generated = _read_manifest(outdir)
+    done = []
+    for name, student in converted:
+        text = _notebook_text(nbformat, student)
+        target = outdir / name
+        current = _file_sha(target)
+        if current is None and not target.exists():
+            what = "added"
+        elif current == _sha(text):
+            done.append(("unchanged", target))
+            generated[name] = current
+            continue
+        elif current is not None and generated.get(name) == current:
+            what = "updated"
+        elif generated.get(f"source:{name}") == _sha(text):
+            done.append(("kept", target))       # the learner's edits, and no newer version
+            continue
+        else:
+            target, what = _beside(outdir, name, generated), "kept, new version beside"
+        with atomic_write(target, "w", encoding="utf-8") as f:
+            f.write(text)
+        generated[target.name] = _sha(text)
+        generated[f"source:{name}"] = _sha(text)
+        done.append((what, target))
+    with atomic_write(outdir / MANIFEST, "w", encoding="utf-8") as f:
+        json.dump({"about": "what dlcourse generated here (SHA-256), so that it never "
+                            "overwrites a notebook you changed",
+                   "generated": dict(sorted(generated.items()))}, f, indent=1)
+        f.write("\n")
+    return done
+
+
+def write_student_notebooks(source_dir, outdir) -> list[Path]:
+    """Write the student version of every ``*.ipynb`` in ``source_dir`` (sorted) to ``outdir``,
+    under the same names unless the learner changed the notebook there (then the new version
+    goes beside it, see :func:`sync_notebooks`); return the paths written.
+
+    Every notebook is converted and validated before any file is written, so an error leaves
+    ``outdir`` as it was. Raises ``FileNotFoundError`` when ``source_dir`` holds no notebook,
+    :class:`SolutionMarkerError` (naming the notebook and the cell) for an unbalanced solution
+    block, and ``ValueError`` when ``outdir`` is ``source_dir`` (that would overwrite the
+    solutions).
+    """
+    return [path for what, path in sync_notebooks(source_dir, outdir)
+            if what not in ("unchanged", "kept")]
+
+
+# ======================================================================================
+# python -m dlcourse.student --tag-nbgrader notebooks/
+# ======================================================================================
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dlcourse.student",
+        description="Write the nbgrader cell metadata of the course notebooks from their "
+                    "solution markers (idempotent).")
+    parser.add_argument("--tag-nbgrader", metavar="FOLDER", required=True,
+                        help="the folder of the notebooks to tag (notebooks/)")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if any notebook is out of date")
+    args = parser.parse_args(argv)
+    changed = tag_notebooks(args.tag_nbgrader, write=not args.check)
+    verb = "out of date" if args.check else "tagged"
+    for path in changed:
+        print(f"{verb}: {path}")
+    if not changed:
+        print(f"every notebook in {args.tag_nbgrader} has up-to-date nbgrader metadata")
+    return 1 if (changed and args.check) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

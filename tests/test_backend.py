@@ -60,8 +60,12 @@ def test_each_missing_gpu_case_falls_back_with_one_notice(case, fresh_probe, cap
     assert words in backend.gpu_problem()
     assert dl.get_device() == "cpu"
     assert dl.get_device() == "cpu"
-    err = capsys.readouterr().err
-    assert err.count("running on the CPU") == 1 and words in err
+    shown = capsys.readouterr()
+    if case == "missing":   # a CPU machine: one plain line on stdout, the diagnosis in doctor
+        assert shown.err == "" and shown.out == backend.CPU_NOTICE + "\n"
+        assert "The GPU path" in shown.out and "dlcourse doctor" in shown.out
+    else:                   # CuPy is there but unusable: the reason, on stderr
+        assert shown.err.count("running on the CPU") == 1 and words in shown.err
     with pytest.raises(dl.DeviceError, match=words):
         dl.set_device("gpu")
     fresh_probe.setenv("DLCOURSE_DEVICE", "gpu")

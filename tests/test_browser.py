@@ -1,4 +1,4 @@
-"""The playground in a real browser: JupyterLab started as README.md tells a learner to start it,
+"""The playground in a real browser: JupyterLab started on the instructor notebooks,
 the lesson 09_playground opened in headless Chromium, every cell run, then Train and Stop
 clicked in the panel.
 
@@ -91,7 +91,8 @@ def lab(tmp_path, browser_tools):
                JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
     env.pop("MPLBACKEND", None)      # the notebook chooses its own backend (%matplotlib inline)
     port, token = _free_port(), os.urandom(16).hex()
-    # README.md: `python -m jupyterlab notebooks/`, run from the repository root (here: a copy).
+    # The instructor notebooks, served from the repository root (here: a copy), as an instructor
+    # would (a learner runs `dlcourse start` on student versions: tests/test_workspace.py).
     cmd = [sys.executable, "-m", "jupyterlab", "notebooks/", "--no-browser",
            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}"]

@@ -1,202 +1,430 @@
-"""The lesson 04-08 exercise checks: a right answer passes, and each common wrong answer gets
-the message that names its mistake (also the wrong answers a mutation test found passing)."""
-import numpy as np, pytest
+"""The lesson 02 and 04-08 exercise checks: a right answer passes, and each common wrong answer
+gets the message that names its mistake (also the wrong answers a mutation test found passing).
+
+Each wrong answer is a small function named after its mistake, written as a learner would."""
+
+import numpy as np
+import pytest
+
+import dlcourse as dl
 import dlcourse.check as C
 from dlcourse.check import ExerciseError
-from dlcourse.conv import conv2d_forward_naive, conv2d_backward_naive, maxpool_backward_naive, im2col
+from dlcourse.check.cnn import maxpool_mistakes
+from dlcourse.conv import (
+    conv2d_backward_naive,
+    conv2d_forward_naive,
+    im2col,
+    maxpool_backward_naive,
+)
+
 
 def expect_fail(check, fn, *words):
     with pytest.raises(ExerciseError) as e:
         check(fn)
     msg = str(e.value)
-    print("\n---", fn.__name__, "->", msg)
+    print('\n---", fn.__name__, "->', msg)
     for w in words:
         assert w in msg, (w, msg)
+
 
 # ---- minibatches
 def mb_good(X, y, batch_size, shuffle=True, seed=None):
     N = len(X)
     order = np.random.default_rng(seed).permutation(N) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        idx = order[s:s+batch_size]
-        yield X[idx], y[idx]
+        idx = order[s : s + batch_size]
+        yield (X[idx], y[idx])
+
+
 def mb_nolast(X, y, batch_size, shuffle=True, seed=None):
-    N = len(X); order = np.random.default_rng(seed).permutation(N) if shuffle else np.arange(N)
+    N = len(X)
+    order = np.random.default_rng(seed).permutation(N) if shuffle else np.arange(N)
     for s in range(0, N - batch_size + 1, batch_size):
-        idx = order[s:s+batch_size]; yield X[idx], y[idx]
+        idx = order[s : s + batch_size]
+        yield (X[idx], y[idx])
+
+
 def mb_unpaired(X, y, batch_size, shuffle=True, seed=None):
-    N = len(X); r = np.random.default_rng(seed)
-    o1 = r.permutation(N) if shuffle else np.arange(N); o2 = r.permutation(N) if shuffle else np.arange(N)
+    N = len(X)
+    r = np.random.default_rng(seed)
+    o1 = r.permutation(N) if shuffle else np.arange(N)
+    o2 = r.permutation(N) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        yield X[o1[s:s+batch_size]], y[o2[s:s+batch_size]]
+        yield (X[o1[s : s + batch_size]], y[o2[s : s + batch_size]])
+
+
 def mb_noshuffle(X, y, batch_size, shuffle=True, seed=None):
-    for s in range(0, len(X), batch_size): yield X[s:s+batch_size], y[s:s+batch_size]
+    for s in range(0, len(X), batch_size):
+        yield (X[s : s + batch_size], y[s : s + batch_size])
+
+
 def mb_unseeded(X, y, batch_size, shuffle=True, seed=None):
-    N = len(X); order = np.random.default_rng().permutation(N) if shuffle else np.arange(N)
+    N = len(X)
+    order = np.random.default_rng().permutation(N) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        idx = order[s:s+batch_size]; yield X[idx], y[idx]
+        idx = order[s : s + batch_size]
+        yield (X[idx], y[idx])
+
+
 def mb_todo(X, y, batch_size, shuffle=True, seed=None):
     raise NotImplementedError("use rng.permutation")
-def mb_other_shuffle(X, y, batch_size, shuffle=True, seed=None):   # the lesson: equally good
-    N = len(X); order = np.random.default_rng(seed).choice(N, N, replace=False) if shuffle else np.arange(N)
+
+
+def mb_other_shuffle(X, y, batch_size, shuffle=True, seed=None):  # the lesson: equally good
+    N = len(X)
+    order = np.random.default_rng(seed).choice(N, N, replace=False) if shuffle else np.arange(N)
     for s in range(0, N, batch_size):
-        idx = order[s:s+batch_size]; yield X[idx], y[idx]
-def mb_in_place(X, y, batch_size, shuffle=True, seed=None):   # reorders the caller's X and y
+        idx = order[s : s + batch_size]
+        yield (X[idx], y[idx])
+
+
+def mb_in_place(X, y, batch_size, shuffle=True, seed=None):  # reorders the caller's X and y
     if shuffle:
-        np.random.default_rng(seed).shuffle(X); np.random.default_rng(seed).shuffle(y)
+        np.random.default_rng(seed).shuffle(X)
+        np.random.default_rng(seed).shuffle(y)
     for s in range(0, len(X), batch_size):
-        yield X[s:s+batch_size], y[s:s+batch_size]
+        yield (X[s : s + batch_size], y[s : s + batch_size])
+
+
 def test_minibatches():
     C.iterate_minibatches(mb_good)
     C.iterate_minibatches(mb_other_shuffle)
-    # the check passes copies: an in-place shuffle is named, not mistaken for an unseeded one
-    expect_fail(C.iterate_minibatches, mb_in_place, "shuffle=True", "changed its input X in place",
-                "shuffle an index array, not the data", "order[start:start + batch_size]")
+    expect_fail(
+        C.iterate_minibatches,
+        mb_in_place,
+        "shuffle=True",
+        "changed its input X in place",
+        "shuffle an index array, not the data",
+        "order[start:start + batch_size]",
+    )
     expect_fail(C.iterate_minibatches, mb_nolast, "last, smaller batch")
     expect_fail(C.iterate_minibatches, mb_unpaired, "SAME indices")
     expect_fail(C.iterate_minibatches, mb_noshuffle, "still came in order")
     expect_fail(C.iterate_minibatches, mb_unseeded, "different orders")
     expect_fail(C.iterate_minibatches, mb_todo, "not implemented yet: use rng.permutation")
 
-def acc_good(logits, y): return float((logits.argmax(axis=1) == y).mean())
-def acc_count(logits, y): return int((logits.argmax(axis=1) == y).sum())
+
+def acc_good(logits, y):
+    return float((logits.argmax(axis=1) == y).mean())
+
+
+def acc_count(logits, y):
+    return int((logits.argmax(axis=1) == y).sum())
+
+
 def acc_sorts_y(logits, y):
-    y.sort(); return float((logits.argmax(axis=1) == y).mean())
+    y.sort()
+    return float((logits.argmax(axis=1) == y).mean())
+
+
 def test_accuracy():
     C.accuracy(acc_good)
     expect_fail(C.accuracy, acc_count, "COUNT")
     expect_fail(C.accuracy, acc_sorts_y, "changed its input y in place")
 
+
 def sgd_good(params, grads, velocity, lr, momentum):
     for k in params:
-        velocity[k] *= momentum; velocity[k] += grads[k]; params[k] -= lr * velocity[k]
+        velocity[k] *= momentum
+        velocity[k] += grads[k]
+        params[k] -= lr * velocity[k]
+
+
 def sgd_rebind(params, grads, velocity, lr, momentum):
     for k in params:
-        velocity[k] = momentum * velocity[k] + grads[k]; params[k] = params[k] - lr * velocity[k]
+        velocity[k] = momentum * velocity[k] + grads[k]
+        params[k] = params[k] - lr * velocity[k]
+
+
 def sgd_plain(params, grads, velocity, lr, momentum):
-    for k in params: params[k] -= lr * grads[k]
+    for k in params:
+        params[k] -= lr * grads[k]
+
+
 def sgd_ema(params, grads, velocity, lr, momentum):
     for k in params:
-        velocity[k] = momentum * velocity[k] + (1-momentum)*grads[k]; params[k] -= lr * velocity[k]
+        velocity[k] = momentum * velocity[k] + (1 - momentum) * grads[k]
+        params[k] -= lr * velocity[k]
+
+
 def sgd_reuses_grads(params, grads, velocity, lr, momentum):
-    for k in params:   # right: g becomes the new velocity in the gradient's own memory
-        g = grads[k]; g += momentum * velocity[k]; velocity[k][...] = g; params[k] -= lr * g
+    for k in params:
+        g = grads[k]
+        g += momentum * velocity[k]
+        velocity[k][...] = g
+        params[k] -= lr * g
+
+
 def test_sgd():
     C.sgd_momentum_step(sgd_good)
     C.sgd_momentum_step(sgd_reuses_grads)
     expect_fail(C.sgd_momentum_step, sgd_rebind, "NEW array")
     expect_fail(C.sgd_momentum_step, sgd_plain, "plain SGD")
-    expect_fail(C.sgd_momentum_step, sgd_cs, "other common")
+    C.sgd_momentum_step(sgd_cs)  # the lesson's other convention: the same parameters
     expect_fail(C.sgd_momentum_step, sgd_ema, "averaged")
 
-def fwd_good(X, W1, b1, W2, b2): return np.maximum(X @ W1 + b1, 0) @ W2 + b2
-def fwd_loop(X, W1, b1, W2, b2): return np.stack([np.maximum(X[i] @ W1 + b1, 0) @ W2 + b2 for i in range(len(X))])
-def fwd_loop2(X, W1, b1, W2, b2): return np.array([np.maximum(x @ W1 + b1, 0) @ W2 + b2 for x in X])
-def fwd_norelu(X, W1, b1, W2, b2): return (X @ W1 + b1) @ W2 + b2
-def fwd_float32(X, W1, b1, W2, b2): return fwd_good(X, W1, b1, W2, b2).astype(np.float32)
+
+def fwd_good(X, W1, b1, W2, b2):
+    return np.maximum(X @ W1 + b1, 0) @ W2 + b2
+
+
+def fwd_loop(X, W1, b1, W2, b2):
+    return np.stack([np.maximum(X[i] @ W1 + b1, 0) @ W2 + b2 for i in range(len(X))])
+
+
+def fwd_loop2(X, W1, b1, W2, b2):
+    return np.array([np.maximum(x @ W1 + b1, 0) @ W2 + b2 for x in X])
+
+
+def fwd_norelu(X, W1, b1, W2, b2):
+    return (X @ W1 + b1) @ W2 + b2
+
+
+def fwd_float32(X, W1, b1, W2, b2):
+    return fwd_good(X, W1, b1, W2, b2).astype(np.float32)
+
+
 def fwd_centres_X(X, W1, b1, W2, b2):
-    out = fwd_good(X, W1, b1, W2, b2); X -= 1.0; return out
+    out = fwd_good(X, W1, b1, W2, b2)
+    X -= 1.0
+    return out
+
+
 def test_fwd():
     C.mlp_forward_batched(fwd_good)
-    expect_fail(C.mlp_forward_batched, fwd_float32, "the logits are float32", "float64 in gives float64 out")
+    expect_fail(
+        C.mlp_forward_batched, fwd_float32, "the logits are float32", "float64 in gives float64 out"
+    )
     expect_fail(C.mlp_forward_batched, fwd_centres_X, "changed its input X in place")
-    expect_fail(C.mlp_forward_batched, fwd_loop, "row by row", "indexed 7 times (X[0], X[1], ...)",
-                "write it for the whole batch")
+    expect_fail(
+        C.mlp_forward_batched,
+        fwd_loop,
+        "row by row",
+        "indexed 7 times (X[0], X[1], ...)",
+        "write it for the whole batch",
+    )
     expect_fail(C.mlp_forward_batched, fwd_loop2, "`for x in X`")
     expect_fail(C.mlp_forward_batched, fwd_norelu, "ReLU is missing")
 
-def _one(x, W1, b1, W2, b2): return np.maximum(x @ W1 + b1, 0) @ W2 + b2
-def fwd_loop_row(X, *p): return np.stack([_one(X[i, :], *p) for i in range(len(X))])
-def fwd_loop_slice(X, *p): return np.concatenate([_one(X[i:i + 1], *p) for i in range(len(X))])
-def fwd_loop_tolist(X, *p): return np.stack([_one(np.array(x), *p) for x in X.tolist()])
-def fwd_loop_take(X, *p): return np.stack([_one(np.take(X, i, 0), *p) for i in range(len(X))])
-def fwd_loop_apply(X, *p): return np.apply_along_axis(lambda x: _one(x, *p), 1, X)
-def fwd_loop_asarray(X, *p):   # X itself is no longer watched: the weights, used N times, are
-    A = np.asarray(X); return np.stack([_one(A[i], *p) for i in range(len(A))])
-def fwd_loop_layer2(X, W1, b1, W2, b2):
-    h = np.maximum(X @ W1 + b1, 0); return np.stack([h[i] @ W2 + b2 for i in range(len(h))])
-@pytest.mark.parametrize("fn, words", [
-    (fwd_loop_row, ["X is indexed 7 times (X[0, :], X[1, :], ...)"]),
-    (fwd_loop_slice, ["X is indexed 7 times (X[0:1], X[1:2], ...)"]),
-    (fwd_loop_tolist, ["X.tolist()"]),
-    (fwd_loop_take, ["np.take(X, 0), np.take(X, 1)"]),
-    (fwd_loop_apply, ["np.apply_along_axis"]),
-    (fwd_loop_asarray, ["W1 takes part in 7 separate operations", "a loop"]),
-    (fwd_loop_layer2, ["W2 takes part in 7 separate operations"]),
-])
-def test_fwd_catches_every_per_sample_loop(fn, words):
-    expect_fail(C.mlp_forward_batched, fn, "the numbers are right", *words,
-                "write it for the whole batch, with no loop: X @ W1 + b1")
 
-def fwd_dot(X, W1, b1, W2, b2): return np.maximum(X.dot(W1) + b1, 0).dot(W2) + b2
-def fwd_matmul(X, W1, b1, W2, b2): return np.matmul(np.maximum(np.matmul(X, W1) + b1, 0), W2) + b2
+def _one(x, W1, b1, W2, b2):
+    return np.maximum(x @ W1 + b1, 0) @ W2 + b2
+
+
+def fwd_loop_row(X, *p):
+    return np.stack([_one(X[i, :], *p) for i in range(len(X))])
+
+
+def fwd_loop_slice(X, *p):
+    return np.concatenate([_one(X[i : i + 1], *p) for i in range(len(X))])
+
+
+def fwd_loop_tolist(X, *p):
+    return np.stack([_one(np.array(x), *p) for x in X.tolist()])
+
+
+def fwd_loop_take(X, *p):
+    return np.stack([_one(np.take(X, i, 0), *p) for i in range(len(X))])
+
+
+def fwd_loop_apply(X, *p):
+    return np.apply_along_axis(lambda x: _one(x, *p), 1, X)
+
+
+def fwd_loop_asarray(X, *p):  # X itself is no longer watched: the weights, used N times, are
+    A = np.asarray(X)
+    return np.stack([_one(A[i], *p) for i in range(len(A))])
+
+
+def fwd_loop_layer2(X, W1, b1, W2, b2):
+    h = np.maximum(X @ W1 + b1, 0)
+    return np.stack([h[i] @ W2 + b2 for i in range(len(h))])
+
+
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (fwd_loop_row, ["X is indexed 7 times (X[0, :], X[1, :], ...)"]),
+        (fwd_loop_slice, ["X is indexed 7 times (X[0:1], X[1:2], ...)"]),
+        (fwd_loop_tolist, ["X.tolist()"]),
+        (fwd_loop_take, ["np.take(X, 0), np.take(X, 1)"]),
+        (fwd_loop_apply, ["np.apply_along_axis"]),
+        (fwd_loop_asarray, ["W1 takes part in 7 separate operations", "a loop"]),
+        (fwd_loop_layer2, ["W2 takes part in 7 separate operations"]),
+    ],
+)
+def test_fwd_catches_every_per_sample_loop(fn, words):
+    expect_fail(
+        C.mlp_forward_batched,
+        fn,
+        "the numbers are right",
+        *words,
+        "write it for the whole batch, with no loop: X @ W1 + b1",
+    )
+
+
+def fwd_dot(X, W1, b1, W2, b2):
+    return np.maximum(X.dot(W1) + b1, 0).dot(W2) + b2
+
+
+def fwd_matmul(X, W1, b1, W2, b2):
+    return np.matmul(np.maximum(np.matmul(X, W1) + b1, 0), W2) + b2
+
+
 def fwd_einsum(X, W1, b1, W2, b2):
     return np.einsum("nh,hk->nk", np.maximum(np.einsum("nd,dh->nh", X, W1) + b1, 0), W2) + b2
+
+
 def fwd_views(X, W1, b1, W2, b2):
     Xf = X.reshape(len(X), -1).astype(np.float64)[:, :]
-    return (np.maximum(W1.T @ Xf.T + b1[:, None], 0).T @ W2) + b2.reshape(1, -1)
+    return np.maximum(W1.T @ Xf.T + b1[:, None], 0).T @ W2 + b2.reshape(1, -1)
+
+
 def fwd_in_place(X, W1, b1, W2, b2):
-    h = X @ W1; h += b1; h[h < 0] = 0; out = h @ W2; out += b2; return out
+    h = X @ W1
+    h += b1
+    h[h < 0] = 0
+    out = h @ W2
+    out += b2
+    return out
+
+
 def fwd_prints(X, W1, b1, W2, b2):
-    print(X, W1, X.shape, X[0]); return np.maximum(X @ W1 + b1, 0) @ W2 + b2
+    print(X, W1, X.shape, X[0])
+    return np.maximum(X @ W1 + b1, 0) @ W2 + b2
+
+
 def fwd_bias_column(X, W1, b1, W2, b2):
-    Xb = np.hstack([X, np.ones_like(X[:, :1])])    # ones_like: on X's device too
+    Xb = np.hstack([X, np.ones_like(X[:, :1])])
     return np.maximum(Xb @ np.vstack([W1, b1]), 0) @ W2 + b2
-@pytest.mark.parametrize("fn", [fwd_dot, fwd_matmul, fwd_einsum, fwd_views, fwd_in_place,
-                                fwd_prints, fwd_bias_column])
+
+
+@pytest.mark.parametrize(
+    "fn", [fwd_dot, fwd_matmul, fwd_einsum, fwd_views, fwd_in_place, fwd_prints, fwd_bias_column]
+)
 def test_fwd_accepts_every_batched_solution(fn):
     C.mlp_forward_batched(fn)
 
-def cos_good(H, K, stride=1, padding=0): return (H + 2*padding - K)//stride + 1
-def cos_noplus(H, K, stride=1, padding=0): return (H + 2*padding - K)//stride
-def cos_div(H, K, stride=1, padding=0): return (H + 2*padding - K)/stride + 1
-def cos_pad1(H, K, stride=1, padding=0): return (H + padding - K)//stride + 1
+
+def cos_good(H, K, stride=1, padding=0):
+    return (H + 2 * padding - K) // stride + 1
+
+
+def cos_noplus(H, K, stride=1, padding=0):
+    return (H + 2 * padding - K) // stride
+
+
+def cos_div(H, K, stride=1, padding=0):
+    return (H + 2 * padding - K) / stride + 1
+
+
+def cos_pad1(H, K, stride=1, padding=0):
+    return (H + padding - K) // stride + 1
+
+
 def test_cos():
     C.conv_output_size(cos_good)
     expect_fail(C.conv_output_size, cos_noplus, "+ 1")
     expect_fail(C.conv_output_size, cos_div, "//")
     expect_fail(C.conv_output_size, cos_pad1, "BOTH")
 
-def conv_good(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W, b, stride, padding)
-def conv_flip(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W[:, :, ::-1, ::-1], b, stride, padding)
-def conv_nob(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W, 0*b, stride, padding)
-def conv_nopad(x, W, b, stride=1, padding=0): return conv2d_forward_naive(x, W, b, stride, 0)
+
+def conv_good(x, W, b, stride=1, padding=0):
+    return conv2d_forward_naive(x, W, b, stride, padding)
+
+
+def conv_flip(x, W, b, stride=1, padding=0):
+    return conv2d_forward_naive(x, W[:, :, ::-1, ::-1], b, stride, padding)
+
+
+def conv_nob(x, W, b, stride=1, padding=0):
+    return conv2d_forward_naive(x, W, 0 * b, stride, padding)
+
+
+def conv_nopad(x, W, b, stride=1, padding=0):
+    return conv2d_forward_naive(x, W, b, stride, 0)
+
+
 def test_conv():
     C.conv2d_naive(conv_good)
     expect_fail(C.conv2d_naive, conv_flip, "flipped")
     expect_fail(C.conv2d_naive, conv_nob, "bias")
     expect_fail(C.conv2d_naive, conv_nopad, "OH =")
 
-def i2c_good(x, KH, KW): return im2col(x, KH, KW)
-def i2c_T(x, KH, KW): return im2col(x, KH, KW).T
+
+def i2c_good(x, KH, KW):
+    return im2col(x, KH, KW)
+
+
+def i2c_T(x, KH, KW):
+    return im2col(x, KH, KW).T
+
+
 def i2c_cols(x, KH, KW):
-    N, C, H, W = x.shape; OH, OW = H-KH+1, W-KW+1
-    return np.array([x[n, :, i:i+KH, j:j+KW].transpose(1,2,0).reshape(-1) for n in range(N) for i in range(OH) for j in range(OW)])
+    N, C, H, W = x.shape
+    OH, OW = (H - KH + 1, W - KW + 1)
+    return np.array(
+        [
+            x[n, :, i : i + KH, j : j + KW].transpose(1, 2, 0).reshape(-1)
+            for n in range(N)
+            for i in range(OH)
+            for j in range(OW)
+        ]
+    )
+
+
 def i2c_rows(x, KH, KW):
-    N, C, H, W = x.shape; OH, OW = H-KH+1, W-KW+1
-    return np.array([x[n, :, i:i+KH, j:j+KW].reshape(-1) for i in range(OH) for j in range(OW) for n in range(N)])
+    N, C, H, W = x.shape
+    OH, OW = (H - KH + 1, W - KW + 1)
+    return np.array(
+        [
+            x[n, :, i : i + KH, j : j + KW].reshape(-1)
+            for i in range(OH)
+            for j in range(OW)
+            for n in range(N)
+        ]
+    )
+
+
 def test_i2c():
     C.im2col_simple(i2c_good)
     expect_fail(C.im2col_simple, i2c_T, "transpose")
     expect_fail(C.im2col_simple, i2c_cols, "c, then kh")
     expect_fail(C.im2col_simple, i2c_rows, "n, then i")
 
-def cb_good(dout, x, W, stride=1, padding=0): return conv2d_backward_naive(dout, x, W, stride, padding)
+
+def cb_good(dout, x, W, stride=1, padding=0):
+    return conv2d_backward_naive(dout, x, W, stride, padding)
+
+
 def cb_pad(dout, x, W, stride=1, padding=0):
     dx, dW, db = conv2d_backward_naive(dout, x, W, stride, padding)
-    return np.pad(dx, ((0,0),(0,0),(padding,)*2,(padding,)*2)), dW, db
+    return (np.pad(dx, ((0, 0), (0, 0), (padding,) * 2, (padding,) * 2)), dW, db)
+
+
 def cb_db(dout, x, W, stride=1, padding=0):
-    dx, dW, db = conv2d_backward_naive(dout, x, W, stride, padding); return dx, dW, dout.sum(axis=(0,))
+    dx, dW, db = conv2d_backward_naive(dout, x, W, stride, padding)
+    return (dx, dW, dout.sum(axis=(0,)))
+
+
 def test_cb():
     C.conv2d_backward(cb_good)
     expect_fail(C.conv2d_backward, cb_pad, "crop")
     expect_fail(C.conv2d_backward, cb_db, "db")
 
-def mp_good(dout, x, K, stride): return maxpool_backward_naive(dout, x, K, K, stride)
+
+def mp_good(dout, x, K, stride):
+    return maxpool_backward_naive(dout, x, K, K, stride)
+
+
 def mp_over(dout, x, K, stride):
-    from dlcourse.check.cnn import _maxpool_wrong; return _maxpool_wrong(dout, x, K, stride)[2]
+    return maxpool_mistakes(dout, x, K, stride)[2]
+
+
 def mp_spread(dout, x, K, stride):
-    from dlcourse.check.cnn import _maxpool_wrong; return _maxpool_wrong(dout, x, K, stride)[0]
+    return maxpool_mistakes(dout, x, K, stride)[0]
+
+
 def _mp_loop(dout, x, K, stride, pick):
     dx = np.zeros_like(x)
     N, C_, _, _ = x.shape
@@ -204,98 +432,333 @@ def _mp_loop(dout, x, K, stride, pick):
         for c in range(C_):
             for i in range(dout.shape[2]):
                 for j in range(dout.shape[3]):
-                    win = x[n, c, i*stride:i*stride+K, j*stride:j*stride+K]
-                    dx[n, c, i*stride:i*stride+K, j*stride:j*stride+K] += pick(win) * dout[n, c, i, j]
+                    win = x[n, c, i * stride : i * stride + K, j * stride : j * stride + K]
+                    dx[n, c, i * stride : i * stride + K, j * stride : j * stride + K] += (
+                        pick(win) * dout[n, c, i, j]
+                    )
     return dx
-def mp_mask(dout, x, K, stride):        # CS231n-style: every tied maximum gets dout
+
+
+def mp_mask(dout, x, K, stride):  # CS231n-style: every tied maximum gets dout
     return _mp_loop(dout, x, K, stride, lambda w: w == w.max())
-def mp_last(dout, x, K, stride):        # a search loop with >=: the last tied maximum
+
+
+def mp_last(dout, x, K, stride):  # a search loop with >=: the last tied maximum
+
     def last(w):
-        m = np.zeros(w.shape); m.flat[w.size - 1 - w.ravel()[::-1].argmax()] = 1; return m
+        m = np.zeros(w.shape)
+        m.flat[w.size - 1 - w.ravel()[::-1].argmax()] = 1
+        return m
+
     return _mp_loop(dout, x, K, stride, last)
+
+
 def mp_first_mask(dout, x, K, stride):  # right: a mask that keeps the first maximum only
+
     def first(w):
-        m = (w == w.max()).ravel(); return (m & (np.cumsum(m) == 1)).reshape(w.shape)
+        m = (w == w.max()).ravel()
+        return (m & (np.cumsum(m) == 1)).reshape(w.shape)
+
     return _mp_loop(dout, x, K, stride, first)
+
+
 def test_mp():
     C.maxpool_backward(mp_good)
     C.maxpool_backward(mp_first_mask)
     expect_fail(C.maxpool_backward, mp_over, "ADD")
     expect_fail(C.maxpool_backward, mp_spread, "every pixel")
-    for wrong, words in ((mp_mask, ["EVERY one of them", "window.argmax()"]),
-                         (mp_last, ["the LAST one", "(>, not >=)"])):
-        expect_fail(C.maxpool_backward, wrong, "x after a ReLU", *words,
-                    "the FIRST maximum in row-major order of the window (row by row, left to right)",
-                    "dl.MaxPool2d")
+    for wrong, words in (
+        (mp_mask, ["EVERY one of them", "window.argmax()"]),
+        (mp_last, ["the LAST one", "(>, not >=)"]),
+    ):
+        expect_fail(
+            C.maxpool_backward,
+            wrong,
+            "x after a ReLU",
+            *words,
+            "the FIRST maximum in row-major order of the window (row by row, left to right)",
+            "dl.MaxPool2d",
+        )
 
-def cp_good(a, b, k): return b*a*k*k + b
-def cp_nob(a, b, k): return b*a*k*k
+
+def cp_good(a, b, k):
+    return b * a * k * k + b
+
+
+def cp_nob(a, b, k):
+    return b * a * k * k
+
+
 def test_cp():
-    C.conv_params(cp_good); expect_fail(C.conv_params, cp_nob, "biases")
+    C.conv_params(cp_good)
+    expect_fail(C.conv_params, cp_nob, "biases")
 
-def bn_good(x, gamma, beta, eps=1e-5):
-    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
-    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v+eps) + beta.reshape(1,-1,1,1)
-def bn_ddof(x, gamma, beta, eps=1e-5):
-    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True, ddof=1)
-    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v+eps) + beta.reshape(1,-1,1,1)
-def bn_inst(x, gamma, beta, eps=1e-5):
-    m = x.mean(axis=(2,3), keepdims=True); v = x.var(axis=(2,3), keepdims=True)
-    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v+eps) + beta.reshape(1,-1,1,1)
-def bn_bcast(x, gamma, beta, eps=1e-5):
-    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
-    return gamma*(x-m)/np.sqrt(v+eps) + beta
-def bn_no_eps(x, gamma, beta, eps=1e-5):
-    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
-    return gamma.reshape(1,-1,1,1)*(x-m)/np.sqrt(v) + beta.reshape(1,-1,1,1)
-def bn_eps_outside(x, gamma, beta, eps=1e-5):
-    m = x.mean(axis=(0,2,3), keepdims=True); v = x.var(axis=(0,2,3), keepdims=True)
-    return gamma.reshape(1,-1,1,1)*(x-m)/(np.sqrt(v) + eps) + beta.reshape(1,-1,1,1)
-def bn_in_place(x, gamma, beta, eps=1e-5):
-    x -= x.mean(axis=(0,2,3), keepdims=True); x /= np.sqrt(x.var(axis=(0,2,3), keepdims=True) + eps)
-    return gamma.reshape(1,-1,1,1)*x + beta.reshape(1,-1,1,1)
+
+def bn_good(x, gamma, beta, eps=1e-05):
+    m = x.mean(axis=(0, 2, 3), keepdims=True)
+    v = x.var(axis=(0, 2, 3), keepdims=True)
+    return gamma.reshape(1, -1, 1, 1) * (x - m) / np.sqrt(v + eps) + beta.reshape(1, -1, 1, 1)
+
+
+def bn_ddof(x, gamma, beta, eps=1e-05):
+    m = x.mean(axis=(0, 2, 3), keepdims=True)
+    v = x.var(axis=(0, 2, 3), keepdims=True, ddof=1)
+    return gamma.reshape(1, -1, 1, 1) * (x - m) / np.sqrt(v + eps) + beta.reshape(1, -1, 1, 1)
+
+
+def bn_inst(x, gamma, beta, eps=1e-05):
+    m = x.mean(axis=(2, 3), keepdims=True)
+    v = x.var(axis=(2, 3), keepdims=True)
+    return gamma.reshape(1, -1, 1, 1) * (x - m) / np.sqrt(v + eps) + beta.reshape(1, -1, 1, 1)
+
+
+def bn_bcast(x, gamma, beta, eps=1e-05):
+    m = x.mean(axis=(0, 2, 3), keepdims=True)
+    v = x.var(axis=(0, 2, 3), keepdims=True)
+    return gamma * (x - m) / np.sqrt(v + eps) + beta
+
+
+def bn_no_eps(x, gamma, beta, eps=1e-05):
+    m = x.mean(axis=(0, 2, 3), keepdims=True)
+    v = x.var(axis=(0, 2, 3), keepdims=True)
+    return gamma.reshape(1, -1, 1, 1) * (x - m) / np.sqrt(v) + beta.reshape(1, -1, 1, 1)
+
+
+def bn_eps_outside(x, gamma, beta, eps=1e-05):
+    m = x.mean(axis=(0, 2, 3), keepdims=True)
+    v = x.var(axis=(0, 2, 3), keepdims=True)
+    return gamma.reshape(1, -1, 1, 1) * (x - m) / (np.sqrt(v) + eps) + beta.reshape(1, -1, 1, 1)
+
+
+def bn_in_place(x, gamma, beta, eps=1e-05):
+    x -= x.mean(axis=(0, 2, 3), keepdims=True)
+    x /= np.sqrt(x.var(axis=(0, 2, 3), keepdims=True) + eps)
+    return gamma.reshape(1, -1, 1, 1) * x + beta.reshape(1, -1, 1, 1)
+
+
 def test_bn():
     C.batchnorm_forward(bn_good)
     expect_fail(C.batchnorm_forward, bn_no_eps, "channel 1 nearly constant", "eps is missing")
-    expect_fail(C.batchnorm_forward, bn_eps_outside, "channel 1 nearly constant",
-                "INSIDE the square root: sqrt(var + eps), not sqrt(var) + eps")
+    expect_fail(
+        C.batchnorm_forward,
+        bn_eps_outside,
+        "channel 1 nearly constant",
+        "INSIDE the square root: sqrt(var + eps), not sqrt(var) + eps",
+    )
     expect_fail(C.batchnorm_forward, bn_in_place, "changed its input x in place")
     expect_fail(C.batchnorm_forward, bn_ddof, "biased")
     expect_fail(C.batchnorm_forward, bn_inst, "each image")
     expect_fail(C.batchnorm_forward, bn_bcast, "broadcast")
+
+
 def sgd_cs(params, grads, velocity, lr, momentum):
     for k in params:
-        velocity[k] *= momentum; velocity[k] -= lr*grads[k]; params[k] += velocity[k]
+        velocity[k] *= momentum
+        velocity[k] -= lr * grads[k]
+        params[k] += velocity[k]
 
 
 # ---- lesson 08 (08_cuda_kernels)
-def gs_good(n, block): return (n + block - 1) // block
-def gs_round(n, block): return round(n / block + 0.5)
-def gs_999(n, block): return int(n / block + 0.999)
-def gs_at_least_one(n, block): return max(1, (n + block - 1) // block)
+def gs_good(n, block):
+    return (n + block - 1) // block
+
+
+def gs_round(n, block):
+    return round(n / block + 0.5)
+
+
+def gs_999(n, block):
+    return int(n / block + 0.999)
+
+
+def gs_at_least_one(n, block):
+    return max(1, (n + block - 1) // block)
+
+
 def test_grid_size():
     C.grid_size(gs_good)
-    expect_fail(C.grid_size, gs_round, "n=768", "one block too many", "round(n / block + 0.5)",
-                "(n + block - 1) // block")
+    expect_fail(
+        C.grid_size,
+        gs_round,
+        "n=768",
+        "one block too many",
+        "round(n / block + 0.5)",
+        "(n + block - 1) // block",
+    )
     expect_fail(C.grid_size, gs_999, "n=1025", "the last 1 element(s) get none", "Adding 0.999")
     expect_fail(C.grid_size, gs_at_least_one, "n=0", "no element needs a thread", "max(1, ...)")
 
-def wt_good(addresses, segment_bytes=32): return len(np.unique(np.asarray(addresses) // segment_bytes))
+
+def wt_good(addresses, segment_bytes=32):
+    return len(np.unique(np.asarray(addresses) // segment_bytes))
+
+
 def wt_range(addresses, segment_bytes=32):
     return int((addresses.max() - addresses.min()) // segment_bytes + 1)
-def wt_elements(addresses, segment_bytes=32): return len(np.unique(addresses // 4 // segment_bytes))
+
+
+def wt_elements(addresses, segment_bytes=32):
+    return len(np.unique(addresses // 4 // segment_bytes))
+
+
 def wt_sorts(addresses, segment_bytes=32):
-    addresses.sort(); return wt_good(addresses, segment_bytes)
+    addresses.sort()
+    return wt_good(addresses, segment_bytes)
+
+
 def test_warp_transactions():
     C.warp_transactions(wt_good)
-    expect_fail(C.warp_transactions, wt_range, "starting at byte 64", "address RANGE (max - min)",
-                "np.unique(addresses // segment_bytes)")
+    expect_fail(
+        C.warp_transactions,
+        wt_range,
+        "starting at byte 64",
+        "address RANGE (max - min)",
+        "np.unique(addresses // segment_bytes)",
+    )
     expect_fail(C.warp_transactions, wt_elements, "32 consecutive float64", "already in BYTES")
     expect_fail(C.warp_transactions, wt_sorts, "changed its input addresses in place")
 
-def tm_good(A, B, tile): return A @ B
-def tm_scales_A(A, B, tile):     # the right C, but A is used as scratch space afterwards
-    C_ = A @ B; A[:] = 0.0; return C_
+
+def tm_good(A, B, tile):
+    M, K = A.shape
+    N = B.shape[1]
+    C_ = np.zeros((M, N))
+    for i0 in range(0, M, tile):
+        for j0 in range(0, N, tile):
+            for k0 in range(0, K, tile):
+                a = A[i0 : i0 + tile, k0 : k0 + tile]
+                b = B[k0 : k0 + tile, j0 : j0 + tile]
+                C_[i0 : i0 + tile, j0 : j0 + tile] += a @ b
+    return C_
+
+
+def tm_whole(A, B, tile):
+    return A @ B
+
+
+def tm_scales_A(A, B, tile):  # the right C, but A is used as scratch space afterwards
+    C_ = tm_good(A, B, tile)
+    A[:] = 0.0
+    return C_
+
+
 def test_tiled_matmul():
     C.tiled_matmul(tm_good)
     expect_fail(C.tiled_matmul, tm_scales_A, "changed its input A in place", "never write into A")
+    expect_fail(C.tiled_matmul, tm_whole, "the whole matrices were multiplied")
+
+
+# ---- lesson 02 (02_loss_and_gradient_descent): the softmax cross-entropy gradient
+def sce_good(logits, labels):
+    N = len(labels)
+    p = dl.softmax(logits).copy()
+    p[np.arange(N), labels] -= 1
+    return p / N
+
+
+def sce_every_label(logits, labels):
+    p = dl.softmax(logits).copy()
+    p[:, labels] -= 1
+    return p / len(labels)
+
+
+def sce_no_mean(logits, labels):
+    return sce_good(logits, labels) * len(labels)
+
+
+def sce_whole_array(logits, labels):
+    N = len(labels)
+    e = np.exp(logits - logits.max())
+    p = e / e.sum()
+    p[np.arange(N), labels] -= 1
+    return p / N
+
+
+def test_softmax_ce_grad():
+    C.softmax_ce_grad(sce_good)
+    expect_fail(C.softmax_ce_grad, sce_every_label, "p[:, labels] -= 1", "p[xp.arange(N), labels]")
+    expect_fail(C.softmax_ce_grad, sce_no_mean, "times too large")
+    expect_fail(C.softmax_ce_grad, sce_whole_array, "whole array")
+
+
+# ---- lesson 04: inverted dropout
+def do_good(x, p, rng):
+    mask = (rng.random(x.shape) >= p) / (1 - p)
+    return x * mask, mask
+
+
+def do_unscaled(x, p, rng):
+    mask = (rng.random(x.shape) >= p).astype(float)
+    return x * mask, mask
+
+
+def do_keep_p(x, p, rng):
+    mask = (rng.random(x.shape) < p) / (1 - p)
+    return x * mask, mask
+
+
+def do_scaled_down(x, p, rng):
+    mask = (rng.random(x.shape) >= p) * (1 - p)
+    return x * mask, mask
+
+
+def test_dropout_forward():
+    C.dropout_forward(do_good)
+    expect_fail(C.dropout_forward, do_unscaled, "not scaled", "inverted")
+    expect_fail(C.dropout_forward, do_keep_p, "probability to DROP")
+    expect_fail(C.dropout_forward, do_scaled_down, "scaled UP")
+
+
+def test_dropout_backward():
+    C.dropout_backward(lambda dout, mask: dout * mask)
+    expect_fail(C.dropout_backward, lambda dout, mask: dout, "multiply by the mask")
+    expect_fail(C.dropout_backward, lambda dout, mask: dout * (mask != 0), "the scaled mask")
+
+
+# ---- lesson 07: BatchNorm backward
+def _bn_parts(x, eps=1e-5, axes=(0, 2, 3)):
+    mean = x.mean(axis=axes, keepdims=True)
+    std = np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+    return (x - mean) / std, std
+
+
+def bnb_good(dout, x, gamma, eps=1e-5, axes=(0, 2, 3), mean_path=True, var_path=True):
+    x_hat, std = _bn_parts(x, eps, axes)
+    d = dout * gamma.reshape(1, -1, 1, 1)
+    dx = d
+    if mean_path:
+        dx = dx - d.mean(axis=axes, keepdims=True)
+    if var_path:
+        dx = dx - x_hat * (d * x_hat).mean(axis=axes, keepdims=True)
+    x_hat, _ = _bn_parts(x, eps)
+    return dx / std, (dout * x_hat).sum(axis=(0, 2, 3)), dout.sum(axis=(0, 2, 3))
+
+
+def bnb_direct_only(dout, x, gamma, eps=1e-5):
+    return bnb_good(dout, x, gamma, eps, mean_path=False, var_path=False)
+
+
+def bnb_no_var_path(dout, x, gamma, eps=1e-5):
+    return bnb_good(dout, x, gamma, eps, var_path=False)
+
+
+def bnb_no_mean_path(dout, x, gamma, eps=1e-5):
+    return bnb_good(dout, x, gamma, eps, mean_path=False)
+
+
+def bnb_image_axes(dout, x, gamma, eps=1e-5):
+    return bnb_good(dout, x, gamma, eps, axes=(2, 3))
+
+
+def bnb_dgamma_without_x_hat(dout, x, gamma, eps=1e-5):
+    dx, _, dbeta = bnb_good(dout, x, gamma, eps)
+    return dx, dout.sum(axis=(0, 2, 3)), dbeta
+
+
+def test_batchnorm_backward():
+    C.batchnorm_backward(bnb_good)
+    expect_fail(C.batchnorm_backward, bnb_direct_only, "only the direct path")
+    expect_fail(C.batchnorm_backward, bnb_no_var_path, "variance's path is missing")
+    expect_fail(C.batchnorm_backward, bnb_no_mean_path, "mean's path is missing")
+    expect_fail(C.batchnorm_backward, bnb_image_axes, "axes (2, 3) only")
+    expect_fail(C.batchnorm_backward, bnb_dgamma_without_x_hat, "x_hat")

@@ -3,28 +3,37 @@ something is. For example ``dl.check.linear_backward(my_linear_backward)``.
 
 Each check raises :class:`ExerciseError` (an AssertionError) with a message that names the
 case that failed, what was expected and what your function gave, and prints a short
-confirmation when everything passes.
+confirmation when everything passes. Stuck? ``dl.check.hint("linear_backward")`` gives the
+next hint, one level at a time; ``dl.check.solution("linear_backward")`` shows the reference
+solution, only when you ask for it.
+
+The machinery the checks share is ``harness.py``; the checks of each lesson sit beside it
+(``basics.py`` 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08, ``playground.py`` 09).
 """
-from .basics import (ExerciseError, cross_entropy, linear_backward,   # lessons 00-03
-                     linear_forward, normalize_rows, perceptron_predict, perceptron_update,
-                     relu_backward, sigmoid_ce_grad, softmax)
-from .cnn import (accuracy, batchnorm_forward, conv2d_backward, conv2d_naive,  # lessons 04-07
-                  conv_output_size, conv_params, im2col_simple, iterate_minibatches,
-                  maxpool_backward, mlp_forward_batched, sgd_momentum_step)
-from .kernels import (arithmetic_intensity, global_index, grid_size,  # lesson 08
-                      tiled_matmul, warp_transactions)
+from .basics import (cross_entropy, linear_backward, linear_forward,  # lessons 00-03
+                     normalize_rows, perceptron_predict, perceptron_update, relu_backward,
+                     sigmoid_ce_grad, softmax, softmax_ce_grad)
+from .cnn import (accuracy, batchnorm_backward, batchnorm_forward,  # lessons 04-07
+                  conv2d_backward, conv2d_naive, conv_output_size, conv_params, dropout_backward,
+                  dropout_forward, im2col_simple, iterate_minibatches, maxpool_backward,
+                  mlp_forward_batched, sgd_momentum_step)
+from .cuda import (arithmetic_intensity, global_index, grid_size,  # lesson 08
+                   tiled_matmul, warp_transactions)
+from .harness import ExerciseError
+from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
-    "ExerciseError",
+    "ExerciseError", "hint", "solution",
     # lessons 00-03
     "normalize_rows", "perceptron_predict", "perceptron_update", "softmax", "cross_entropy",
-    "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",
+    "softmax_ce_grad", "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",
     # lessons 04-07
-    "iterate_minibatches", "accuracy", "sgd_momentum_step", "mlp_forward_batched",
+    "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward",
+    "dropout_backward", "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
-    "conv_params", "batchnorm_forward",
+    "conv_params", "batchnorm_forward", "batchnorm_backward",
     # lesson 08
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
     # lesson 09

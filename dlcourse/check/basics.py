@@ -1,4 +1,4 @@
-"""Checks for lessons 00-03, and the machinery every check shares.
+"""Checks for lessons 00-03: arrays on NumPy and CuPy, the perceptron, losses, backpropagation.
 
 Used in notebooks ``00_setup_and_gpu_arrays`` to ``03_backpropagation``: after you write a
 function, a check cell runs it on a few small cases, for example::
@@ -8,248 +8,39 @@ function, a check cell runs it on a few small cases, for example::
 and either prints that every case passes or raises :class:`ExerciseError` saying which case
 failed, what was expected, what your function gave and, where the mistake is a common one,
 what the likely fix is. A function that still raises ``NotImplementedError`` gets
-``"... is not implemented yet: <the hint>"``.
-
-The shared machinery (for check modules such as ``cnn.py``)::
-
-    call(fn, *args, case=...)                       # run the learner's function
-    to_array(value, fn, case, what)                 # NumPy copy of a returned array
-    expect_shape(got, shape, fn, case, what, fix)   # shape, with the likely fix
-    expect_close(got, expected, fn, case, what, mistakes=[(array, fix), ...])
-    expect_finite(got, fn, case, what, fix)
-    expect_unchanged(fn, case, [(name, original, copy_passed), ...])   # no in-place writes
-    fail(fn, case, problem, fix)                    # raise ExerciseError in the common format
-    passed(fn, n_cases)                             # the one-line success message
+``"... is not implemented yet: <the hint>"``. The shared machinery lives in ``harness.py``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
 from ..losses import log_softmax as _ref_log_softmax  # the references are the library's
 from ..losses import softmax as _ref_softmax
+from .harness import (call, expect_close, expect_finite, expect_on_gpu,
+                      expect_shape, expect_tuple, expect_unchanged, fail, gpu, passed, rng,
+                      shape_text, to_array)
 
 __all__ = [
-    "ExerciseError",
     "normalize_rows",
     "perceptron_predict", "perceptron_update",
-    "softmax", "cross_entropy", "sigmoid_ce_grad",
+    "softmax", "cross_entropy", "softmax_ce_grad", "sigmoid_ce_grad",
     "linear_forward", "linear_backward", "relu_backward",
 ]
-
-
-class ExerciseError(AssertionError):
-    """Your function does not do what the exercise asks yet (the message says what and where)."""
-
-
-# ======================================================================================
-# Shared machinery
-# ======================================================================================
-def _name(fn) -> str:
-    return getattr(fn, "__name__", None) or type(fn).__name__
-
-
-def _shape(shape) -> str:
-    shape = tuple(int(s) for s in shape)
-    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _show(a) -> str:
-    """A short, readable print of an array for an error message."""
-    a = np.asarray(a)
-    if a.ndim == 0:
-        return f"{a.item():.6g}" if np.issubdtype(a.dtype, np.floating) else str(a.item())
-    with np.printoptions(precision=4, suppress=True, threshold=24, edgeitems=3, linewidth=88):
-        text = np.array2string(a, separator=", ")
-    return text.replace("\n", "\n" + " " * 14)   # aligned under "    expected: "
-
-
-def fail(fn, case: str, problem: str, fix: str | None = None):
-    """Raise :class:`ExerciseError` in the common format: function, case, problem, likely fix."""
-    lines = [f"{_name(fn)} is not right yet.", f"  case:    {case}", f"  problem: {problem}"]
-    if fix:
-        lines.append(f"  likely fix: {fix}")
-    raise ExerciseError("\n".join(lines))
-
-
-def call(fn, *args, case: str, on_error: str | None = None, **kwargs):
-    """Call the learner's ``fn(*args, **kwargs)`` and return what it returns.
-
-    ``NotImplementedError`` becomes ``ExerciseError("<fn> is not implemented yet: <hint>")``;
-    any other exception becomes an ExerciseError naming the case (the original error, with
-    the line in the learner's function, stays in the traceback). ``on_error`` is a likely
-    fix to add when the function raises.
-    """
-    try:
-        return fn(*args, **kwargs)
-    except NotImplementedError as err:
-        hint = str(err).strip() or "replace the `raise NotImplementedError` line with your code."
-        raise ExerciseError(f"{_name(fn)} is not implemented yet: {hint}") from None
-    except ExerciseError:
-        raise
-    except Exception as err:
-        fix = on_error or "read the error above: the last lines of the traceback point at your code."
-        raise ExerciseError(
-            f"{_name(fn)} raised {type(err).__name__}: {err}\n"
-            f"  case:    {case}\n"
-            f"  likely fix: {fix}") from err
-
-
-def to_array(value, fn, case: str, what: str) -> np.ndarray:
-    """``value`` as a NumPy array (CuPy arrays are copied to the host); fail on ``None``."""
-    if value is None:
-        fail(fn, case, f"{what} is None.", "did your function `return` it?")
-    if isinstance(value, (list, tuple)) and any(hasattr(v, "shape") for v in value):
-        fail(fn, case, f"{what} is a {type(value).__name__} of {len(value)} items, not an array.",
-             "return the array itself (check the `return` line and how you unpacked values).")
-    try:
-        array = np.asarray(backend.to_numpy(value))
-    except Exception:  # noqa: BLE001 - anything that is not array-like
-        fail(fn, case, f"{what} is a {type(value).__name__}, not an array.")
-    if array.dtype.kind not in "biuf":
-        fail(fn, case, f"{what} is not an array of numbers (got {type(value).__name__} "
-                       f"with dtype {array.dtype}).")
-    return array
-
-
-def to_number(value, fn, case: str, what: str, fix: str | None = None) -> float:
-    """A returned scalar as a float (fails on None, arrays with several values, strings)."""
-    if value is None:
-        fail(fn, case, f"{what} is None.", "did your function `return` it?")
-    try:
-        return float(backend.to_numpy(value))
-    except (TypeError, ValueError):
-        fail(fn, case, f"{what} should be one number, got {type(value).__name__} {value!r:.80}.",
-             fix)
-
-
-def expect_tuple(value, n: int, fn, case: str, names: str):
-    """Check that a function returned ``n`` values (``names`` e.g. ``"dx, dW, db"``)."""
-    if not isinstance(value, (tuple, list)) or len(value) != n:
-        got = (f"a {type(value).__name__} of {len(value)} items"
-               if isinstance(value, (tuple, list)) else f"a single {type(value).__name__}")
-        fail(fn, case, f"expected {n} values ({names}), got {got}.", f"end with `return {names}`.")
-    return tuple(value)
-
-
-def expect_shape(got: np.ndarray, shape, fn, case: str, what: str, fix: str | None = None):
-    """Fail unless ``got.shape == shape``."""
-    if tuple(got.shape) != tuple(shape):
-        fail(fn, case, f"{what} has shape {_shape(got.shape)}, expected {_shape(shape)}.", fix)
-
-
-def expect_finite(got: np.ndarray, fn, case: str, what: str, fix: str | None = None):
-    """Fail if ``got`` holds NaN or infinity."""
-    bad = ~np.isfinite(got)
-    if bad.any() and got.ndim == 0:
-        fail(fn, case, f"{what} is {got.item()}.", fix)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0]) if got.ndim else ()
-        fail(fn, case, f"{what} contains {int(bad.sum())} non-finite value(s) (nan or inf), the "
-                       f"first at index {where}:\n    got:      {_show(got)}", fix)
-
-
-def _close(a, b, rtol, atol) -> bool:
-    return a.shape == np.shape(b) and bool(np.allclose(a, b, rtol=rtol, atol=atol))
-
-
-def expect_close(got: np.ndarray, expected, fn, case: str, what: str, *, rtol: float = 1e-5,
-                 atol: float = 1e-7, mistakes=(), fix: str | None = None):
-    """Fail unless ``got`` is close to ``expected`` (same shape, ``np.allclose``).
-
-    ``mistakes`` is a list of ``(wrong_result, explanation)``: when ``got`` matches a known
-    wrong result, its explanation is given as the likely fix (else ``fix``). A wrong result
-    may be a function of no arguments (called only when needed; if it raises, it is skipped).
-    """
-    expected = np.asarray(expected)
-    if _close(got, expected, rtol, atol):
-        return
-    for wrong, explanation in mistakes:
-        if callable(wrong):
-            try:
-                with np.errstate(all="ignore"):
-                    wrong = wrong()
-            except Exception:  # noqa: BLE001 - a mistake that cannot even be computed here
-                continue
-        if _close(got, np.asarray(wrong), rtol, atol):
-            fix = explanation
-            break
-    if got.shape == expected.shape and got.size:
-        diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        i = np.unravel_index(int(np.argmax(diff)), diff.shape)
-        at = f" at index {tuple(int(k) for k in i)}" if got.ndim else ""
-        if got.size > 24:   # too big to print whole (a 4-D conv output): name the worst entry
-            bad = int((~np.isclose(got, expected, rtol=rtol, atol=atol)).sum())
-            fail(fn, case, f"{what} is not what it should be: {bad} of {got.size} entries differ; "
-                           f"the largest difference is{at}: expected {float(expected[i]):.6g}, "
-                           f"got {float(got[i]):.6g}.", fix)
-        largest = f" (largest difference {float(diff[i]):.3g}{at})"
-    else:
-        largest = ""
-    fail(fn, case, f"{what} is not what it should be{largest}.\n"
-                   f"    expected: {_show(expected)}\n"
-                   f"    got:      {_show(got)}", fix)
-
-
-def expect_unchanged(fn, case: str, inputs, fix: str | None = None):
-    """Fail if the learner's function changed one of its input arrays in place.
-
-    ``inputs`` is a list of ``(name, as_it_was, what_the_function_got)``: a check keeps the
-    original and passes a copy, so a function that writes into its input shows here (and
-    cannot spoil the check's own data). ``fix`` may mention ``{name}``.
-    """
-    for name, before, given in inputs:
-        before = np.asarray(before)
-        after = np.asarray(backend.to_numpy(given))
-        if after.shape == before.shape and np.array_equal(after, before):
-            continue
-        where = ""
-        if after.shape == before.shape:
-            i = tuple(int(k) for k in np.argwhere(after != before)[0])
-            at = f" at index {i}" if before.ndim else ""
-            where = (f" (the entry{at} was {_show(before[i])} when it was passed, and is "
-                     f"{_show(after[i])} after the call)")
-        fail(fn, case, f"your function changed its input {name} in place{where}, so the caller's "
-                       f"{name} is no longer what it passed.",
-             (fix or "leave {name} as it is and compute into a new array (out = {name} * ..., "
-                     "not {name} *= ... or {name}[...] = ...): the caller may still need it.")
-             .replace("{name}", name))
-
-
-def passed(fn, n_cases: int, on_gpu: bool = False):
-    """Print the success line: ``"✓ linear_backward: all 4 cases pass (NumPy)."``."""
-    where = "NumPy and CuPy" if on_gpu else "NumPy"
-    print(f"\u2713 {_name(fn)}: all {n_cases} cases pass ({where}).")
-
-
-def _gpu():
-    """The cupy module when a GPU is usable (the checks then also run a case there)."""
-    return backend.require_cupy() if backend.gpu_available() else None
-
-
-def _expect_on_gpu(value, fn, case, what):
-    if backend.device_of(value) != "gpu":
-        fail(fn, case, f"{what} came back as a NumPy array for a CuPy (GPU) input.",
-             "write xp = dl.get_array_module(x) and use xp.<function>, not np.<function>, "
-             "so the result stays where the input lives.")
-
-
-def _rng(seed):
-    return np.random.default_rng([seed, 31337])
 
 
 # ======================================================================================
 # Lesson 00: one code path for NumPy and CuPy
 # ======================================================================================
 def _ref_normalize_rows(x):
+    __tracebackhide__ = True
     return x / np.sqrt((x * x).sum(axis=1, keepdims=True))
 
 
 def normalize_rows(fn):
     """Check ``fn(x)``: each row of ``x`` (N, D) scaled to Euclidean length 1, same dtype,
     and (when a GPU is present) a CuPy input gives a CuPy output."""
-    r = _rng(0)
+    __tracebackhide__ = True
+    r = rng(0)
     cases = [
         ("x = [[3, 4], [1, 0], [0, -2]] (rows of length 5, 1 and 2)",
          np.array([[3.0, 4.0], [1.0, 0.0], [0.0, -2.0]])),
@@ -285,12 +76,12 @@ def normalize_rows(fn):
         expect_unchanged(fn, case, [("x", x, given)],
                          "divide into a new array, out = x / lengths: x /= lengths overwrites "
                          "the caller's x with the result.")
-    cp = _gpu()
+    cp = gpu()
     if cp is not None:
         case = "the first case again, with x on the GPU (a CuPy array)"
         x = cases[0][1]
         out = call(fn, cp.asarray(x), case=case)
-        _expect_on_gpu(out, fn, case, "the result")
+        expect_on_gpu(out, fn, case, "the result")
         expect_close(to_array(out, fn, case, "the result"), _ref_normalize_rows(x), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
     passed(fn, len(cases) + (cp is not None), cp is not None)
@@ -301,7 +92,8 @@ def normalize_rows(fn):
 # ======================================================================================
 def perceptron_predict(fn):
     """Check ``fn(X, w, b)``: class 1 where ``X @ w + b > 0`` (strictly), else 0; shape (N,)."""
-    r = _rng(1)
+    __tracebackhide__ = True
+    r = rng(1)
     cases = [
         ("X = [[2, 1], [-1, -3], [0.5, 0.5], [1, -1]], w = [1, 1], b = 0 "
          "(weighted sums 3, -4, 1, 0)",
@@ -320,7 +112,7 @@ def perceptron_predict(fn):
                             on_error="X is (N, D) and w is (D,): the weighted sums are X @ w + b."),
                        fn, case, "the prediction")
         if got.ndim == 2 and got.shape == (len(X), 1):
-            fail(fn, case, f"the prediction has shape {_shape(got.shape)}; expected ({len(X)},).",
+            fail(fn, case, f"the prediction has shape {shape_text(got.shape)}; expected ({len(X)},).",
                  "return one label per sample, a flat array of shape (N,).")
         expect_shape(got, expected.shape, fn, case, "the prediction",
                      "one label per row of X: (X @ w + b) has shape (N,).")
@@ -352,6 +144,7 @@ def perceptron_predict(fn):
 def perceptron_update(fn):
     """Check ``fn(w, b, x, y, lr)`` -> ``(w, b)``: Rosenblatt's rule for one sample
     (``w += lr * (y - ŷ) * x``, ``b += lr * (y - ŷ)``, with ``ŷ = 1 if x @ w + b > 0 else 0``)."""
+    __tracebackhide__ = True
     cases = [
         ("w = [0, 0], b = 0, x = [1, 2], y = 1: predicted 0, so a mistake (lr = 1)",
          np.array([0.0, 0.0]), 0.0, np.array([1.0, 2.0]), 1, 1.0),
@@ -376,7 +169,7 @@ def perceptron_update(fn):
         b_got = to_array(b_got, fn, case, "the new b")
         expect_shape(w_got, w.shape, fn, case, "the new w")
         if b_got.size != 1:
-            fail(fn, case, f"the new b has shape {_shape(b_got.shape)}; it should be one number.")
+            fail(fn, case, f"the new b has shape {shape_text(b_got.shape)}; it should be one number.")
         b_got = b_got.reshape(())
         right = y_hat == y
         w_mistakes = []
@@ -415,7 +208,8 @@ def softmax(fn):
     """Check ``fn(z)``: softmax over the last axis, for any number of axes, finite for
     logits as large as 1000 and rows spread over 2000 (subtract each row's max), keeping
     float32 as float32 and leaving z as it was."""
-    r = _rng(2)
+    __tracebackhide__ = True
+    r = rng(2)
     SPREAD = ("rows with a large spread: z = [[1000, 0, -1000], [-1000, 0, 1000]] (only "
               "subtracting each row's MAX keeps every exponent <= 0)")
     cases = [
@@ -455,8 +249,12 @@ def softmax(fn):
         tol = 1e-5 if z.dtype == np.float32 else 1e-10
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             col = np.exp(z - z.max()) / np.exp(z - z.max()).sum(axis=0, keepdims=True)
+            whole = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
         expect_close(got, expected, fn, case, "the result", rtol=tol, atol=tol, mistakes=[
             (col, "the columns sum to 1 instead of the rows: reduce over the last axis (axis=-1)."),
+            (whole, "the whole array sums to 1: you divided by the sum of EVERY exponential. "
+                    "Each row is its own distribution: sum over the last axis only (axis=-1, "
+                    "keepdims=True)."),
         ])
         if got.dtype != z.dtype:
             fail(fn, case, f"the result is {got.dtype} but z is {z.dtype}.",
@@ -471,7 +269,8 @@ def cross_entropy(fn):
     """Check ``fn(logits, labels)``: the mean over the batch of -log softmax(logits)[n, labels[n]],
     a single number, finite even for logits 1000 apart (use log-softmax, not log(softmax)) and
     for rows 1000 apart (subtract each row's own max)."""
-    r = _rng(3)
+    __tracebackhide__ = True
+    r = rng(3)
     ROWS_APART = ("rows 1000 apart: logits = [[1000, 0], [-1000, -1001]], labels = [0, 1] "
                   "(loss 0.6566)")
     cases = [
@@ -493,7 +292,7 @@ def cross_entropy(fn):
                        on_error="index the log-probabilities with [xp.arange(N), labels].")
         got = to_array(out, fn, case, "the loss")
         if got.size != 1:
-            fail(fn, case, f"the loss has shape {_shape(got.shape)}; it should be one number.",
+            fail(fn, case, f"the loss has shape {shape_text(got.shape)}; it should be one number.",
                  "average over the batch: -logp[xp.arange(N), labels].mean().")
         got = got.reshape(())
         if not np.isfinite(got):
@@ -511,6 +310,9 @@ def cross_entropy(fn):
             (picked.mean(), "the sign is flipped: the loss is MINUS the log-probability."),
             (-logp.mean(), "you averaged over every class; use only the log-probability of each "
                            "sample's label: logp[xp.arange(N), labels]."),
+            (-logp[:, labels].mean(), "logp[:, labels] picks every label's column for EVERY row "
+                                      "(an (N, N) array); one entry per row needs two index "
+                                      "arrays: logp[xp.arange(N), labels]."),
             (-_ref_log_softmax(logits.T).T[np.arange(N), labels].mean(),
              "softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
         ])
@@ -519,10 +321,66 @@ def cross_entropy(fn):
     passed(fn, len(cases))
 
 
+def softmax_ce_grad(fn):
+    """Check ``fn(logits, labels)``: dL/dlogits of L = mean over the batch of the softmax
+    cross-entropy, ``(softmax(logits) - onehot(labels)) / N``, shaped like logits (N, K)."""
+    __tracebackhide__ = True
+    r = rng(7)
+    cases = [
+        ("logits = [[2, 1, 0.1], [0.5, 2.5, 0.3]], labels = [0, 1]",
+         np.array([[2.0, 1.0, 0.1], [0.5, 2.5, 0.3]]), np.array([0, 1])),
+        ("6 samples, 4 classes, random logits", r.standard_normal((6, 4)) * 2, r.integers(0, 4, 6)),
+        ("4 samples, 4 classes (square: only the values can show a wrong axis)",
+         r.standard_normal((4, 4)), np.array([3, 0, 0, 2])),
+        ("logits 1000 apart: [[1000, 0], [0, 1000]], labels = [1, 1]",
+         np.array([[1000.0, 0.0], [0.0, 1000.0]]), np.array([1, 1])),
+    ]
+    for case, logits, labels in cases:
+        N, K = logits.shape
+        p = _ref_softmax(logits)
+        onehot = np.eye(K)[labels]
+        expected = (p - onehot) / N
+        given = {"logits": logits.copy(), "labels": labels.copy()}
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            got = to_array(call(fn, given["logits"], given["labels"], case=case,
+                                on_error="subtract 1 at one entry per row: index with "
+                                         "[xp.arange(N), labels]."), fn, case, "dL/dlogits")
+        expect_shape(got, logits.shape, fn, case, "dL/dlogits",
+                     "the gradient has the logits' shape (N, K): one entry per logit.")
+        expect_finite(got, fn, case, "dL/dlogits",
+                      "compute the softmax stably (subtract each row's max before exp).")
+
+        def every_label():
+            __tracebackhide__ = True
+            wrong = p.copy()
+            wrong[:, labels] -= 1
+            return wrong / N
+        expect_close(got, expected, fn, case, "dL/dlogits", rtol=1e-6, atol=1e-12, mistakes=[
+            (p - onehot, f"the gradient is {N} times too large: the loss is a mean over N "
+                         "samples, so divide by N."),
+            ((onehot - p) / N, "the sign is flipped: the gradient is softmax MINUS the one-hot "
+                               "target."),
+            (p / N, "the target is missing: subtract 1 at each row's label (the one-hot "
+                    "target) from the probabilities."),
+            (every_label, "p[:, labels] -= 1 subtracts 1 in every row at EVERY label's column; "
+                          "one entry per row: p[xp.arange(N), labels] -= 1."),
+            ((_ref_softmax(logits.T).T - onehot) / N,
+             "the softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
+            ((np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum() - onehot) / N,
+             "the softmax is normalized over the whole array; each row is its own distribution."),
+        ])
+        expect_unchanged(fn, case, [("logits", logits, given["logits"]),
+                                    ("labels", labels, given["labels"])],
+                         "compute into a new array (p = softmax(logits), then change p): do not "
+                         "write into {name}.")
+    passed(fn, len(cases))
+
+
 def sigmoid_ce_grad(fn):
     """Check ``fn(z, y)``: dL/dz of L = mean binary cross-entropy of sigmoid(z) and y,
     i.e. ``(sigmoid(z) - y) / N``, shaped like z."""
-    r = _rng(4)
+    __tracebackhide__ = True
+    r = rng(4)
     cases = [
         ("z = [0, 2, -1], y = [1, 0, 1]", np.array([0.0, 2.0, -1.0]), np.array([1.0, 0.0, 1.0])),
         ("10 random logits and labels", r.standard_normal(10) * 3, r.integers(0, 2, 10).astype(float)),
@@ -566,11 +424,13 @@ def sigmoid_ce_grad(fn):
 # Lesson 03: backpropagation through Linear and ReLU
 # ======================================================================================
 def _linear_cases():
-    r = _rng(5)
+    __tracebackhide__ = True
+    r = rng(5)
 
     def case(N, D, M, what):
-        return (f"{what}: x {_shape((N, D))}, W {_shape((D, M))}, b {_shape((M,))}, "
-                f"dout {_shape((N, M))}",
+        __tracebackhide__ = True
+        return (f"{what}: x {shape_text((N, D))}, W {shape_text((D, M))}, b {shape_text((M,))}, "
+                f"dout {shape_text((N, M))}",
                 r.standard_normal((N, D)), r.standard_normal((D, M)), r.standard_normal(M),
                 r.standard_normal((N, M)))
     return [case(4, 3, 2, "N=4 samples, D=3 inputs, M=2 outputs"),
@@ -581,6 +441,7 @@ def _linear_cases():
 def linear_forward(fn):
     """Check ``fn(x, W, b)`` -> ``(out, cache)``: ``out = x @ W + b`` of shape (N, M) and
     ``cache = (x, W)``, exactly what linear_backward needs."""
+    __tracebackhide__ = True
     cases = _linear_cases()
     for case, x, W, b, _ in cases:
         given = {"x": x.copy(), "W": W.copy(), "b": b.copy()}
@@ -603,7 +464,7 @@ def linear_forward(fn):
             item = to_array(item, fn, case, f"cache's {name}")
             if item.shape != ref.shape or not np.allclose(item, ref):
                 fail(fn, case, f"cache should be (x, W), but its {'first' if name == 'x' else 'second'} "
-                               f"item is not {name} (shape {_shape(item.shape)}).",
+                               f"item is not {name} (shape {shape_text(item.shape)}).",
                      "cache = (x, W).")
         expect_unchanged(fn, case, [(k, ref, given[k]) for k, ref in (("x", x), ("W", W), ("b", b))])
     passed(fn, len(cases))
@@ -612,8 +473,9 @@ def linear_forward(fn):
 def linear_backward(fn):
     """Check ``fn(dout, cache)`` with ``cache = (x, W)`` -> ``(dx, dW, db)``:
     ``dx = dout @ W.T`` (N, D), ``dW = x.T @ dout`` (D, M), ``db = dout.sum(axis=0)`` (M,)."""
+    __tracebackhide__ = True
     cases = _linear_cases()
-    cp = _gpu()
+    cp = gpu()
     for case, x, W, b, dout in cases:
         N, D = x.shape
         M = W.shape[1]
@@ -625,12 +487,12 @@ def linear_backward(fn):
         got = expect_tuple(out, 3, fn, case, "dx, dW, db")
         g_dx, g_dW, g_db = (to_array(g, fn, case, n) for g, n in zip(got, ("dx", "dW", "db")))
         # Shapes first: they name the mistake most clearly.
-        expect_shape(g_dx, (N, D), fn, case, f"dx (x has shape {_shape((N, D))})",
+        expect_shape(g_dx, (N, D), fn, case, f"dx (x has shape {shape_text((N, D))})",
                      "dx has x's shape: dx = dout @ W.T, (N, M) @ (M, D).")
         if g_dW.shape == (M, D) and M != D:
-            fail(fn, case, f"dW has shape {_shape(g_dW.shape)} but W has shape {_shape((D, M))}.",
+            fail(fn, case, f"dW has shape {shape_text(g_dW.shape)} but W has shape {shape_text((D, M))}.",
                  "did you compute dout.T @ x instead of x.T @ dout?")
-        expect_shape(g_dW, (D, M), fn, case, f"dW (W has shape {_shape((D, M))})",
+        expect_shape(g_dW, (D, M), fn, case, f"dW (W has shape {shape_text((D, M))})",
                      "dW has W's shape: dW = x.T @ dout, (D, N) @ (N, M).")
         if g_db.shape != (M,):
             if g_db.shape == (N, M):
@@ -644,7 +506,7 @@ def linear_backward(fn):
                 fix = "you summed over the outputs (axis=1); sum over the batch, axis=0."
             else:
                 fix = "db = dout.sum(axis=0): the sum of dout over the batch."
-            fail(fn, case, f"db has shape {_shape(g_db.shape)} but b has shape {_shape((M,))}.", fix)
+            fail(fn, case, f"db has shape {shape_text(g_db.shape)} but b has shape {shape_text((M,))}.", fix)
         # Then values.
         expect_close(g_dx, dx, fn, case, "dx", rtol=1e-10, atol=1e-10, mistakes=[
             (lambda: dout @ W, "dx = dout @ W.T: transpose W."),
@@ -669,7 +531,7 @@ def linear_backward(fn):
         out = expect_tuple(call(fn, cp.asarray(dout), (cp.asarray(x), cp.asarray(W)), case=case),
                            3, fn, case, "dx, dW, db")
         for g, name, ref in zip(out, ("dx", "dW", "db"), (dout @ W.T, x.T @ dout, dout.sum(0))):
-            _expect_on_gpu(g, fn, case, name)
+            expect_on_gpu(g, fn, case, name)
             expect_close(to_array(g, fn, case, name), ref, fn, case, name, rtol=1e-10, atol=1e-10)
     passed(fn, len(cases) + (cp is not None), cp is not None)
 
@@ -677,7 +539,8 @@ def linear_backward(fn):
 def relu_backward(fn):
     """Check ``fn(dout, cache)`` with ``cache = x`` (the ReLU's input) -> ``dx``: dout where
     x > 0, else 0 (also 0 exactly at x == 0, as dl.ReLU does); any shape."""
-    r = _rng(6)
+    __tracebackhide__ = True
+    r = rng(6)
     cases = [
         ("x = [[-1, 0, 2], [3, -0.5, 0]], dout = [[1, 2, 3], [4, 5, 6]] (note the zeros in x)",
          np.array([[-1.0, 0.0, 2.0], [3.0, -0.5, 0.0]]), np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])),

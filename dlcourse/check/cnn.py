@@ -23,21 +23,21 @@ lesson                 check                            your function
 07_training_a_cnn      :func:`batchnorm_forward`        ``(x, gamma, beta, eps) -> out``
 =====================  ===============================  =========================================
 
-The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``basics.py``.
+The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import backend
-from .basics import (_rng, call, expect_close, expect_shape, expect_tuple, expect_unchanged,
-                     fail, passed, to_array, to_number)
+from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unchanged,
+                     fail, passed, rng, to_array, to_number)
 
 __all__ = [
-    "iterate_minibatches", "accuracy", "sgd_momentum_step",
+    "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward", "dropout_backward",
     "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
-    "conv_params", "batchnorm_forward",
+    "conv_params", "batchnorm_forward", "batchnorm_backward",
 ]
 
 
@@ -57,12 +57,14 @@ def iterate_minibatches(fn) -> None:
     Any permutation made from the seed passes: the lesson says another correct shuffle than
     ``default_rng(seed).permutation(N)`` is equally good, so the order itself is not compared.
     """
+    __tracebackhide__ = True
     N = 50
     # Row i of X is (i, 1000 + i) and y[i] = i: every row names its sample.
     X = np.stack([np.arange(N), 1000 + np.arange(N)], axis=1).astype(np.float32)   # (N, 2)
     y = np.arange(N)
 
     def epoch(B, shuffle, seed):
+        __tracebackhide__ = True
         case = f"X of shape {X.shape}, batch_size={B}, shuffle={shuffle}, seed={seed}"
         X_given, y_given = X.copy(), y.copy()     # the check's own X and y stay as they are
         out = call(fn, X_given, y_given, B, shuffle=shuffle, seed=seed, case=case)
@@ -142,7 +144,8 @@ def iterate_minibatches(fn) -> None:
 def accuracy(fn) -> None:
     """Check ``fn(logits, y)``: the fraction (a float in [0, 1]) of rows of ``logits``
     (N, K) whose largest entry is at the class index ``y`` (N,) names."""
-    r = _rng(4)
+    __tracebackhide__ = True
+    r = rng(4)
     cases = [(np.array([[2.0, 1.0, 0.1], [0.1, 0.2, 3.0], [1.0, 5.0, 0.0], [0.3, 0.2, 0.1]]),
               np.array([0, 2, 0, 0]))]
     for N, K in ((10, 10), (7, 3), (1, 5)):
@@ -157,7 +160,10 @@ def accuracy(fn) -> None:
         case = f"logits of shape ({N}, {K}), y = {yy.tolist()}"
         expected = float((lg.argmax(axis=1) == yy).mean())
         logits_given, y_given = lg.astype(np.float32), yy.copy()
-        got = to_number(call(fn, logits_given, y_given, case=case), fn, case, "the accuracy",
+        got = to_number(call(fn, logits_given, y_given, case=case,
+                             on_error="the classes are along axis 1: logits.argmax(axis=1) gives "
+                                      "one prediction per row, shape (N,), to compare with y."),
+                        fn, case, "the accuracy",
                         "take the mean over the batch: (predictions == y).mean().")
         expect_unchanged(fn, case, [("logits", lg.astype(np.float32), logits_given),
                                     ("y", yy, y_given)])
@@ -184,7 +190,8 @@ def sgd_momentum_step(fn) -> None:
     each step's ``grads``, so an update that reuses the gradient's memory (``g += ...``) is
     fine, as long as ``params`` and ``velocity`` come out right.
     """
-    r = _rng(5)
+    __tracebackhide__ = True
+    r = rng(5)
     shapes = {"W": (4, 3), "b": (3,)}
     start = {k: r.standard_normal(s) for k, s in shapes.items()}
     grads_seq = [{k: r.standard_normal(s) for k, s in shapes.items()} for _ in range(3)]
@@ -224,17 +231,89 @@ def sgd_momentum_step(fn) -> None:
                                             "dl.SGD (like PyTorch) does not scale g: v = momentum * v + g."),
                              ])
             for k in shapes:
-                expect_close(to_array(velocity[k], fn, case, f"velocity[{k!r}]"), ref_v[k], fn, case,
+                v_got = to_array(velocity[k], fn, case, f"velocity[{k!r}]")
+                if v_got.shape == ref_v[k].shape and np.allclose(v_got, -lr * ref_v[k]):
+                    continue   # v = momentum*v - lr*g; p += v: the same parameters (the lesson)
+                expect_close(v_got, ref_v[k], fn, case,
                              f"velocity[{k!r}] (the parameters are right)", mistakes=[
                                  (np.zeros_like(ref_v[k]),
                                   f"velocity[{k!r}] is still zero, so the next step cannot use it "
                                   f"(that is plain SGD): store v = momentum * v + g in velocity[{k!r}]."),
-                                 (-lr * ref_v[k],
-                                  "you stored v = momentum * v - lr * g (the other common "
-                                  "convention); this lesson uses dl.SGD's: v = momentum * v + g."),
                              ], fix=f"store v = momentum * v + g in velocity[{k!r}].")
         checks += 1
     passed(fn, checks)
+
+
+def dropout_forward(fn) -> None:
+    """Check ``fn(x, p, rng)`` -> ``(out, mask)``, inverted dropout in training mode: each entry
+    is kept with probability ``1 - p`` (``p`` is the probability to DROP) and scaled by
+    ``1 / (1 - p)``, so that the output's expected value is ``x``; ``mask`` holds 0 or
+    ``1 / (1 - p)`` and ``out = x * mask``. Any random draw from ``rng`` passes: the check
+    looks at what the mask holds and at how many entries it keeps, not at which."""
+    __tracebackhide__ = True
+    cases = [((400, 50), 0.5), ((200, 100), 0.2), ((100, 100), 0.8), ((10, 7), 0.0)]
+    for shape, p in cases:
+        case = f"x of shape {shape}, all ones, p={p}"
+        x = np.ones(shape)
+        x_given = x.copy()
+        out = expect_tuple(call(fn, x_given, p, np.random.default_rng(0), case=case),
+                           2, fn, case, "out, mask")
+        got, mask = (to_array(a, fn, case, n) for a, n in zip(out, ("out", "mask")))
+        expect_shape(got, shape, fn, case, "out", "out has x's shape.")
+        expect_shape(mask, shape, fn, case, "mask", "one mask entry per entry of x.")
+        expect_unchanged(fn, case, [("x", x, x_given)])
+        kept = float((mask != 0).mean())
+        scale = 1.0 / (1.0 - p)
+        values = np.unique(np.round(mask[mask != 0], 9))
+        if p > 0 and abs(kept - p) < 0.05 and abs(kept - (1 - p)) > 0.1:
+            fail(fn, case, f"the mask keeps {kept:.0%} of the entries; with p={p} it should keep "
+                           f"about {1 - p:.0%}.",
+                 "p is the probability to DROP an entry: keep it where the uniform number is >= p "
+                 "(or < 1 - p).")
+        if abs(kept - (1 - p)) > 0.05:
+            fail(fn, case, f"the mask keeps {kept:.0%} of the entries; expected about {1 - p:.0%}.",
+                 "draw one uniform number per entry (rng.random(x.shape)) and keep where it is >= p.")
+        if values.size and np.allclose(values, 1.0) and p > 0:
+            fail(fn, case, "the kept entries are not scaled: the mask holds 0 and 1.",
+                 f"divide the mask by (1 - p) = {1 - p}, so that the expected value of the output "
+                 f"is x itself and nothing has to change at test time (that is what makes the "
+                 f"dropout 'inverted').")
+        if values.size and np.allclose(values, 1 - p) and p > 0:
+            fail(fn, case, f"the kept entries are scaled by (1 - p) = {1 - p}; they must be "
+                           f"scaled UP, by 1 / (1 - p) = {scale:.4g}.",
+                 "divide by (1 - p), don't multiply: the survivors stand in for the dropped ones.")
+        if not (values.size == 1 and np.isclose(values[0], scale)):
+            fail(fn, case, f"the mask's nonzero values are {values[:5].tolist()}; expected only "
+                           f"1 / (1 - p) = {scale:.4g}.",
+                 "mask = (rng.random(x.shape) >= p) / (1 - p).")
+        expect_close(got, x * mask, fn, case, "out", fix="out = x * mask.")
+    passed(fn, len(cases))
+
+
+def dropout_backward(fn) -> None:
+    """Check ``fn(dout, mask)`` -> ``dx``: the forward multiplied x by the (scaled) mask, so
+    ``dx = dout * mask``."""
+    __tracebackhide__ = True
+    r = rng(12)
+    cases = []
+    for shape, p in (((4, 5), 0.5), ((3, 6), 0.25), ((2, 3, 4), 0.8)):
+        mask = (r.random(shape) >= p) / (1 - p)
+        cases.append((f"dout of shape {shape}, a mask with p={p}", r.standard_normal(shape), mask, p))
+    for case, dout, mask, p in cases:
+        given = {"dout": dout.copy(), "mask": mask.copy()}
+        got = to_array(call(fn, given["dout"], given["mask"], case=case), fn, case, "dx")
+        expect_shape(got, dout.shape, fn, case, "dx", "dx has dout's shape.")
+        expect_close(got, dout * mask, fn, case, "dx", mistakes=[
+            (dout, "dout passed through everywhere: the dropped entries had no effect on the "
+                   "output, so their gradient is 0; multiply by the mask."),
+            (dout * (mask != 0), "the kept entries were multiplied by 1 / (1 - p) in the forward "
+                                 "pass, so their gradient is too: dx = dout * mask (the scaled "
+                                 "mask), not dout * (mask != 0)."),
+            (dout * (mask != 0) * (1 - p), "scale by 1 / (1 - p), as the forward did, not by "
+                                           "(1 - p): dx = dout * mask."),
+        ])
+        expect_unchanged(fn, case, [("dout", dout, given["dout"]), ("mask", mask, given["mask"])])
+    passed(fn, len(cases))
 
 
 # ======================================================================================
@@ -257,41 +336,50 @@ class _Spy(np.ndarray):
     log = None          # the _SpyLog of the case being run
 
     def __array_finalize__(self, obj):
+        __tracebackhide__ = True
         self.role = getattr(obj, "role", None)
 
     def __getitem__(self, index):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.took(_index_text(index))
         return super().__getitem__(index)
 
     def __iter__(self):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.iterated = True
         return iter(self.view(np.ndarray))   # plain rows: the loop is recorded once, here
 
     def __repr__(self):                      # print(X) while debugging is not a loop
+        __tracebackhide__ = True
         return repr(self.view(np.ndarray))
 
     def __str__(self):
+        __tracebackhide__ = True
         return str(self.view(np.ndarray))
 
     def tolist(self):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.tolist = True
         return super().tolist()
 
     def take(self, indices, *args, **kwargs):
+        __tracebackhide__ = True
         if self.role == "X":
             _Spy.log.took(f"X.take({indices!r:.20})")
         return super().take(indices, *args, **kwargs)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        __tracebackhide__ = True
         _Spy.log.used(inputs)
         if "out" in kwargs:
             kwargs["out"] = tuple(_plain(o) for o in kwargs["out"])
         return getattr(ufunc, method)(*(_plain(a) for a in inputs), **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        __tracebackhide__ = True
         name = func.__name__
         if name == "take" and args and getattr(args[0], "role", None) == "X":
             indices = args[1] if len(args) > 1 else kwargs.get("indices")
@@ -309,6 +397,7 @@ _ROW_FUNCTIONS = {"apply_along_axis", "split", "array_split", "vsplit", "unstack
 
 def _plain(value):
     """``value`` with every spy (also inside lists, tuples and dicts) as a plain ndarray."""
+    __tracebackhide__ = True
     if isinstance(value, _Spy):
         return value.view(np.ndarray)
     if isinstance(value, (list, tuple)):
@@ -320,7 +409,9 @@ def _plain(value):
 
 def _index_text(index) -> str:
     """``X[...]`` as the learner wrote it, roughly: ``X[3, :]``, ``X[3:4]``, ``X[[...]]``."""
+    __tracebackhide__ = True
     def one(i):
+        __tracebackhide__ = True
         if isinstance(i, slice):
             ends = ["" if e is None else str(e) for e in (i.start, i.stop)]
             return ":".join(ends + ([] if i.step is None else [str(i.step)]))
@@ -337,20 +428,24 @@ class _SpyLog:
     """What one call of the learner's function did with its spied inputs."""
 
     def __init__(self):
+        __tracebackhide__ = True
         self.indexed = []        # "X[0, :]", "np.take(X, 1)", ..., in order
         self.iterated = self.tolist = False
         self.functions = []      # the _ROW_FUNCTIONS called on X
         self.uses = {}           # role -> number of operations it took part in
 
     def took(self, text):
+        __tracebackhide__ = True
         self.indexed.append(text)
 
     def used(self, arrays):
+        __tracebackhide__ = True
         for role in {getattr(a, "role", None) for a in arrays} - {None, "X"}:
             self.uses[role] = self.uses.get(role, 0) + 1
 
     def loops(self) -> list[str]:
         """How the function took the batch apart, in words (empty: it did not)."""
+        __tracebackhide__ = True
         found = []
         if self.iterated:
             found.append("it loops over the samples (`for x in X`)")
@@ -374,7 +469,8 @@ def mlp_forward_batched(fn) -> None:
     b2 (K,); returns (N, K). It must give the per-sample loop's numbers without looping
     over the samples. Where a GPU is usable, one more case runs on CuPy arrays and the
     result must stay on the GPU."""
-    r = _rng(6)
+    __tracebackhide__ = True
+    r = rng(6)
     sizes = [(1, 4, 5, 3), (7, 4, 5, 3), (64, 64, 32, 10)]
     for N, D, H, K in sizes:
         case = f"X of shape ({N}, {D}), W1 ({D}, {H}), W2 ({H}, {K})"
@@ -437,6 +533,7 @@ def conv_output_size(fn) -> None:
     """Check ``fn(H, K, stride=1, padding=0)``: how many positions a K-wide window takes
     when slid with ``stride`` over H pixels padded by ``padding`` on each side,
     ``(H + 2 * padding - K) // stride + 1`` (an int)."""
+    __tracebackhide__ = True
     cases = [(8, 3, 1, 0), (8, 3, 1, 1), (28, 5, 1, 2), (7, 3, 2, 0), (32, 3, 2, 1),
              (5, 2, 2, 0), (6, 3, 3, 0), (4, 4, 1, 0)]
     for H, K, s, p in cases:
@@ -464,7 +561,8 @@ def conv_output_size(fn) -> None:
 
 def _conv_cases():
     """(case, x, W, b, stride, padding): small enough for Python loops."""
-    r = _rng(7)
+    __tracebackhide__ = True
+    r = rng(7)
     out = []
     for (N, C, H, Wd), (F, KH, KW), s, p in (
             ((1, 1, 4, 4), (1, 2, 2), 1, 0),
@@ -484,6 +582,7 @@ def conv2d_naive(fn) -> None:
     """Check ``fn(x, W, b, stride=1, padding=0)``: the convolution (cross-correlation) of
     x (N, C, H, W) with filters W (F, C, KH, KW) plus biases b (F,), returning
     (N, F, OH, OW); compared with ``dlcourse.conv.conv2d_forward_naive``."""
+    __tracebackhide__ = True
     from ..conv import conv2d_forward_naive as ref
     cases = _conv_cases()
     for case, x, W, b, s, p in cases:
@@ -516,6 +615,7 @@ def im2col_simple(fn) -> None:
     cols (N*OH*OW, C*KH*KW), one row per window, in the order of ``dl.im2col``:
     rows run over n, then i, then j; columns over c, then kh, then kw (the order of
     ``W[f].reshape(-1)``)."""
+    __tracebackhide__ = True
     from ..conv import im2col
     cases = [((1, 1, 3, 3), 2, 2), ((1, 1, 4, 5), 3, 2), ((2, 3, 4, 4), 2, 2),
              ((2, 2, 5, 4), 3, 3)]
@@ -551,8 +651,9 @@ def im2col_simple(fn) -> None:
 def conv2d_backward(fn) -> None:
     """Check ``fn(dout, x, W, stride=1, padding=0)`` returning ``(dx, dW, db)``, compared with
     ``dlcourse.conv.conv2d_backward_naive``: dx (N, C, H, W), dW (F, C, KH, KW), db (F,)."""
+    __tracebackhide__ = True
     from ..conv import conv2d_backward_naive, output_size
-    r = _rng(8)
+    r = rng(8)
     cases = _conv_cases()
     for case, x, W, b, s, p in cases:
         N, C, H, Wd = x.shape
@@ -586,10 +687,11 @@ def conv2d_backward(fn) -> None:
     passed(fn, len(cases))
 
 
-def _maxpool_wrong(dout, x, K, s):
+def maxpool_mistakes(dout, x, K, s):
     """Five wrong dx: spread over the whole window, averaged, overwritten (= instead of +=);
     and, where a window has ties, dout to EVERY tied maximum (a mask ``window ==
     window.max()``) or to the LAST one (``>=`` in a search loop)."""
+    __tracebackhide__ = True
     N, C, H, W = x.shape
     _, _, OH, OW = dout.shape
     spread, overwrite, every, last = (np.zeros_like(x) for _ in range(4))
@@ -619,8 +721,9 @@ def maxpool_backward(fn) -> None:
     where windows overlap (stride < K) the gradients add up. Where a window holds several
     equal maxima (after a ReLU many values are exactly 0), only the first in row-major order
     gets it, as with ``window.argmax()``. Compared with ``dlcourse.conv.maxpool_backward_naive``."""
+    __tracebackhide__ = True
     from ..conv import maxpool_backward_naive, output_size
-    r = _rng(9)
+    r = rng(9)
     cases = []
     for shape, K, s in [((1, 1, 4, 4), 2, 2), ((2, 3, 6, 6), 2, 2), ((1, 2, 5, 5), 2, 2),
                         ((2, 2, 5, 5), 3, 1), ((1, 1, 7, 7), 3, 2)]:
@@ -640,7 +743,7 @@ def maxpool_backward(fn) -> None:
         dout_given, x_given = dout.copy(), x.copy()
         got = to_array(call(fn, dout_given, x_given, K, s, case=case), fn, case, "dx")
         expect_shape(got, x.shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
-        spread, averaged, overwrite, every, last = _maxpool_wrong(dout, x, K, s)
+        spread, averaged, overwrite, every, last = maxpool_mistakes(dout, x, K, s)
         expect_close(got, expected, fn, case, "dx", mistakes=[
             (spread, "you sent the gradient to every pixel of the window; only the maximum "
                      "influenced the output, so only it gets the gradient."),
@@ -667,6 +770,7 @@ def conv_params(fn) -> None:
     """Check ``fn(in_channels, out_channels, kernel_size)``: how many numbers a
     ``Conv2d(in_channels, out_channels, kernel_size)`` learns: the weights
     (out_channels, in_channels, K, K) plus one bias per output channel."""
+    __tracebackhide__ = True
     cases = [(1, 16, 3), (16, 32, 3), (3, 8, 5), (2, 1, 1), (4, 6, 2)]
     for C_in, C_out, K in cases:
         case = f"conv_params({C_in}, {C_out}, {K})"
@@ -693,8 +797,9 @@ def batchnorm_forward(fn) -> None:
     beta[c]. Compared with ``dl.BatchNorm2d`` in training mode. One case has a channel that
     varies very little (a variance near eps), where eps's place, inside the square root,
     shows."""
+    __tracebackhide__ = True
     from ..layers import BatchNorm2d
-    r = _rng(10)
+    r = rng(10)
     shapes = [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1), (4, 3, 5, 6)]
     for k, shape in enumerate(shapes):
         N, C, H, W = shape
@@ -717,7 +822,9 @@ def batchnorm_forward(fn) -> None:
         g4, b4 = gamma.reshape(1, C, 1, 1), beta.reshape(1, C, 1, 1)
 
         def norm(axes, ddof=0, std=lambda v: np.sqrt(v + 1e-5)):
+            __tracebackhide__ = True
             def f():
+                __tracebackhide__ = True
                 m = x.mean(axis=axes, keepdims=True)
                 v = x.var(axis=axes, keepdims=True, ddof=ddof)
                 return (x - m) / std(v)
@@ -746,3 +853,84 @@ def batchnorm_forward(fn) -> None:
         expect_unchanged(fn, case, [(name, ref_, given[name]) for name, ref_ in
                                     (("x", x), ("gamma", gamma), ("beta", beta))])
     passed(fn, len(shapes))
+
+
+def batchnorm_backward(fn) -> None:
+    """Check ``fn(dout, x, gamma, eps=1e-5)`` -> ``(dx, dgamma, dbeta)``: the backward pass of
+    batch normalization in training mode for x (N, C, H, W), gamma (C,); compared with
+    ``dl.BatchNorm2d``'s backward. The usual mistakes are named: the mean's or the variance's
+    path forgotten, the wrong axes, dgamma without x_hat."""
+    __tracebackhide__ = True
+    from ..layers import BatchNorm2d
+    r = rng(11)
+    eps = 1e-5
+    for shape in [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1)]:
+        N, C, H, W = shape
+        x = r.standard_normal(shape) * 2 + r.standard_normal((1, C, 1, 1))
+        gamma, beta = r.uniform(0.5, 2.0, C), r.standard_normal(C)
+        dout = r.standard_normal(shape)
+        case = f"x and dout of shape {shape}, gamma of shape ({C},)"
+        bn = BatchNorm2d(C, eps=eps, dtype=np.float64)
+        bn.params = {"gamma": gamma.copy(), "beta": beta.copy()}
+        bn.forward(x)
+        e_dx = bn.backward(dout)
+        e_dgamma, e_dbeta = bn.grads["gamma"], bn.grads["beta"]
+        given = {"dout": dout.copy(), "x": x.copy(), "gamma": gamma.copy()}
+        out = expect_tuple(call(fn, given["dout"], given["x"], given["gamma"], eps=eps, case=case,
+                                on_error="reduce over axes (0, 2, 3) with keepdims=True and "
+                                         "reshape gamma to (1, C, 1, 1)."),
+                           3, fn, case, "dx, dgamma, dbeta")
+        dx, dgamma, dbeta = (to_array(a, fn, case, n) for a, n in zip(out, ("dx", "dgamma", "dbeta")))
+        axes = (0, 2, 3)
+        mean = x.mean(axis=axes, keepdims=True)
+        var = x.var(axis=axes, keepdims=True)
+        x_hat = (x - mean) / np.sqrt(var + eps)
+        g4 = gamma.reshape(1, C, 1, 1)
+        expect_shape(dbeta, (C,), fn, case, "dbeta", "one number per channel: sum dout over "
+                                                     "axes (0, 2, 3).")
+        expect_close(dbeta, e_dbeta, fn, case, "dbeta", mistakes=[
+            (dout.mean(axis=axes), "dbeta is a SUM over N, H and W, not a mean."),
+        ], fix="beta[c] is added to every value of channel c: dbeta = dout.sum(axis=(0, 2, 3)).")
+        expect_shape(dgamma, (C,), fn, case, "dgamma", "one number per channel.")
+        expect_close(dgamma, e_dgamma, fn, case, "dgamma", mistakes=[
+            (dout.sum(axis=axes), "dgamma multiplies dout by x_hat (gamma scales x_hat): "
+                                  "(dout * x_hat).sum(axis=(0, 2, 3))."),
+            ((dout * x).sum(axis=axes), "gamma scales the NORMALIZED x: use x_hat, not x."),
+            ((dout * x_hat).mean(axis=axes), "dgamma is a SUM over N, H and W, not a mean."),
+        ])
+        expect_shape(dx, shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
+        dxh = dout * g4
+        std = np.sqrt(var + eps)
+
+        def paths(mean_path=True, var_path=True, ax=axes):
+            __tracebackhide__ = True
+            def f():
+                __tracebackhide__ = True
+                m = x.mean(axis=ax, keepdims=True)
+                v = x.var(axis=ax, keepdims=True)
+                xh = (x - m) / np.sqrt(v + eps)
+                d = dxh
+                if mean_path:
+                    d = d - dxh.mean(axis=ax, keepdims=True)
+                if var_path:
+                    d = d - xh * (dxh * xh).mean(axis=ax, keepdims=True)
+                return d / np.sqrt(v + eps)
+            return f
+        expect_close(dx, e_dx, fn, case, "dx", mistakes=[
+            (dxh / std, "that is only the direct path through x_hat: the mean and the variance "
+                        "depend on x too. Add their two paths, as the lesson derives them (each a "
+                        "mean over axes (0, 2, 3))."),
+            (dout / std, "gamma is missing: dx_hat = dout * gamma, and then the three paths."),
+            (paths(var_path=False), "the variance's path is missing: subtract x_hat * mean(dxh * "
+                                    "x_hat) as well (the variance depends on x)."),
+            (paths(mean_path=False), "the mean's path is missing: subtract mean(dxh) as well (the "
+                                     "mean depends on every x of the channel)."),
+            (paths(ax=(2, 3)), "the means go over axes (2, 3) only; batch norm's statistics, and "
+                               "so their gradients, run over the batch too: axes (0, 2, 3)."),
+            (paths(ax=(0,)), "the means go over axis 0 only; a channel shares its statistics over "
+                             "N, H and W: axes (0, 2, 3)."),
+        ], fix="derive it path by path as in the lesson, and compare with dl.gradcheck on a "
+               "small x.")
+        expect_unchanged(fn, case, [(k, ref_, given[k]) for k, ref_ in
+                                    (("dout", dout), ("x", x), ("gamma", gamma))])
+    passed(fn, 3)

@@ -10,7 +10,7 @@ check                       your function
 
 Each check runs your function on several cases and prints one line when all pass, or raises
 ``ExerciseError`` saying which case failed, what was expected, what came back and the likely
-mistake, as every check in the course does (the machinery is ``check/basics.py``'s). (No
+mistake, as every check in the course does (the machinery is ``check/harness.py``'s). (No
 ipywidgets needed.)
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from ..models import MLP
 from ..train import History, StopTraining
-from .basics import (ExerciseError, call, expect_shape, expect_unchanged, fail, passed, to_array,
+from .harness import (ExerciseError, call, expect_shape, expect_unchanged, fail, passed, to_array,
                      to_number)
 
 __all__ = ["decision_grid", "early_stop", "mlp_parameter_count", "ExerciseError"]
@@ -27,6 +27,7 @@ __all__ = ["decision_grid", "early_stop", "mlp_parameter_count", "ExerciseError"
 
 def _decision_grid(model, X, resolution, pad):
     # imported here: the playground module brings matplotlib, which `import dlcourse` should not
+    __tracebackhide__ = True
     from ..widgets.playground import decision_grid
     return decision_grid(model, X, resolution=resolution, pad=pad)
 
@@ -36,6 +37,7 @@ def decision_grid(fn) -> None:
     it must return the class probabilities (R, R, K) on the grid, row ``i`` at the ``i``-th
     y value from the bottom, column ``j`` at the ``j``-th x value from the left, leave X as it
     was and give the model back in training mode (it is in training mode when passed)."""
+    __tracebackhide__ = True
     gen = np.random.default_rng(0)
     cases = [(MLP([2, 5, 3], activation="tanh", seed=0), 4, 0.5),
              (MLP([2, 8, 2], activation="relu", seed=1), 7, 0.0),
@@ -97,6 +99,7 @@ def decision_grid(fn) -> None:
 def _history(val_accuracy, train_accuracy=1.0, val_loss=0.5):
     """A History with these validation accuracies. The training accuracy differs from them
     (1.0 by default: a network that fits its training set), so reading the wrong one shows."""
+    __tracebackhide__ = True
     h = History()
     for acc in val_accuracy:
         h.train_loss.append(0.5)
@@ -109,7 +112,9 @@ def _history(val_accuracy, train_accuracy=1.0, val_loss=0.5):
 
 def _stops(callback, epoch, history, fn, case) -> bool:
     """Whether the learner's callback stops training at this epoch (False, or StopTraining)."""
+    __tracebackhide__ = True
     def run():
+        __tracebackhide__ = True
         try:
             return callback(epoch, history) is False
         except StopTraining:
@@ -125,6 +130,7 @@ def early_stop(fn) -> None:
     ``StopTraining``) as soon as the validation accuracy reaches ``target``, and lets it go on
     otherwise -- also when there is no validation accuracy. The histories' training accuracy
     is 1.0 throughout, so a callback that reads it instead stops too early."""
+    __tracebackhide__ = True
     cases = [(0.9, [0.5, 0.8, 0.91, 0.95], 3),
              (0.75, [0.75], 1),                      # reaching the target exactly counts
              (0.99, [0.6, 0.97, 0.98], None),        # never reached: never stop
@@ -149,6 +155,7 @@ def early_stop(fn) -> None:
             stopped = _stops(callback, epoch, _history(accs[:epoch]), fn, f"{case}, epoch {epoch}")
             should = stop_at is not None and epoch >= stop_at
             def probe(what, **history):   # would the callback stop on this other history?
+                __tracebackhide__ = True
                 return _stops(callback, epoch, _history(**history), fn,
                               f"{case}, epoch {epoch}, {what}")
             if stopped and not should:
@@ -188,6 +195,7 @@ def mlp_parameter_count(fn) -> None:
     ``Linear(d_in, d_out)`` per pair of sizes with d_in * d_out weights and d_out biases.
     (Counted here, not by building an MLP: that would draw from the learner's random
     generator.)"""
+    __tracebackhide__ = True
     cases = [[2, 1], [2, 4, 2], [2, 8, 8, 3], [64, 32, 32, 10]]
     for sizes in cases:
         pairs = list(zip(sizes[:-1], sizes[1:]))

@@ -16,7 +16,7 @@ expected, what your function gave and, for the common mistakes, the likely fix::
 - :func:`arithmetic_intensity` checks ``arithmetic_intensity(tile_m, tile_n, K, itemsize=4)``:
   FLOPs per byte loaded from global memory.
 
-The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``basics.py``.
+The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import numbers
 
 import numpy as np
 
-from .basics import (_rng, call, expect_close, expect_shape, expect_unchanged, fail, passed,
-                     to_array, to_number)
+from .harness import (call, expect_close, expect_shape, expect_unchanged, fail, passed,
+                      rng, to_array, to_number)
 
 __all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
            "arithmetic_intensity"]
@@ -33,6 +33,7 @@ __all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
 
 def _integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
     """A returned whole number as an int; fail on None, arrays, or a float with a fraction."""
+    __tracebackhide__ = True
     if value is None:
         fail(fn, case, f"{what} is None.", "did your function `return` it?")
     if isinstance(value, np.ndarray) and value.ndim == 0:
@@ -55,6 +56,7 @@ def global_index(fn) -> None:
     """Check ``fn(block_idx, block_dim, thread_idx)``: the global index of a thread along one
     axis, ``blockIdx.x * blockDim.x + threadIdx.x``, for ints and for NumPy int arrays that
     broadcast together (one call for a whole grid)."""
+    __tracebackhide__ = True
     cases = [(0, 32, 5), (3, 32, 5), (2, 256, 255), (7, 128, 0), (1, 1, 0)]
     for b, d, t in cases:
         case = f"block_idx={b}, block_dim={d}, thread_idx={t}"
@@ -92,6 +94,7 @@ def global_index(fn) -> None:
 def grid_size(fn) -> None:
     """Check ``fn(n, block)``: how many blocks of ``block`` threads a 1-D grid needs so that
     every one of ``n`` elements gets a thread — ``ceil(n / block)``, as a whole number."""
+    __tracebackhide__ = True
     cases = [(1024, 256), (1000, 256), (1, 256), (257, 256), (2048, 32), (100, 1), (31, 32),
              (0, 128), (768, 256), (96, 32), (1025, 1024)]
     for n, block in cases:
@@ -128,6 +131,7 @@ def grid_size(fn) -> None:
 # Memory coalescing
 # ======================================================================================
 def _segments(addresses, segment_bytes):
+    __tracebackhide__ = True
     return len(np.unique(np.asarray(addresses) // segment_bytes))
 
 
@@ -136,6 +140,7 @@ def warp_transactions(fn) -> None:
     segments of ``segment_bytes`` bytes that the byte ``addresses`` of one warp's 32 threads
     fall into — with 32, the sectors the memory system fetches for that warp's access; with
     128, the cache lines it touches."""
+    __tracebackhide__ = True
     lane = np.arange(32)
     cases = [   # (in this order, a count in elements fails before one from the address range)
         ("32 consecutive float32 starting at byte 0 (4 * lane)", 4 * lane, 128),
@@ -190,6 +195,7 @@ def warp_transactions(fn) -> None:
 # ======================================================================================
 def _last_k_tile_only(A, B, tile):
     """The wrong result of C = ... (overwriting) instead of C += ...: only the last k-tile."""
+    __tracebackhide__ = True
     M, K = A.shape
     k0 = (K - 1) // tile * tile
     return A[:, k0:] @ B[k0:, :]
@@ -197,6 +203,7 @@ def _last_k_tile_only(A, B, tile):
 
 def _inner_tiles_only(A, B, tile):
     """The wrong result of loops that stop at the last whole tile (range(M // tile) ...)."""
+    __tracebackhide__ = True
     M, K = A.shape
     N = B.shape[1]
     Mt, Nt, Kt = M // tile * tile, N // tile * tile, K // tile * tile
@@ -205,11 +212,38 @@ def _inner_tiles_only(A, B, tile):
     return C
 
 
+class _Whole(np.ndarray):
+    """A whole input matrix that notes when it is multiplied as a whole (``A @ B``,
+    ``np.dot(A, B)``): tiled_matmul must multiply tiles, not the matrices. Slices of it (the
+    tiles) are plain arrays, so only the whole matrix is watched."""
+
+    used_whole = False
+
+    def __getitem__(self, index):
+        __tracebackhide__ = True
+        return np.asarray(self)[index]
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        __tracebackhide__ = True
+        if ufunc is np.matmul:
+            _Whole.used_whole = True
+        inputs = tuple(np.asarray(a) if isinstance(a, _Whole) else a for a in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        __tracebackhide__ = True
+        if func in (np.dot, np.matmul, np.inner, np.tensordot, np.einsum, np.vdot):
+            _Whole.used_whole = True
+        args = tuple(np.asarray(a) if isinstance(a, _Whole) else a for a in args)
+        return func(*args, **kwargs)
+
+
 def tiled_matmul(fn) -> None:
     """Check ``fn(A, B, tile)``: C = A @ B computed tile by tile as in ``matmul_tiled.cu``,
     for square and ragged sizes (M, N, K not multiples of ``tile``), a tile of 1, and a tile
     larger than the matrices. A: (M, K), B: (K, N) -> C: (M, N)."""
-    r = _rng(8)
+    __tracebackhide__ = True
+    r = rng(8)
     sizes = [(8, 8, 8, 4), (5, 7, 9, 4), (6, 4, 10, 3), (3, 5, 2, 8), (4, 3, 5, 1),
              (33, 31, 65, 16)]
     for M, N, K, tile in sizes:
@@ -239,7 +273,16 @@ def tiled_matmul(fn) -> None:
         ])
         expect_unchanged(fn, case, [("A", A, A_given), ("B", B, B_given)],
                          "copy the tiles out of {name} (As[...] = a), never write into {name}.")
-    passed(fn, len(sizes))
+    M, N, K, tile = sizes[-1]
+    case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}, watching the products"
+    _Whole.used_whole = False
+    call(fn, r.standard_normal((M, K)).view(_Whole), r.standard_normal((K, N)).view(_Whole), tile,
+         case=case)
+    if _Whole.used_whole:
+        fail(fn, case, "the whole matrices were multiplied (A @ B or np.dot(A, B)): the result "
+                       "is right, but that is not the tiled algorithm the kernel runs.",
+             "multiply only the (tile, tile) tiles, As @ Bs, one k-step at a time.")
+    passed(fn, len(sizes) + 1)
 
 
 # ======================================================================================
@@ -250,6 +293,7 @@ def arithmetic_intensity(fn) -> None:
     when one block computes a ``tile_m x tile_n`` tile of C = A @ B over the whole K: it does
     ``2 * tile_m * tile_n * K`` FLOPs (a multiply and an add per product) and loads a
     ``tile_m x K`` strip of A and a ``K x tile_n`` strip of B, ``itemsize`` bytes each."""
+    __tracebackhide__ = True
     cases = [(1, 1, 2048, 4), (32, 32, 2048, 4), (128, 128, 2048, 4), (128, 64, 512, 4),
              (32, 32, 100, 8), (16, 4, 7, 2)]
     for tm, tn, K, itemsize in cases:

@@ -1,0 +1,175 @@
+"""The learner's workspace (issue 15): ``dlcourse start`` writes the student notebooks into the
+learner's own folder and never overwrites one the learner changed; ``dlcourse reset`` puts one
+exercise back; ``dlcourse solution`` shows a reference solution only when asked; and the start
+command, run as the current user (root in CI containers), serves JupyterLab on a folder with
+no solutions."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+
+from dlcourse import student, workspace  # noqa: E402
+from dlcourse.cli import main  # noqa: E402
+from dlcourse.student import BEGIN, MANIFEST, exercises, sync_notebooks  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+LESSON = "03_backpropagation"
+
+
+@pytest.fixture()
+def source(tmp_path):
+    """A copy of two lessons, standing in for the course (so a test can 'update' it)."""
+    folder = tmp_path / "course"
+    folder.mkdir()
+    for name in ("01_perceptron", LESSON):
+        shutil.copy(NOTEBOOKS / f"{name}.ipynb", folder)
+    return folder
+
+
+def _edit(path: Path, index: int, text: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[index].source = text
+    nbformat.write(nb, path)
+
+
+def _solution_free(folder: Path) -> None:
+    for path in folder.glob("*.ipynb"):
+        text = path.read_text(encoding="utf-8")
+        assert BEGIN not in text, f"{path.name} holds a solution block"
+        assert "dx = dout * (x > 0)" not in text
+
+
+def test_sync_adds_then_keeps_the_learners_edits_and_writes_updates_beside(source, tmp_path):
+    ws = tmp_path / "ws"
+    first = sync_notebooks(source, ws)
+    assert [what for what, _ in first] == ["added", "added"]
+    _solution_free(ws)
+    assert json.loads((ws / MANIFEST).read_text())["generated"]
+    assert [what for what, _ in sync_notebooks(source, ws)] == ["unchanged", "unchanged"]
+
+    _edit(ws / f"{LESSON}.ipynb", 0, "my notes")                   # the learner's edit
+    assert [what for what, _ in sync_notebooks(source, ws)] == ["unchanged", "kept"]
+    assert nbformat.read(ws / f"{LESSON}.ipynb", as_version=4).cells[0].source == "my notes"
+
+    for name in ("01_perceptron", LESSON):                         # a new course version
+        _edit(source / f"{name}.ipynb", 0, "# Revised lesson")
+    done = dict((p.name, what) for what, p in sync_notebooks(source, ws))
+    assert done == {"01_perceptron.ipynb": "updated",
+                    f"{LESSON}.updated.ipynb": "kept, new version beside"}
+    assert nbformat.read(ws / f"{LESSON}.ipynb", as_version=4).cells[0].source == "my notes"
+    assert nbformat.read(ws / f"{LESSON}.updated.ipynb",
+                         as_version=4).cells[0].source == "# Revised lesson"
+    assert [what for what, _ in sync_notebooks(source, ws)] == ["unchanged", "kept"]
+
+
+def test_a_notebook_the_manifest_does_not_know_is_the_learners(source, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / f"{LESSON}.ipynb").write_text("{}")                      # not ours
+    done = {p.name: what for what, p in sync_notebooks(source, ws)}
+    assert done[f"{LESSON}.updated.ipynb"] == "kept, new version beside"
+    assert (ws / f"{LESSON}.ipynb").read_text() == "{}"
+
+
+def test_reset_puts_one_exercise_back_and_keeps_the_rest(source, tmp_path, capsys):
+    ws = tmp_path / "ws"
+    sync_notebooks(source, ws)
+    path = ws / f"{LESSON}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    relu = next(ex for ex in exercises(nbformat.read(source / path.name, as_version=4))
+                if ex.name == "relu_backward")
+    start = nb.cells[relu.cell].source
+    _edit(path, relu.cell, "def relu_backward(dout, cache):\n    return dout  # my try")
+    _edit(path, 0, "my notes")
+    assert main(["reset", "03", "relu_backward", "--dir", str(ws), "--source", str(source)]) == 0
+    assert "reset relu_backward" in capsys.readouterr().out
+    nb = nbformat.read(path, as_version=4)
+    assert nb.cells[relu.cell].source == start and nb.cells[0].source == "my notes"
+    assert main(["reset", "03", "nope", "--dir", str(ws), "--source", str(source)]) == 1
+    assert "has no exercise 'nope'" in capsys.readouterr().err
+
+
+def test_solution_only_on_request(capsys):
+    assert main(["solution", "relu_backward"]) == 0
+    out = capsys.readouterr().out
+    assert "dx = dout * (x > 0)" in out and "03_backpropagation" in out
+    assert main(["solution", "no_such_exercise"]) == 1
+    assert "The exercises are" in capsys.readouterr().err
+
+
+def test_student_notebooks_command_keeps_an_edited_notebook(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["student-notebooks", str(out), "--source", str(source)]) == 0
+    _edit(out / f"{LESSON}.ipynb", 0, "mine")
+    assert main(["student-notebooks", str(out), "--source", str(source)]) == 0
+    assert "kept your" in capsys.readouterr().out
+    assert nbformat.read(out / f"{LESSON}.ipynb", as_version=4).cells[0].source == "mine"
+
+
+def test_the_notebooks_are_found_in_a_checkout_or_where_a_wheel_puts_them(tmp_path, monkeypatch):
+    assert student.notebooks_dir() == NOTEBOOKS
+    monkeypatch.setenv("DLCOURSE_NOTEBOOKS", str(tmp_path))
+    shutil.copy(NOTEBOOKS / f"{LESSON}.ipynb", tmp_path)
+    assert student.notebooks_dir() == tmp_path
+    # A wheel installs them as data files under <prefix>/share/dlcourse/notebooks.
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is new in Python 3.11")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    files = config["tool"]["setuptools"]["data-files"]["share/dlcourse/notebooks"]
+    assert files == ["notebooks/*.ipynb"]
+
+
+def test_jupyter_command_allows_root_only_as_root(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert "--allow-root" in workspace.jupyter_command(tmp_path, 9999, browser=False)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    cmd = workspace.jupyter_command(tmp_path, None, browser=True)
+    assert "--allow-root" not in cmd and "--no-browser" not in cmd
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_start_serves_jupyterlab_on_a_workspace_without_solutions(tmp_path):
+    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the course extra)")
+    ws, port = tmp_path / "ws", _free_port()
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    server = subprocess.Popen([sys.executable, "-m", "dlcourse", "start", "--dir", str(ws),
+                               "--no-browser", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, start_new_session=True)
+    try:
+        deadline, answer = time.monotonic() + 120, None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=2) as r:
+                    answer = json.loads(r.read())
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert answer and "version" in answer, "JupyterLab did not answer on the port"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            output, _ = server.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            output, _ = server.communicate()
+    assert f"your workspace is {ws.resolve()}" in output
+    assert len(list(ws.glob("*.ipynb"))) == len(list(NOTEBOOKS.glob("*.ipynb")))
+    _solution_free(ws)
