@@ -163,3 +163,101 @@ def test_float32_stays_float32(to_dev):
 def test_mistakes_get_clear_errors(make, message):
     with pytest.raises((TypeError, ValueError), match=message):
         make()
+
+
+# --------------------------------------------------------------------------------------
+# The exercise checks of lesson 14 (dl.check.unbroadcast, tensor_mul, topological_order)
+# --------------------------------------------------------------------------------------
+def _mul(a, b, accumulate=True, unbroadcast_grads=True, swap=False):
+    """tensor_mul, right by default; each flag puts in one classic mistake."""
+    out = Tensor(a.data * b.data, (a, b))
+
+    def grad_fn():
+        ga, gb = out.grad * (a.data if swap else b.data), out.grad * (b.data if swap else a.data)
+        if unbroadcast_grads:
+            ga, gb = unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+        if accumulate:
+            a.grad += ga
+            b.grad += gb
+        else:
+            a.grad = ga
+            b.grad = gb
+    out.grad_fn = grad_fn
+    return out
+
+
+def _preorder(root):
+    order, seen = [], set()
+
+    def visit(node):
+        if id(node) not in seen:
+            seen.add(id(node))
+            order.append(node)                  # the mistake: before its parents
+            for p in node.parents:
+                visit(p)
+    visit(root)
+    return order
+
+
+def _no_seen_set(root):
+    order = []
+
+    def visit(node):
+        for p in node.parents:
+            visit(p)
+        order.append(node)
+    visit(root)
+    return order
+
+
+def _recursive_topo(root):
+    order, seen = [], set()
+
+    def visit(node):
+        if id(node) not in seen:
+            seen.add(id(node))
+            for p in node.parents:
+                visit(p)
+            order.append(node)
+    visit(root)
+    return order
+
+
+@pytest.mark.parametrize("checker, right", [
+    ("unbroadcast", unbroadcast),
+    ("unbroadcast", lambda g, shape: g.sum(axis=tuple(range(g.ndim - len(shape)))).sum(
+        axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)),
+    ("tensor_mul", _mul),
+    ("tensor_mul", lambda a, b: a * b),               # the library's own operation
+    ("topological_order", topological_order),
+    ("topological_order", _recursive_topo),
+])
+def test_checks_accept_right_solutions(checker, right, capsys):
+    getattr(dl.check, checker)(right)
+    assert "\u2713" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("checker, wrong, words", [
+    ("unbroadcast", lambda g, shape: g, "unchanged"),
+    ("unbroadcast", lambda g, shape: g.sum(axis=0), "keepdims"),
+    ("unbroadcast", lambda g, shape: unbroadcast(g, shape) / 4, "averaged"),
+    ("tensor_mul", lambda a, b: _mul(a, b, accumulate=False), "Accumulate"),
+    ("tensor_mul", lambda a, b: _mul(a, b, swap=True), "OTHER input"),
+    ("tensor_mul", lambda a, b: _mul(a, b, unbroadcast_grads=False), "unbroadcast"),
+    ("tensor_mul", lambda a, b: Tensor(a.data * b.data, (a, b)), "no grad_fn"),
+    ("tensor_mul", lambda a, b: a.data * b.data, "not a Tensor"),
+    ("topological_order", _preorder, "wrong direction"),
+    ("topological_order", _no_seen_set, "set of the tensors already visited"),
+    ("topological_order", lambda root: list(root.parents) + [root], "missing"),
+    ("topological_order", lambda root: [n.data for n in topological_order(root)], "not only Tensors"),
+])
+def test_checks_name_the_mistake(checker, wrong, words):
+    with pytest.raises(dl.check.ExerciseError, match=words):
+        getattr(dl.check, checker)(wrong)
+
+
+def test_checks_say_not_implemented_with_the_hint():
+    def topological_order(root):
+        raise NotImplementedError("visit the parents first")
+    with pytest.raises(dl.check.ExerciseError, match="not implemented yet: visit the parents first"):
+        dl.check.topological_order(topological_order)
