@@ -261,3 +261,34 @@ def test_checks_say_not_implemented_with_the_hint():
         raise NotImplementedError("visit the parents first")
     with pytest.raises(dl.check.ExerciseError, match="not implemented yet: visit the parents first"):
         dl.check.topological_order(topological_order)
+
+
+def test_lesson_14_exercises_pass_their_checks_and_the_student_version_says_not_yet(capsys):
+    """The notebook's own solutions pass dl.check; with the solutions removed (the student
+    version), each check says "not implemented yet" with the exercise's hint."""
+    nbformat = pytest.importorskip("nbformat")
+    import re
+    from pathlib import Path
+
+    from dlcourse.student import student_source
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "14_autograd.ipynb"
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    exercises = [(i, re.search(r"^def (\w+)\(", s, re.M).group(1)) for i, s in enumerate(cells)
+                 if "### BEGIN SOLUTION" in s]
+    assert [name for _, name in exercises] == ["unbroadcast", "tensor_mul", "topological_order"]
+    setup = {"dl": dl, "np": np, "Tensor": Tensor}
+    for i, name in exercises:
+        check = cells[i + 1]
+        assert check.strip() == f"dl.check.{name}({name})"
+        exec(cells[i], setup)                        # noqa: S102 - our own notebook
+        exec(check, setup)                           # noqa: S102
+        assert f"\u2713 {name}" in capsys.readouterr().out
+        student = dict(setup)
+        exec(student_source(cells[i]), student)      # noqa: S102
+        hint = re.search(r"# HINT: (.*)", cells[i]).group(1).strip()
+        with pytest.raises(dl.check.ExerciseError, match=f"{name} is not implemented yet"):
+            try:
+                exec(check, student)                 # noqa: S102
+            except dl.check.ExerciseError as err:
+                assert hint in str(err)
+                raise

@@ -20,11 +20,22 @@ reference engine is ``dlcourse/autograd.py``.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from .. import backend
 from ..autograd import Tensor
-from .basics import (_expect_on_gpu, _gpu, _rng, _shape, call, expect_close, expect_shape,
-                     fail, passed, to_array)
+from .basics import ExerciseError, call, expect_close, expect_shape, fail, passed, to_array
 
 __all__ = ["unbroadcast", "tensor_mul", "topological_order"]
+
+
+def _rng(seed):
+    return np.random.default_rng([seed, 14])
+
+
+def _shape(shape) -> str:
+    shape = tuple(int(s) for s in shape)
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 # ======================================================================================
@@ -77,12 +88,15 @@ def unbroadcast(fn):
                      mistakes=[(lambda: _sum_to(grad, shape) / (grad.size // max(got.size, 1)),
                                 "you averaged; the gradient of a broadcast value is the SUM "
                                 "over its copies (each copy contributed to the loss).")])
-    cp = _gpu()
+    cp = backend.require_cupy() if backend.gpu_available() else None
     if cp is not None:
         case, grad, shape = cases[0]
         case = f"{case}, on the GPU (a CuPy array)"
         out = call(fn, cp.asarray(grad), shape, case=case)
-        _expect_on_gpu(out, fn, case, "the result")
+        if backend.device_of(out) != "gpu":
+            fail(fn, case, "the result came back as a NumPy array for a CuPy (GPU) input.",
+                 "use grad's own methods (grad.sum(...)), not np.<function>, so the result stays "
+                 "where grad lives.")
         expect_close(to_array(out, fn, case, "the result"), _sum_to(grad, shape), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
     passed(fn, len(cases) + (cp is not None), cp is not None)
@@ -103,6 +117,10 @@ def _backward(loss, fn, case, fix):
     """loss.backward(), turning an error inside the learner's grad_fn into a named mistake."""
     try:
         loss.backward()
+    except NotImplementedError as err:             # the student version of grad_fn
+        hint = str(err).strip() or "replace the `raise NotImplementedError` line with your code."
+        name = getattr(fn, "__name__", "your function")
+        raise ExerciseError(f"{name} is not implemented yet: {hint}") from None
     except Exception as err:  # noqa: BLE001 - the learner's grad_fn may raise anything
         fail(fn, case, f"the backward pass raised {type(err).__name__} in your grad_fn: {err}", fix)
 
