@@ -26,7 +26,8 @@ The array decides the backend: NumPy arrays stay on the CPU, CuPy arrays on the 
 
 Unlike PyTorch, ``backward()`` starts every gradient from zero (PyTorch adds into the
 leaves' ``.grad`` across calls, hence ``optimizer.zero_grad()``), and every tensor gets a
-gradient (PyTorch computes only those that lead to a tensor with ``requires_grad=True``).
+gradient (PyTorch records the graph, and computes gradients, only for what depends on a leaf
+created with ``requires_grad=True``).
 """
 from __future__ import annotations
 
