@@ -22,6 +22,7 @@ from .cuda import (arithmetic_intensity, global_index, grid_size,  # lesson 08
 from .harness import ExerciseError
 from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
+from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
@@ -38,4 +39,6 @@ __all__ = [
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
     # lesson 09
     "decision_grid", "early_stop", "mlp_parameter_count",
+    # lesson 14
+    "unbroadcast", "tensor_mul", "topological_order",
 ]
