@@ -67,9 +67,9 @@ def as_batch(x, shape, single_ok: bool = False) -> np.ndarray:
         want += f" or flat (N, {int(np.prod(shape))})"
     try:
         a = np.asarray(x)
-    except (ValueError, OverflowError, TypeError) as err:    # ragged nested lists
+    except (ValueError, OverflowError, TypeError):    # ragged nested lists
         raise InputError(f"inputs must be a rectangular array of numbers shaped {want}; the "
-                         f"rows have different lengths ({err}).") from None
+                         f"rows have different lengths.") from None
     if a.dtype.kind not in "iuf":
         what = {"b": "booleans", "U": "strings", "S": "bytes", "O": "a ragged or mixed list"}
         raise InputError(f"inputs must be numbers shaped {want}, got "

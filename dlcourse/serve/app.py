@@ -17,9 +17,8 @@ at start); and it answers ``/health`` for whoever watches it.
 FastAPI (on uvicorn) is a maintained, widely used framework; it is imported only here, so the
 core install does not need it (``pip install -e ".[serve]"``).
 """
-from __future__ import annotations
 
-import hashlib
+import hashlib  # (no `from __future__ import annotations`: FastAPI reads the handlers' annotations)
 import json
 import sys
 import tempfile
@@ -145,8 +144,10 @@ def create_app(model, *, sha256: str = "", name: str = "model",
                                   f"bytes: send smaller batches.")
         try:
             payload = json.loads(body)
-        except (ValueError, RecursionError):     # not JSON, not UTF-8, nested too deep
+        except ValueError:                       # not JSON, not UTF-8
             return error(400, "the body is not valid JSON.")
+        except RecursionError:
+            return error(400, "the JSON is nested too deeply.")
         if not isinstance(payload, dict) or "inputs" not in payload:
             return error(422, "the JSON must be an object with the key \"inputs\".")
         inputs = payload["inputs"]
