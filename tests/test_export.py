@@ -161,3 +161,10 @@ def test_export_cli_writes_a_checked_onnx_file(saved):
     assert "onnxruntime matches dlcourse" in r.stdout
     model = dl.load(path).eval()
     np.testing.assert_allclose(onnx_outputs(out, X), model.forward(X), atol=1e-5)
+
+
+def test_the_onnx_benchmark_times_the_same_model(benchmark_script, tmp_path):
+    bench = benchmark_script("onnx_inference")
+    run_dl, run_ort, diff = bench.engines("cnn", 2, 1, tmp_path)
+    assert diff < 1e-5
+    np.testing.assert_allclose(run_ort()[0], run_dl(), atol=1e-5)
