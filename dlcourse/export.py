@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import atomic_write
-from .backend import to_numpy
+from .backend import to_device, to_numpy
 from .conv import Conv2d, MaxPool2d
 from .fusion import Conv2dReLU, LinearReLU
 from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReLU, Sequential,
@@ -233,7 +233,8 @@ def to_onnx(model: Layer, input_shape):
     was_training = model.training
     model.eval()
     try:
-        y = model.forward(np.zeros((1,) + shape, dtype=model.dtype or np.float32))
+        sample = to_device(np.zeros((1,) + shape, dtype=model.dtype or np.float32), model.device)
+        y = model.forward(sample)
     except (ValueError, TypeError) as err:
         raise ExportError(f"the model does not take samples of shape {shape} (input_shape, "
                           f"without the batch axis): {err}") from None
@@ -263,7 +264,7 @@ def export_onnx(model: Layer, path, input_shape) -> Path:
 
     Args:
         model: a dlcourse model (dl.MLP, dl.CNN, a Sequential of exportable layers, a model
-            from ``dl.fuse``). It is exported as in evaluation mode (Dropout does nothing,
+            from ``dl.fuse``), on the CPU or the GPU. It is exported as in evaluation mode (Dropout does nothing,
             BatchNorm uses its running statistics), in float32.
         path: the ``.onnx`` file to write (atomically: a failure leaves any old file as is).
         input_shape: ONE sample's shape, without the batch axis: ``(64,)`` for an MLP on the

@@ -67,6 +67,15 @@ def test_onnxruntime_matches_dlcourse(name, fused, tmp_path):
                                    atol=1e-5, rtol=1e-5)
 
 
+def test_a_model_on_either_device_exports(device, tmp_path):
+    model = dl.CNN(1, (8, 8), 10, channels=(4, 8), batchnorm=True, seed=0).to(device)
+    path = export_onnx(model, tmp_path / "m.onnx", (1, 8, 8))
+    x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
+    model.eval()
+    expected = dl.to_numpy(model.forward(dl.to_device(x, device)))
+    np.testing.assert_allclose(onnx_outputs(path, x), expected, atol=1e-5)
+
+
 def test_a_layer_without_an_onnx_pattern_is_named(tmp_path):
     class Swish(dl.Layer):
         def forward(self, x):
