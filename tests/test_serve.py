@@ -208,3 +208,16 @@ def test_draw_a_digit_in_chromium(server, model_path, browser_tools, tmp_path):
         finally:
             browser.close()
 
+
+
+def test_serve_listens_on_loopback_by_default():
+    from dlcourse.cli import build_parser
+    args = build_parser().parse_args(["serve", "model.npz"])
+    assert (args.host, args.port, args.expect_sha256) == ("127.0.0.1", 8000, None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "model.npz", "--port", "70000"])
+
+
+def test_a_malformed_pin_is_refused(model_path):
+    r = run_serve(model_path, "--port", "1", "--expect-sha256", "abc")
+    assert r.returncode == 1 and "64 hexadecimal digits" in r.stderr
