@@ -21,6 +21,8 @@ from .models import CNN, MLP, Perceptron
 from .optim import SGD, Adam
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
+from . import inference                      # lesson 12: from checkpoint to service
+from .export import ExportError, export_onnx  # (onnx itself is imported on first use)
 
 __version__ = "0.1.0"
 
@@ -43,6 +45,8 @@ __all__ = [
     # training and checkpoints
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
+    # from checkpoint to service (lesson 12)
+    "inference", "ExportError", "export_onnx",
 ]
 
 

@@ -9,6 +9,10 @@
     ``dlcourse train`` alone trains the CNN on the 8x8 digits.
 ``dlcourse start`` / ``student-notebooks OUTDIR`` / ``reset LESSON EXERCISE`` / ``solution EXERCISE``
     The learner's own copy of the notebooks (``workspace.py``).
+``dlcourse predict MODEL.npz INPUT``, ``dlcourse export MODEL.npz OUT.onnx``,
+``dlcourse serve MODEL.npz``
+    Use a saved model: classes and probabilities for inputs, an ONNX file, an HTTP service
+    with a draw-a-digit page (notebook 12; export and serve need the ``[serve]`` extra).
 
 Errors end with one line on stderr and exit status 1 (set ``DLCOURSE_DEBUG=1`` to see the
 full traceback); bad arguments exit 2 with argparse's usage message.
@@ -156,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(usage_error=train.error)   # for the checks done after parsing (main)
 
     add_workspace_commands(commands)   # start, student-notebooks, reset, solution
+    _add_deploy_commands(commands)     # predict, export, serve
     return parser
 
 
@@ -381,6 +386,125 @@ def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
 
 
 # ======================================================================================
+# dlcourse predict / export / serve (notebook 12: from checkpoint to service)
+# ======================================================================================
+def _shape(text):
+    """--input-shape: "64" or "1,8,8" -> (64,) or (1, 8, 8)."""
+    try:
+        shape = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected one sample's shape such as 64 or 1,8,8, "
+                                         f"got {text!r}")
+    return shape
+
+
+_port = _number(int, lambda v: 0 < v < 65536, "a port number from 1 to 65535")
+
+
+def _add_deploy_commands(commands) -> None:
+    shape_help = ("one sample's shape, e.g. 64 or 1,8,8 (default: read from the model; needed "
+                  "for a Sequential that starts with a Conv2d)")
+    predict = commands.add_parser(
+        "predict", help="print the classes and probabilities a saved model gives for inputs",
+        description="Load MODEL.npz (written by `dlcourse train --save` or dl.save) and print, "
+                    "for each input, its class and the class probabilities. INPUT is an .npy "
+                    "(or .npz) of inputs shaped like the model's (a batch, flat or as images, "
+                    "or one sample), or an image file for the image models (resized to the "
+                    "model's input; ink bright, a light background is inverted).")
+    predict.add_argument("model", metavar="MODEL.npz")
+    predict.add_argument("input", metavar="INPUT")
+    predict.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
+    predict.add_argument("--top", type=_positive_int, default=3,
+                         help="probabilities shown per input, largest first (default: 3)")
+
+    export = commands.add_parser(
+        "export", help="write a saved model as an ONNX file",
+        description="Write MODEL.npz as OUT.onnx (evaluation mode, float32, dynamic batch "
+                    "axis), check it with onnx.checker and compare onnxruntime's outputs with "
+                    "dlcourse's on random inputs. Needs: pip install -e \".[serve]\".")
+    export.add_argument("model", metavar="MODEL.npz")
+    export.add_argument("out", metavar="OUT.onnx")
+    export.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
+
+    serve = commands.add_parser(
+        "serve", help="serve a saved model over HTTP, with a draw-a-digit page",
+        description="Serve MODEL.npz on http://127.0.0.1:PORT/: GET / is a page where you draw "
+                    "a digit, GET /health says the service is up and which model it serves, "
+                    "POST /predict takes {\"inputs\": [[...], ...]} and returns {\"classes\": "
+                    "[...], \"probabilities\": [[...], ...]}. Needs: pip install -e \".[serve]\".")
+    serve.add_argument("model", metavar="MODEL.npz")
+    serve.add_argument("--port", type=_port, default=8000, help="default: 8000")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="default: 127.0.0.1, this machine only (0.0.0.0 opens it to the "
+                            "network)")
+    serve.add_argument("--expect-sha256", metavar="HEX",
+                       help="refuse to start unless the model file's SHA-256 (as sha256sum "
+                            "prints it) is HEX")
+    serve.add_argument("--max-request-bytes", type=_positive_int, default=4 * 2**20,
+                       help="largest request body accepted (default: 4 MiB)")
+
+
+def _load_for_inference(args):
+    from .checkpoint import load
+    from .inference import InputError, input_shape
+    model = load(args.model)
+    try:
+        return model, tuple(args.input_shape) if args.input_shape else input_shape(model)
+    except InputError as err:
+        raise CLIError(str(err)) from None
+
+
+def _predict(args) -> int:
+    from .inference import InputError, as_batch, predict_proba, read_inputs
+    model, shape = _load_for_inference(args)
+    try:
+        x = as_batch(read_inputs(args.input, shape), shape, single_ok=True)
+        classes, probs = predict_proba(model, x)
+    except InputError as err:
+        raise CLIError(f"{args.input}: {err}") from None
+    top = min(args.top, probs.shape[1])
+    print(f"{len(x)} input(s) of shape {list(shape)}: class, then the {top} largest "
+          f"probabilities")
+    for i, (c, p) in enumerate(zip(classes, probs)):
+        best = np.argsort(-p, kind="stable")[:top]
+        print(f"{i}: class {c}   " + "  ".join(f"{k}: {p[k]:.4f}" for k in best))
+    return 0
+
+
+def _export(args) -> int:
+    from .export import ExportError, export_onnx, require
+    model, shape = _load_for_inference(args)
+    try:
+        path = export_onnx(model, args.out, shape)
+        ort = require("onnxruntime")
+    except (ExportError, ImportError) as err:
+        raise CLIError(str(err)) from None
+    x = np.random.default_rng(0).random((8,) + shape, dtype=np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    onnx_out = session.run(None, {session.get_inputs()[0].name: x})[0]
+    model.eval()
+    diff = float(np.abs(onnx_out - np.asarray(model.forward(x))).max())
+    if not diff <= 1e-4:
+        raise CLIError(f"{path} was written, but onnxruntime's outputs differ from dlcourse's by "
+                       f"{diff:.2e} (more than 1e-4): do not trust it.")
+    print(f"wrote {path}: input [N, {', '.join(map(str, shape))}]; onnxruntime matches "
+          f"dlcourse to {diff:.1e} on 8 random inputs")
+    return 0
+
+
+def _serve(args) -> int:
+    from .serve import ModelRefused, serve
+    try:
+        serve(args.model, host=args.host, port=args.port, expect_sha256=args.expect_sha256,
+              max_request_bytes=args.max_request_bytes)
+    except (ModelRefused, ImportError) as err:
+        raise CLIError(str(err)) from None
+    return 0
+
+
+# ======================================================================================
 # main
 # ======================================================================================
 # Errors whose message already says what to do: printed without the DLCOURSE_DEBUG hint.
@@ -394,7 +518,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)     # bad arguments: usage + one line, exit 2
     if args.command == "train" and (problem := _options_of_other_models(args)):
         args.usage_error(problem)      # the same, for options that belong to another model
-    run = getattr(args, "run", None) or {"doctor": lambda a: doctor(), "train": _train}[args.command]
+    run = getattr(args, "run", None) or {"doctor": lambda a: doctor(), "train": _train,
+                                         "predict": _predict, "export": _export,
+                                         "serve": _serve}[args.command]
     try:
         return run(args)
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from .cuda import (arithmetic_intensity, global_index, grid_size,  # lesson 08
 from .harness import ExerciseError
 from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
+from .deploy import fold_batchnorm, validate_batch  # lesson 12
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
@@ -39,6 +40,8 @@ __all__ = [
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
     # lesson 09
     "decision_grid", "early_stop", "mlp_parameter_count",
+    # lesson 12
+    "fold_batchnorm", "validate_batch",
     # lesson 14
     "unbroadcast", "tensor_mul", "topological_order",
 ]

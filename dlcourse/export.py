@@ -1,0 +1,284 @@
+"""Exporting a model to ONNX, so other tools can run it: :func:`export_onnx`.
+
+Introduced in notebook ``12_checkpoint_to_service``. ONNX is a file format for a computation
+graph: nodes (``Gemm``, ``Conv``, ``Relu``, ...) reading and writing named tensors, and the
+weights stored beside them ("initializers"). Any ONNX runtime (onnxruntime, TensorRT, a
+browser's) can then run the model without dlcourse.
+
+The graph is written by hand with the ``onnx`` package's helper API, one node pattern per
+layer type, looked up in :data:`EXPORTERS`:
+
+=================  ====================================================================
+dlcourse layer     ONNX nodes
+=================  ====================================================================
+Linear             ``Gemm(x, W, b)``; W is stored (in, out), so ``transB=0``
+Conv2d             ``Conv(x, W, b)`` with ``kernel_shape``, ``strides``, ``pads``
+MaxPool2d          ``MaxPool`` (floor mode, as dlcourse)
+ReLU/Sigmoid/Tanh  ``Relu`` / ``Sigmoid`` / ``Tanh``
+Flatten            ``Flatten(axis=1)``
+BatchNorm2d        ``BatchNormalization`` with the running statistics (evaluation mode)
+Dropout, Identity  nothing: the identity in evaluation mode
+LinearReLU         ``Gemm`` then ``Relu`` (the fused layers of ``dl.fuse``)
+Conv2dReLU         ``Conv`` then ``Relu``
+Sequential         its layers, one after another (MLP and CNN are Sequentials)
+=================  ====================================================================
+
+A new layer type (the int8 layers of quantization, say) adds its own pattern with
+:func:`register_exporter`; a layer with no pattern is refused, naming it.
+
+    dl.export_onnx(model, "cnn.onnx", input_shape=(1, 8, 8))   # one sample's shape
+    # onnxruntime.InferenceSession("cnn.onnx").run(None, {"input": x})[0] == model's logits
+
+The graph has one input ``"input"`` of shape ``(N, *input_shape)`` with a dynamic batch axis
+``N``, and one output ``"logits"``. The IR version and opset are set explicitly (a newer
+``onnx`` could otherwise write a file an older onnxruntime refuses).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ._io import atomic_write
+from .backend import to_device, to_numpy
+from .conv import Conv2d, MaxPool2d
+from .fusion import Conv2dReLU, LinearReLU
+from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReLU, Sequential,
+                     Sigmoid, Tanh)
+
+__all__ = ["export_onnx", "register_exporter", "EXPORTERS", "ExportError", "OnnxGraph",
+           "OPSET", "IR_VERSION", "INPUT_NAME", "OUTPUT_NAME", "require"]
+
+OPSET = 17          # the ONNX operator set the nodes follow
+IR_VERSION = 9      # the file format version: onnxruntime >= 1.15 reads it
+INPUT_NAME, OUTPUT_NAME = "input", "logits"
+
+
+class ExportError(ValueError):
+    """The model cannot be written as ONNX (a layer with no ONNX pattern, a bad input shape)."""
+
+
+def require(module: str):
+    """Import ``onnx`` or ``onnxruntime``, or say how to install them (they are optional)."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{module} is not installed; ONNX export and the prediction service "
+                          f"are optional parts of dlcourse: python -m pip install -e "
+                          f"\".[serve]\" (or pip install onnx onnxruntime).") from None
+
+
+class OnnxGraph:
+    """The graph being written: nodes, initializers (weights) and fresh tensor names.
+
+    An exporter adds to it and returns the name of the tensor its layer outputs::
+
+        W = g.weight("W", layer.params["W"])       # an initializer, float32 unless told
+        y = g.node("Gemm", [x, W, b])              # a node; returns its output's name
+    """
+
+    def __init__(self):
+        self.onnx = require("onnx")
+        self.nodes, self.initializers = [], []
+        self._used: set[str] = {INPUT_NAME}
+        self.prefix = ""             # "3." while layer 3 of a Sequential is exported
+
+    def name(self, base: str) -> str:
+        """A tensor name not used yet, starting with the current layer's prefix."""
+        name, i = f"{self.prefix}{base}", 1
+        while name in self._used:
+            name, i = f"{self.prefix}{base}_{i}", i + 1
+        self._used.add(name)
+        return name
+
+    def weight(self, base: str, array, dtype=np.float32) -> str:
+        """Store ``array`` (NumPy or CuPy) as an initializer; returns its name. ``dtype=None``
+        keeps the array's own dtype (int8 weights and their zero points, for instance)."""
+        array = np.asarray(to_numpy(array))
+        if dtype is not None:
+            array = array.astype(dtype)
+        name = self.name(base)
+        self.initializers.append(self.onnx.numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: int = 1, **attributes):
+        """Add one node; returns its output name (a list of names when ``outputs`` > 1)."""
+        names = [self.name(op.lower()) for _ in range(outputs)]
+        self.nodes.append(self.onnx.helper.make_node(op, inputs, names, name=self.name(op),
+                                                     **attributes))
+        return names[0] if outputs == 1 else names
+
+
+EXPORTERS: dict[type, callable] = {}   # layer class -> fn(layer, graph, x_name) -> output name
+
+
+def register_exporter(*layer_types):
+    """Decorator: ``fn(layer, graph, x) -> y`` writes ``layer``'s nodes into ``graph``
+    (an :class:`OnnxGraph`) reading tensor ``x``, and returns the name of its output.
+
+    The exact class is looked up (a subclass of Linear that computes something else must
+    register its own pattern); Sequential's subclasses (MLP, CNN, ...) export as Sequential.
+    """
+    def add(fn):
+        for layer_type in layer_types:
+            EXPORTERS[layer_type] = fn
+        return fn
+    return add
+
+
+def _exporter(layer):
+    fn = EXPORTERS.get(type(layer))
+    if fn is None and isinstance(layer, Sequential):
+        fn = EXPORTERS[Sequential]
+    if fn is None:
+        known = ", ".join(sorted(t.__name__ for t in EXPORTERS))
+        raise ExportError(f"cannot export {type(layer).__name__} to ONNX: no ONNX pattern is "
+                          f"registered for it (layers that export: {known}). Write one with "
+                          f"@dl.export.register_exporter({type(layer).__name__}), or replace the "
+                          f"layer.")
+    return fn
+
+
+# ======================================================================================
+# One pattern per layer type
+# ======================================================================================
+@register_exporter(Sequential)
+def _sequential(model, g, x):
+    outer = g.prefix
+    for i, layer in enumerate(model.layers):
+        g.prefix = f"{outer}{i}."
+        x = _exporter(layer)(layer, g, x)
+    g.prefix = outer
+    return x
+
+
+@register_exporter(Linear)
+def _linear(layer, g, x):
+    # y = x @ W + b: Gemm computes alpha * A @ B + beta * C; W is (in, out) already.
+    return g.node("Gemm", [x, g.weight("W", layer.params["W"]), g.weight("b", layer.params["b"])],
+                  transB=0)
+
+
+@register_exporter(Conv2d)
+def _conv2d(layer, g, x):
+    F, C, KH, KW = layer.params["W"].shape
+    p = layer.padding
+    return g.node("Conv", [x, g.weight("W", layer.params["W"]), g.weight("b", layer.params["b"])],
+                  kernel_shape=[KH, KW], strides=[layer.stride] * 2, pads=[p, p, p, p])
+
+
+@register_exporter(MaxPool2d)
+def _maxpool2d(layer, g, x):
+    return g.node("MaxPool", [x], kernel_shape=list(layer.kernel_size),
+                  strides=[layer.stride] * 2)
+
+
+@register_exporter(ReLU, Sigmoid, Tanh)
+def _activation(layer, g, x):
+    return g.node(type(layer).__name__.capitalize(), [x])    # Relu, Sigmoid, Tanh
+
+
+@register_exporter(Flatten)
+def _flatten(layer, g, x):
+    return g.node("Flatten", [x], axis=1)
+
+
+@register_exporter(Dropout, Identity)
+def _identity(layer, g, x):
+    return x                           # evaluation mode: nothing to compute
+
+
+@register_exporter(BatchNorm2d)
+def _batchnorm2d(layer, g, x):
+    # Evaluation mode: y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta
+    inputs = [g.weight(k, a) for k, a in (("gamma", layer.params["gamma"]),
+                                          ("beta", layer.params["beta"]),
+                                          ("running_mean", layer.buffers["running_mean"]),
+                                          ("running_var", layer.buffers["running_var"]))]
+    return g.node("BatchNormalization", [x] + inputs, epsilon=layer.eps)
+
+
+@register_exporter(LinearReLU, Conv2dReLU)
+def _fused_relu(layer, g, x):
+    # A fused layer computes exactly its wrapped layer (``layer.layer``) then ReLU.
+    inner = layer.layer
+    return g.node("Relu", [_exporter(inner)(inner, g, x)])
+
+
+# ======================================================================================
+# The model
+# ======================================================================================
+def _input_shape(input_shape) -> tuple[int, ...]:
+    if isinstance(input_shape, (int, np.integer)):
+        input_shape = (input_shape,)
+    try:
+        shape = tuple(int(s) for s in input_shape)
+    except (TypeError, ValueError):
+        raise ExportError(f"input_shape must be one sample's shape, e.g. (64,) for an MLP on "
+                          f"the digits or (1, 8, 8) for a CNN, got {input_shape!r}.") from None
+    if not shape or min(shape) < 1:
+        raise ExportError(f"input_shape must be one sample's shape (positive sizes, no batch "
+                          f"axis), e.g. (64,) or (1, 8, 8); got {input_shape!r}.")
+    return shape
+
+
+def to_onnx(model: Layer, input_shape):
+    """The model as an in-memory ``onnx.ModelProto`` (see :func:`export_onnx`)."""
+    onnx = require("onnx")
+    helper = onnx.helper
+    shape = _input_shape(input_shape)
+    # Run the model once on a sample first: a shape that does not fit fails here, with the
+    # layer's own error message, instead of in some other tool later.
+    was_training = model.training
+    model.eval()
+    try:
+        sample = to_device(np.zeros((1,) + shape, dtype=model.dtype or np.float32), model.device)
+        y = model.forward(sample)
+    except (ValueError, TypeError) as err:
+        raise ExportError(f"the model does not take samples of shape {shape} (input_shape, "
+                          f"without the batch axis): {err}") from None
+    finally:
+        model.train(was_training)
+    g = OnnxGraph()
+    out = _exporter(model)(model, g, INPUT_NAME)
+    if out == INPUT_NAME:                  # a model that computes nothing: still a valid graph
+        out = g.node("Identity", [out])
+    g.nodes[-1].output[0] = OUTPUT_NAME    # the last node writes the graph's output
+    f32 = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        g.nodes, f"dlcourse_{type(model).__name__}",
+        [helper.make_tensor_value_info(INPUT_NAME, f32, ["N", *shape])],
+        [helper.make_tensor_value_info(OUTPUT_NAME, f32, ["N", *to_numpy(y).shape[1:]])],
+        initializer=g.initializers)
+    from . import __version__
+    proto = helper.make_model(graph, producer_name="dlcourse", producer_version=__version__,
+                              opset_imports=[helper.make_opsetid("", OPSET)])
+    proto.ir_version = IR_VERSION
+    onnx.checker.check_model(proto, full_check=True)     # types and shapes inferred and checked
+    return proto
+
+
+def export_onnx(model: Layer, path, input_shape) -> Path:
+    """Write ``model`` as an ONNX file at ``path``; returns the path.
+
+    Args:
+        model: a dlcourse model (dl.MLP, dl.CNN, a Sequential of exportable layers, a model
+            from ``dl.fuse``), on the CPU or the GPU. It is exported as in evaluation mode (Dropout does nothing,
+            BatchNorm uses its running statistics), in float32.
+        path: the ``.onnx`` file to write (atomically: a failure leaves any old file as is).
+        input_shape: ONE sample's shape, without the batch axis: ``(64,)`` for an MLP on the
+            flat digits, ``(1, 8, 8)`` for a CNN on 8x8 images. The batch axis is dynamic.
+
+    Raises:
+        ExportError: a layer has no ONNX pattern (it is named), or the model does not take
+            samples of ``input_shape``.
+        ImportError: the ``onnx`` package is not installed (``pip install -e ".[serve]"``).
+    """
+    proto = to_onnx(model, input_shape)
+    path = Path(path).expanduser()
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"Cannot write {path}: the folder {path.parent} does not exist.")
+    with atomic_write(path) as f:
+        f.write(proto.SerializeToString())
+    return path

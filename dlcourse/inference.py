@@ -1,0 +1,176 @@
+"""Using a trained model on new inputs: what it takes, reading inputs from files, and the
+class probabilities it gives. Shared by ``dlcourse predict``, ``dlcourse serve`` and notebook
+``12_checkpoint_to_service``.
+
+    shape = input_shape(model)                 # one sample's shape: (64,) or (1, 8, 8)
+    x = as_batch(read_inputs("x.npy", shape), shape)
+    classes, probs = predict_proba(model, x)   # (N,), (N, K)
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ._validate import shape_str
+from .backend import to_numpy
+from .conv import Conv2d
+from .layers import Layer, Linear, Sequential
+from .losses import softmax
+
+__all__ = ["InputError", "input_shape", "as_batch", "read_inputs", "read_image",
+           "predict_proba", "IMAGE_SUFFIXES"]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".tif", ".tiff", ".webp")
+
+
+class InputError(ValueError):
+    """Inputs that do not fit the model (shape, type, non-finite values); the message says
+    what was expected."""
+
+
+def input_shape(model: Layer) -> tuple[int, ...]:
+    """One sample's shape for ``model``, without the batch axis.
+
+    dl.MLP([64, ...]) -> (64,); dl.CNN(1, (8, 8)) -> (1, 8, 8); a Sequential starting with a
+    Linear -> (in_features,). A Sequential starting with a Conv2d does not say its image size:
+    that is an InputError asking for it.
+    """
+    config = model.get_config()
+    if "sizes" in config:                                       # MLP
+        return (int(config["sizes"][0]),)
+    if "image_size" in config and "in_channels" in config:       # CNN
+        return (int(config["in_channels"]), *map(int, config["image_size"]))
+    first = model.layers[0] if isinstance(model, Sequential) and model.layers else model
+    first = getattr(first, "layer", first)                       # a fused layer's Linear/Conv2d
+    if isinstance(first, Linear):
+        return (first.in_features,)
+    if isinstance(first, Conv2d):
+        raise InputError(f"this model starts with a Conv2d({first.in_channels}, ...), which "
+                         f"takes images of any size: give the image shape (C, H, W), e.g. "
+                         f"--input-shape {first.in_channels},8,8.")
+    raise InputError(f"cannot tell what shape of input this {type(model).__name__} takes: give "
+                     f"it, e.g. --input-shape 64 or --input-shape 1,8,8.")
+
+
+def as_batch(x, shape, single_ok: bool = False) -> np.ndarray:
+    """``x`` as a float32 batch (N, *shape), or an InputError saying what was expected.
+
+    Accepted: (N, *shape); flat samples (N, prod(shape)); one-channel images without their
+    channel axis (N, H, W) when shape is (1, H, W); with ``single_ok``, one sample ``shape``.
+    Refused: anything not made of numbers (strings, booleans, ragged lists), non-finite values.
+    """
+    shape = tuple(shape)
+    want = f"(N, {', '.join(map(str, shape))})"
+    if len(shape) > 1:
+        want += f" or flat (N, {int(np.prod(shape))})"
+    try:
+        a = np.asarray(x)
+    except (ValueError, OverflowError, TypeError):    # ragged nested lists
+        raise InputError(f"inputs must be a rectangular array of numbers shaped {want}; the "
+                         f"rows have different lengths.") from None
+    if a.dtype.kind not in "iuf":
+        what = {"b": "booleans", "U": "strings", "S": "bytes", "O": "a ragged or mixed list"}
+        raise InputError(f"inputs must be numbers shaped {want}, got "
+                         f"{what.get(a.dtype.kind, a.dtype)}.")
+    if single_ok and a.shape in (shape, (int(np.prod(shape)),)):
+        a = a.reshape((1,) + shape)
+    n = a.shape[0] if a.ndim else 0
+    if a.ndim == 0 or n == 0:
+        raise InputError(f"inputs must be a non-empty batch shaped {want}, got shape "
+                         f"{shape_str(a.shape)}.")
+    if a.shape[1:] == shape:
+        pass
+    elif a.ndim == 2 and a.shape[1] == int(np.prod(shape)):
+        a = a.reshape((n,) + shape)
+    elif len(shape) == 3 and shape[0] == 1 and a.shape[1:] == shape[1:]:
+        a = a[:, None]
+    else:
+        hint = ""
+        if a.shape in (shape, (int(np.prod(shape)),)):
+            hint = " That is ONE sample: wrap it in a list, a batch of one."
+        raise InputError(f"inputs must be shaped {want} for this model, got shape "
+                         f"{shape_str(a.shape)}.{hint}")
+    a = a.astype(np.float32)
+    if not np.isfinite(a).all():
+        bad = int((~np.isfinite(a)).sum())
+        raise InputError(f"inputs must be finite numbers; {bad} value(s) are NaN or infinite "
+                         f"(or too large for float32).")
+    return a
+
+
+def read_image(path, shape) -> np.ndarray:
+    """An image file as one sample shaped ``shape`` = (C, H, W): resized to H×W, values in
+    [0, 1] with the ink bright, as in the course's digits and MNIST (a dark drawing on a light
+    background is inverted)."""
+    from PIL import Image, UnidentifiedImageError     # Pillow comes with matplotlib
+    if len(shape) != 3 or shape[0] not in (1, 3):
+        raise InputError(f"an image file needs a model that takes images (C, H, W) with 1 or 3 "
+                         f"channels; this one takes {shape_str(shape)}. Give an .npy of inputs.")
+    C, H, W = shape
+    try:
+        with Image.open(path) as img:
+            img = img.convert("L" if C == 1 else "RGB").resize((W, H), Image.Resampling.BOX)
+    except (UnidentifiedImageError, OSError) as err:
+        raise InputError(f"cannot read {path} as an image ({err}).") from None
+    a = np.asarray(img, dtype=np.float32) / 255.0
+    a = a[None] if C == 1 else a.transpose(2, 0, 1)               # (C, H, W)
+    if a.mean() > 0.5:                                            # light background: invert
+        a = 1.0 - a
+    return a
+
+
+def read_inputs(path, shape) -> np.ndarray:
+    """The inputs stored in ``path``: an ``.npy`` array, an ``.npz`` holding one array (or
+    one named ``X``, ``x`` or ``inputs``), or an image file (one sample, for image models)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No input file at {path}.")
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return read_image(path, shape)[None]
+    if suffix not in (".npy", ".npz"):
+        raise InputError(f"{path}: expected an .npy or .npz of inputs, or an image "
+                         f"({', '.join(IMAGE_SUFFIXES)}).")
+    try:
+        data = np.load(path, allow_pickle=False)       # never unpickle
+    except ValueError as err:
+        raise InputError(f"{path} cannot be read without pickle ({err}); save plain number "
+                         f"arrays with np.save.") from None
+    if suffix == ".npy":
+        return data
+    with data:
+        names = list(data.files)
+        name = next((n for n in ("X", "x", "inputs") if n in names), None)
+        if name is None and len(names) == 1:
+            name = names[0]
+        if name is None:
+            raise InputError(f"{path} holds {names}: name the inputs X (np.savez(path, X=...)) "
+                             f"or store only them.")
+        return data[name]
+
+
+_forward_lock = threading.Lock()   # a layer keeps its forward cache in itself: one pass at a time
+
+
+def predict_proba(model: Layer, x, batch_size: int = 1024):
+    """``(classes, probabilities)`` for the batch ``x``: (N,) int64 and (N, K) float64 NumPy.
+
+    The model runs in evaluation mode (its mode is put back after). K outputs give a softmax
+    over K classes; one output is a two-class model whose probability is its sigmoid.
+    """
+    with _forward_lock:
+        was_training = model.training
+        model.eval()
+        try:
+            logits = np.concatenate([to_numpy(model.forward(x[i:i + batch_size]))
+                                     for i in range(0, len(x), batch_size)]).astype(np.float64)
+        finally:
+            model.train(was_training)
+    if logits.shape[1] == 1:
+        p1 = 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        probs = np.stack([1.0 - p1, p1], axis=1)
+    else:
+        probs = to_numpy(softmax(logits))
+    return probs.argmax(axis=1).astype(np.int64), probs

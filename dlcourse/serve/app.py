@@ -1,0 +1,190 @@
+"""The prediction service: a checkpoint loaded once, verified, and served over HTTP.
+
+Introduced in notebook ``12_checkpoint_to_service``. Started by ``dlcourse serve MODEL.npz``:
+
+``GET /``            a page where you draw a digit and watch the probabilities (draw.html)
+``GET /health``      ``{"status": "ok", "sha256": ..., "input_shape": [...], "classes": K, ...}``
+``POST /predict``    ``{"inputs": [[...], ...]}`` (a batch, shaped as the model's input, flat
+                     or as images) -> ``{"classes": [...], "probabilities": [[...], ...]}``
+
+What a service adds to ``model.forward``: it refuses what the model cannot take with a JSON
+error that says what was expected (400: not JSON; 413: too large; 422: wrong shape, type or a
+non-finite number), never a traceback; it limits the size of a request; it serves one model,
+checked before the first request (the checkpoint's own SHA-256 by ``dl.load``, and, with
+``expect_sha256``, the file's SHA-256 against the one you pinned: any other file is refused
+at start); and it answers ``/health`` for whoever watches it.
+
+FastAPI (on uvicorn) is a maintained, widely used framework; it is imported only here, so the
+core install does not need it (``pip install -e ".[serve]"``).
+"""
+
+import hashlib  # (no `from __future__ import annotations`: FastAPI reads the handlers' annotations)
+import json
+import sys
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ..checkpoint import load
+from ..inference import InputError, as_batch, input_shape, predict_proba
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
+MAX_REQUEST_BYTES = 4 * 2**20     # 4 MiB of JSON: a batch of ~256 MNIST images
+MAX_BATCH = 1024                  # samples in one request
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ModelRefused(RuntimeError):
+    """The model file is not the one the service was told to serve (``--expect-sha256``)."""
+
+
+def sha256_of(path) -> str:
+    """The SHA-256 of a file's bytes, as ``sha256sum`` prints it."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_verified(path, expect_sha256: str | None = None):
+    """``(model, sha256)``: the checkpoint at ``path``, loaded once from the very bytes that
+    were hashed (a file swapped between the check and the load cannot slip in), refused with
+    :class:`ModelRefused` when ``expect_sha256`` is given and differs. ``dl.load`` then checks
+    the checkpoint's own digest (CheckpointError when altered)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No model at {path}: give the .npz that `dlcourse train "
+                                f"--save` or dl.save wrote.") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if expect_sha256 is not None:
+        want = expect_sha256.strip().lower()
+        if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
+            raise ModelRefused(f"--expect-sha256 must be 64 hexadecimal digits (sha256sum "
+                               f"prints them), got {expect_sha256!r}.")
+        if digest != want:
+            raise ModelRefused(f"refusing to serve {path}: its SHA-256 is {digest}, not the "
+                               f"expected {want}. The file was changed or replaced; serve "
+                               f"the right file, or pin the new one after checking it.")
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / (path.stem + ".npz")
+        copy.write_bytes(data)
+        try:
+            model = load(copy)
+        except Exception as err:     # say the learner's path, not the private copy's
+            err.args = tuple(str(a).replace(str(copy), str(path)) for a in err.args)
+            raise
+    return model, digest
+
+
+def page_html() -> str:
+    """The draw-a-digit page (package data: dlcourse/serve/draw.html)."""
+    return resources.files(__package__).joinpath("draw.html").read_text(encoding="utf-8")
+
+
+def _number_of_classes(model, shape) -> int:
+    _, probs = predict_proba(model, np.zeros((1,) + tuple(shape), np.float32))
+    return int(probs.shape[1])
+
+
+def create_app(model, *, sha256: str = "", name: str = "model",
+               max_request_bytes: int = MAX_REQUEST_BYTES, max_batch: int = MAX_BATCH):
+    """The FastAPI application serving ``model`` (see the module docstring)."""
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.concurrency import run_in_threadpool
+        from fastapi.responses import HTMLResponse, JSONResponse
+        from starlette.exceptions import HTTPException
+    except ImportError:
+        raise ImportError("the prediction service needs FastAPI and uvicorn: python -m pip "
+                          "install -e \".[serve]\"") from None
+    shape = tuple(input_shape(model))
+    K = _number_of_classes(model, shape)
+    expected = (f'{{"inputs": [...]}}: a list of at most {max_batch} samples, each shaped '
+                f'{list(shape)}' + (f" or flat ({int(np.prod(shape))} numbers)"
+                                    if len(shape) > 1 else ""))
+    info = {"status": "ok", "model": name, "sha256": sha256, "input_shape": list(shape),
+            "classes": K, "max_batch": max_batch, "max_request_bytes": max_request_bytes}
+    app = FastAPI(title="dlcourse prediction service", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    def error(status: int, message: str):
+        return JSONResponse({"error": message, "expected": expected}, status_code=status)
+
+    @app.exception_handler(HTTPException)        # 404 (no such page), 405 (GET /predict), ...
+    async def http_error(request, exc):
+        return JSONResponse({"error": str(exc.detail), "paths": ["GET /", "GET /health",
+                                                                 "POST /predict"]},
+                            status_code=exc.status_code)
+
+    @app.exception_handler(Exception)            # a bug of ours: no traceback to the client
+    async def unexpected(request, exc):
+        print(f"dlcourse serve: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return JSONResponse({"error": "internal error (see the server's log)"}, status_code=500)
+
+    @app.get("/", response_class=HTMLResponse)
+    def draw_page():
+        return page_html()
+
+    @app.get("/health")
+    def health():
+        return info
+
+    @app.post("/predict")
+    async def predict(request: Request):
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > max_request_bytes):
+            return error(413, f"the request body may be at most {max_request_bytes} bytes, "
+                              f"this one declares {declared}: send smaller batches.")
+        body = bytearray()
+        async for chunk in request.stream():     # counted as it arrives (chunked uploads too)
+            body += chunk
+            if len(body) > max_request_bytes:
+                return error(413, f"the request body may be at most {max_request_bytes} "
+                                  f"bytes: send smaller batches.")
+        try:
+            payload = json.loads(body)
+        except ValueError:                       # not JSON, not UTF-8
+            return error(400, "the body is not valid JSON.")
+        except RecursionError:
+            return error(400, "the JSON is nested too deeply.")
+        if not isinstance(payload, dict) or "inputs" not in payload:
+            return error(422, "the JSON must be an object with the key \"inputs\".")
+        inputs = payload["inputs"]
+        if not isinstance(inputs, list):
+            return error(422, f"\"inputs\" must be a list (a batch), got "
+                              f"{type(inputs).__name__}.")
+        if len(inputs) > max_batch:
+            return error(413, f"a request may hold at most {max_batch} samples, this one has "
+                              f"{len(inputs)}: split the batch.")
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                x = as_batch(inputs, shape)
+        except (InputError, RecursionError) as err:
+            return error(422, str(err) if isinstance(err, InputError) else "nested too deep.")
+        classes, probs = await run_in_threadpool(predict_proba, model, x)
+        return {"classes": classes.tolist(), "probabilities": np.round(probs, 6).tolist()}
+
+    return app
+
+
+def serve(path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          expect_sha256: str | None = None, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+    """Load and verify the checkpoint, then serve it until Ctrl-C (``dlcourse serve``)."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise ImportError("the prediction service needs FastAPI and uvicorn: python -m pip "
+                          "install -e \".[serve]\"") from None
+    model, digest = load_verified(path, expect_sha256)
+    app = create_app(model, sha256=digest, name=Path(path).name,
+                     max_request_bytes=max_request_bytes)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"dlcourse serve: {path} (sha256 {digest}), input {list(input_shape(model))}",
+          flush=True)
+    if host not in LOOPBACK:
+        print(f"dlcourse serve: warning: listening on {host}, so other machines can reach this "
+              f"service; the default, 127.0.0.1, keeps it to this machine.", flush=True)
+    print(f"dlcourse serve: draw a digit at http://{shown}:{port}/ (Ctrl-C to stop)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning",
+                h11_max_incomplete_event_size=64 * 1024)
