@@ -18,7 +18,11 @@ Why this format:
   bytes, in sorted order. A truncated or altered file raises :class:`CheckpointError`.
 * **Atomic.** The file is written to a temporary file in the same folder, then moved over the
   old one with ``os.replace``: a crash or a full disk never leaves half a checkpoint, and the
-  previous file stays as it was.
+  previous file stays as it was; a file saved again keeps its permissions.
+* **Bounded.** Before anything is inflated or allocated, every array's ``.npy`` header is
+  read and checked against the size its zip entry declares (at most ``MAX_CHECKPOINT_BYTES``
+  in all), only real or integer arrays are accepted, and the architecture must be shallow,
+  small JSON whose sizes fit the arrays the file holds.
 """
 from __future__ import annotations
 
@@ -29,15 +33,25 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npy_format
 
-from ._io import atomic_write
+from ._io import atomic_write, check_writable
 from .backend import to_numpy
 
-__all__ = ["save", "load", "CheckpointError", "FORMAT_VERSION"]
+__all__ = ["save", "load", "check_can_save", "CheckpointError", "FORMAT_VERSION",
+           "MAX_CHECKPOINT_BYTES"]
 
 FORMAT_NAME = "dlcourse-checkpoint"
 FORMAT_VERSION = 1
 META_KEY = "__dlcourse__"
+
+#: The most bytes the arrays of one checkpoint may declare (inflated), all together.
+MAX_CHECKPOINT_BYTES = 1 << 31
+#: The most bytes the JSON metadata may take, and how deep its config may nest.
+MAX_META_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 16
+#: dtype kinds a checkpoint may hold: float, signed and unsigned int, bool (never complex).
+_ARRAY_KINDS = "fiub"
 
 
 class CheckpointError(ValueError):
@@ -134,24 +148,131 @@ def save(model, path) -> Path:
                         f"only (an object array would need pickle, which dl.load refuses). "
                         f"Store numbers in the layer's params or buffers, and settings in its "
                         f"get_config().")
+    odd = [f"{name} ({a.dtype})" for name, a in arrays.items()
+           if a.dtype.kind not in _ARRAY_KINDS and not a.dtype.hasobject]
+    if odd:
+        raise TypeError(f"Cannot save {', '.join(odd)}: a checkpoint holds real numbers only "
+                        f"(float, int or bool arrays). A complex parameter is not something "
+                        f"dlcourse's layers make; convert it (a.real, or np.stack([a.real, "
+                        f"a.imag])) first.")
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
             "dlcourse_version": _version(), "architecture": architecture,
             "sha256": _digest(architecture, arrays)}
 
-    path = _npz_path(path)
-    folder = path.parent
-    if not folder.is_dir():
-        raise FileNotFoundError(f"Cannot save to {path}: the folder {folder} does not exist. "
-                                f"Create it first (os.makedirs) or choose another path.")
+    path = _save_target(path)
     with atomic_write(path) as f:      # readers see the old file or the new one, never half
         np.savez(f, **{META_KEY: np.array(json.dumps(meta))}, **arrays)
     return path
+
+
+def _check_members(path: Path) -> None:
+    """Read each entry's ``.npy`` header (a few hundred bytes) and refuse, before np.load
+    inflates or allocates anything, an entry whose header declares more or fewer bytes than
+    its zip entry holds, a total beyond ``MAX_CHECKPOINT_BYTES``, or a dtype that is not
+    real numbers (the metadata entry is text)."""
+    with zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+        total = sum(info.file_size for info in infos)
+        if total > MAX_CHECKPOINT_BYTES:
+            raise CheckpointError(f"{path}: its entries declare {total} bytes in all, more "
+                                  f"than the {MAX_CHECKPOINT_BYTES} a checkpoint may hold. The "
+                                  f"file is damaged or was not written by dl.save.")
+        for info in infos:
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            with archive.open(info) as f:
+                version = npy_format.read_magic(f)
+                read_header = (npy_format.read_array_header_1_0 if version == (1, 0)
+                               else npy_format.read_array_header_2_0)
+                shape, _, dtype = read_header(f)
+                header_bytes = f.tell()
+            if dtype.hasobject:
+                raise CheckpointError(f"{path} holds a pickled (object) array ({name}). "
+                                      f"dlcourse checkpoints never do, and unpickling can run "
+                                      f"code: refusing to load it.")
+            allowed = "U" if name == META_KEY else _ARRAY_KINDS
+            if dtype.kind not in allowed:
+                raise CheckpointError(f"{path}: the array {name} has dtype {dtype}; a "
+                                      f"checkpoint holds real numbers only (float, int, bool). "
+                                      f"It was not written by dl.save.")
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize + header_bytes
+            limit = MAX_META_BYTES if name == META_KEY else MAX_CHECKPOINT_BYTES
+            if declared != info.file_size or declared > limit:
+                raise CheckpointError(f"{path} is damaged or incomplete: the header of {name} "
+                                      f"declares shape {shape} of {dtype} ({declared} bytes "
+                                      f"with its header), but its entry holds "
+                                      f"{info.file_size} bytes.")
+
+
+def _depth(value, level: int = 0) -> int:
+    """How deep lists and dicts nest in a JSON value (iterative checks stop early)."""
+    if level > MAX_CONFIG_DEPTH + 3:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+def _check_config_sizes(path: Path, config, arrays: dict) -> None:
+    """Refuse a config whose sizes are far beyond what the file's arrays could be: every
+    layer's arrays come from the config, so building from an absurd one would allocate
+    gigabytes before load_state_dict noticed the mismatch. Bound: 64x the number of values
+    the file holds (at least 64 x 2**16), for each integer, for the product of the integers
+    of one dict (Linear's in x out) and for the two largest of one list (an image size)."""
+    held = sum(int(a.size) for a in arrays.values())
+    bound = 64 * max(held, 1 << 16)
+
+    def sizes(value):
+        if isinstance(value, bool):
+            return
+        if isinstance(value, int):
+            yield value, value
+        elif isinstance(value, dict):
+            ints = [v for v in value.values() if isinstance(v, int) and not isinstance(v, bool)]
+            yield int(np.prod([max(v, 1) for v in ints], dtype=object)), ints
+            for v in value.values():
+                yield from sizes(v)
+        elif isinstance(value, list):
+            ints = sorted(v for v in value if isinstance(v, int) and not isinstance(v, bool))
+            yield int(np.prod([max(v, 1) for v in ints[-2:]], dtype=object)), ints[-2:]
+            for v in value:
+                yield from sizes(v)
+
+    for size, what in sizes(config):
+        if size > bound:
+            raise CheckpointError(f"{path}: the saved config declares sizes {what} (a layer of "
+                                  f"about {size} values), far more than the {held} values the "
+                                  f"file holds. Building it would allocate that much memory; "
+                                  f"the file is damaged or was not written by dl.save.")
+
+
+def _save_target(path) -> Path:
+    """The file :func:`save` writes for ``path``, once its folder is known to exist."""
+    path = _npz_path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise FileNotFoundError(f"Cannot save to {path}: the folder {folder} {what}. "
+                                f"Create it first (os.makedirs) or choose another path.")
+    return path
+
+
+def check_can_save(path) -> Path:
+    """Check now, before any training, that :func:`save` could write ``path``; return the
+    file it would write (``.npz`` added when there is no suffix). Raises the error save
+    would raise (FileNotFoundError, IsADirectoryError, PermissionError), naming ``path``.
+    Nothing is left behind."""
+    target = _save_target(path)
+    check_writable(target)
+    return target
 
 
 def _read(path: Path) -> tuple[dict, dict]:
     """The metadata and arrays of a checkpoint, refusing anything that needs pickle."""
     _check_is_npz(path)
     try:
+        _check_members(path)
         with np.load(path, allow_pickle=False) as npz:
             names = list(npz.files)
             if META_KEY not in names:
@@ -182,6 +303,12 @@ def _read(path: Path) -> tuple[dict, dict]:
         meta = json.loads(str(meta_text))
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{path}: the {META_KEY!r} entry is not valid JSON ({err}).") from None
+    except RecursionError:
+        meta = None
+    if meta is None or _depth(meta) > MAX_CONFIG_DEPTH + 3:   # meta > architecture > config
+        raise CheckpointError(f"{path}: the {META_KEY!r} entry nests deeper than "
+                              f"{MAX_CONFIG_DEPTH} levels; no dlcourse model's config does. "
+                              f"The file is damaged or was not written by dl.save.")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{path} is not a dlcourse checkpoint (its metadata has no "
                               f"format {FORMAT_NAME!r}).")
@@ -225,6 +352,7 @@ def load(path, device: str | None = None):
                               f"are not the ones that were saved (the file was altered or "
                               f"damaged). Save the model again, or copy the file again.")
 
+    _check_config_sizes(path, architecture["config"], arrays)
     kind = architecture["type"]
     try:
         model = build_layer(kind, architecture["config"])
@@ -237,6 +365,10 @@ def load(path, device: str | None = None):
         (dtype,) = floats
         if model.dtype is not None and model.dtype != dtype:
             model.astype(dtype)
+    extra = sorted(set(arrays) - set(model.state_dict()))
+    if extra:
+        raise CheckpointError(f"{path}: the saved arrays do not fit the saved {kind} "
+                              f"architecture: it has entries the model does not ({extra}).")
     try:
         model.load_state_dict(arrays)
     except (KeyError, ValueError) as err:

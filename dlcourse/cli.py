@@ -200,6 +200,11 @@ def _load_data(name: str, flat: bool, progress: bool, path=None):
         return tuple(load(flat=flat, progress=progress, path=path))
     except data.DownloadError as err:
         raise CLIError(f"{err} On the command line: --data-path FOLDER.") from None
+    except (FileNotFoundError, data.DataFormatError) as err:
+        if path is None:
+            raise
+        message = str(err).replace("leave path=None", "leave out --data-path")
+        raise CLIError(f"--data-path {path}: {message}") from None
 
 
 def _defaults(args) -> dict:
@@ -268,6 +273,15 @@ def _train(args) -> int:
     if args.channels is not None and len(args.channels) != 2:
         raise CLIError(f"--channels takes two sizes (one per conv layer), e.g. 32,64; got "
                        f"{','.join(map(str, args.channels))}.")
+    if args.save:                          # now, not after minutes of training
+        from .checkpoint import check_can_save
+        try:
+            check_can_save(args.save)
+        except OSError as err:
+            problem = (err.strerror if err.errno else str(err)).replace(" (os.makedirs)", "")
+            if "path" not in problem:
+                problem += ". Choose a path in a folder you can write to."
+            raise CLIError(f"--save {args.save}: {problem}") from None
     settings = _defaults(args)
     if args.device is not None:            # else $DLCOURSE_DEVICE (auto when unset), as doctor says
         backend.set_device(args.device)

@@ -36,6 +36,42 @@ def _relative_error(a, n, atol) -> float:
     return num / den if den > 0 else 0.0
 
 
+def _check_arguments(module, x, target, eps, tol, atol, max_entries):
+    """Refuse what would make the comparison meaningless, before anything runs."""
+    if isinstance(module, type):
+        raise TypeError(f"gradcheck needs a layer, model or loss object, got the class "
+                        f"{module.__name__} itself. Create one first: "
+                        f"gradcheck({module.__name__}(...), x).")
+    if not hasattr(module, "forward") or not hasattr(module, "backward"):
+        raise TypeError(f"gradcheck needs a layer, model or loss (with forward and backward), "
+                        f"got {type(module).__name__}.")
+    for name, value in (("eps", eps), ("tol", tol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                             np.floating)) \
+                or not np.isfinite(value) or value < 0 or (name == "eps" and value == 0):
+            need = "a small positive number such as 1e-6" if name == "eps" else \
+                "a finite number >= 0"
+            raise ValueError(f"gradcheck({name}=...) must be {need}, got {value!r}."
+                             + (" With eps <= 0 the finite differences measure nothing."
+                                if name == "eps" else ""))
+    if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)) \
+            or max_entries < 1:
+        raise ValueError(f"gradcheck(max_entries=...) must be an int >= 1 (how many entries of "
+                         f"each array to compare), got {max_entries!r}: with none compared "
+                         f"there is no agreement to report.")
+    for name, value in (("x", x), ("target", target)):
+        kind = getattr(getattr(value, "dtype", None), "kind", None)
+        if kind is None and value is not None:
+            kind = np.asarray(value).dtype.kind
+        if kind == "c":
+            raise TypeError(f"gradcheck: {name} is complex ({value.dtype}); dlcourse's layers "
+                            f"and gradients are real. Casting would silently drop the imaginary "
+                            f"part: pass a real array.")
+        if name == "x" and kind not in ("f", "i", "u", "b"):
+            raise TypeError(f"gradcheck needs x as a numeric array, got "
+                            f"{type(value).__name__}.")
+
+
 def _numerical(f, a, eps, entries):
     """Central differences of f() with respect to the given flat entries of a (in place)."""
     xp = get_array_module(a)
@@ -63,7 +99,12 @@ def gradcheck(module, x, target=None, *, eps: float = 1e-6, tol: float = 1e-6, s
     A gradient that is zero (both analytic and numerical below ``atol`` everywhere, as for a
     bias just before BatchNorm) counts as agreeing. On failure (error > tol) both gradients
     are printed when ``verbose``.
+
+    It never reports agreement it did not establish: a NaN or inf in either gradient, nothing
+    to compare (``max_entries < 1``, or an input or parameter with no entries), ``eps`` that
+    is not a small positive number, complex input, or a class instead of a layer are errors.
     """
+    _check_arguments(module, x, target, eps, tol, atol, max_entries)
     xp = get_array_module(x)
     x = xp.array(x, dtype=np.float64, copy=True)
     m = copy.deepcopy(module)
@@ -101,11 +142,27 @@ def gradcheck(module, x, target=None, *, eps: float = 1e-6, tol: float = 1e-6, s
             entries = np.arange(a.size)
             if a.size > max_entries:
                 entries = np.sort(gen.choice(a.size, max_entries, replace=False))
+            if a.size == 0:
+                raise ValueError(f"gradcheck({type(module).__name__}): {name} has no entries "
+                                 f"(shape {tuple(a.shape)}), so nothing of its gradient can be "
+                                 f"compared. Give it at least one entry.")
             num = _numerical(f, a, eps, entries)
             ana = analytic[name]
             if tuple(ana.shape) != tuple(a.shape):
                 raise ValueError(f"{type(module).__name__}: the gradient for {name} has shape "
                                  f"{tuple(ana.shape)}, but {name} has shape {tuple(a.shape)}.")
+            for which, g in (("analytic (backward)", ana), ("numerical", num)):
+                finite = xp.isfinite(g)
+                if not bool(finite.all()):
+                    first = tuple(int(i) for i in np.argwhere(~to_numpy(finite))[0])
+                    raise FloatingPointError(
+                        f"gradcheck({type(module).__name__}): the {which} gradient of {name} "
+                        f"holds {int((~finite).sum())} NaN or inf value(s), the first at index "
+                        f"{first}; no agreement can be measured. "
+                        + ("Look for a division by zero or a log of 0 in backward."
+                           if which.startswith("analytic") else
+                           "The forward pass gives NaN or inf near this input (a log of 0, an "
+                           "overflow): check the input, or the forward itself."))
             mask = xp.zeros(a.size, dtype=bool)
             mask[xp.asarray(entries)] = True
             mask = mask.reshape(a.shape)

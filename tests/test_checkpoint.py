@@ -260,3 +260,103 @@ def test_gpu_model_saves_and_loads_on_either_device(tmp_path, trained_cnn):
     assert on_cpu.device == "cpu" and on_gpu.device == "gpu"
     assert_same_state(on_cpu, on_gpu)
     assert_same_state(model, on_cpu)
+
+
+# --------------------------------------------------------------------------------------
+# Hostile files: refused with CheckpointError before anything large is allocated
+# --------------------------------------------------------------------------------------
+def _consistent(path, arrays, meta):
+    """Rewrite with a digest that matches, so only the check under test can refuse it."""
+    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)
+    _rewrite(path, arrays=arrays, meta=meta)
+
+
+def test_complex_arrays_are_refused(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    meta, arrays = _rewrite(path)
+    arrays["0.W"] = arrays["0.W"].astype(np.complex64)
+    _consistent(path, arrays, meta)
+    with pytest.raises(CheckpointError, match=r"0\.W has dtype complex64.*real numbers"):
+        load(path)
+    model = MLP([2, 2], seed=0)
+    model.layers[0].params["W"] = model.layers[0].params["W"].astype(np.complex64)
+    with pytest.raises(TypeError, match=r"0\.W \(complex64\).*real numbers"):
+        save(model, tmp_path / "c.npz")
+
+
+def test_extra_keys_in_a_layers_state_are_refused(tmp_path):
+    for model in (Linear(3, 2, seed=0), MLP([3, 2], seed=0)):     # one layer, and a Sequential
+        path = save(model, tmp_path / "m.npz")
+        meta, arrays = _rewrite(path)
+        arrays["W_extra" if isinstance(model, Linear) else "0.W_extra"] = np.zeros(2, np.float32)
+        _consistent(path, arrays, meta)
+        with pytest.raises(CheckpointError, match="entries the model does not.*W_extra"):
+            load(path)
+
+
+def _npy_header(shape, dtype="<f4"):
+    """A .npy header declaring `shape`, with no data after it."""
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False,
+                                               "shape": shape})
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("shape", [(10 ** 12,), (100000, 100000, 100000), (3, 2)])
+def test_an_array_header_that_lies_about_its_size_is_refused_before_allocating(
+        tmp_path, monkeypatch, shape):
+    import zipfile
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    with zipfile.ZipFile(path, "a") as z:            # a tiny entry whose header declares `shape`
+        z.writestr("0.huge.npy", _npy_header(shape) + bytes(8))
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("np.load read the array before the header was checked")
+    monkeypatch.setattr(np.lib.format, "read_array", no_allocation)
+    with pytest.raises(CheckpointError, match=r"header of 0\.huge declares shape"):
+        load(path)
+
+
+def test_entries_declaring_more_than_a_checkpoint_may_hold_are_refused(tmp_path, monkeypatch):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    monkeypatch.setattr(ckpt, "MAX_CHECKPOINT_BYTES", path.stat().st_size // 2)
+    with pytest.raises(CheckpointError, match="more than the .* a checkpoint may hold"):
+        load(path)
+
+
+@pytest.mark.parametrize("config_change", [
+    {"sizes": [2, 10 ** 6, 10 ** 6, 2]},                # an MLP of 10**12 weights
+    {"sizes": [2, 10 ** 12]},
+])
+def test_a_config_declaring_absurd_sizes_is_refused_before_building(tmp_path, monkeypatch,
+                                                                     config_change):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    meta, arrays = _rewrite(path)
+    meta["architecture"]["config"].update(config_change)
+    _consistent(path, arrays, meta)
+    import dlcourse.layers
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the model was built from an absurd config")
+    monkeypatch.setattr(dlcourse.layers, "build_layer", no_build)
+    with pytest.raises(CheckpointError, match="far more than the .* values the file holds"):
+        load(path)
+
+
+def test_a_config_nested_absurdly_deep_is_refused(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    meta, arrays = _rewrite(path)
+    meta["architecture"]["config"]["extra"] = "DEEP"
+    for depth in (40, 100000):                          # past our limit; past json's recursion
+        text = json.dumps(meta).replace('"DEEP"', "[" * depth + "1" + "]" * depth)
+        np.savez(path, **{ckpt.META_KEY: np.array(text)}, **arrays)
+        with pytest.raises(CheckpointError, match="nests deeper than"):
+            load(path)
+
+
+def test_models_of_the_course_still_load(tmp_path, trained_cnn):
+    """The size guard leaves real checkpoints alone (a wide MLP, a CNN on 32x32 colour)."""
+    for model in (MLP([3072, 512, 512, 512, 10], seed=0), CNN(3, 32, 10, seed=0),
+                  trained_cnn[0]):
+        assert_same_state(load(save(model, tmp_path / "m.npz")), model)

@@ -340,3 +340,76 @@ def test_nvidia_smi_output_is_understood():
     assert doctor.cupy_wheel("13.0") == "'cupy-cuda13x[ctk]'"
     assert "cupy-cuda11x<14" in doctor.cupy_wheel("11.8")
     assert doctor.cupy_wheel(None) is None
+
+
+# ======================================================================================
+# train --save is checked before training; errors name the user's path, in CLI words
+# ======================================================================================
+@pytest.fixture
+def no_training(monkeypatch):
+    """Fail the test if training starts: the checks must come first."""
+    from dlcourse import train
+
+    def fit(*args, **kwargs):
+        raise AssertionError("training started before --save was checked")
+    monkeypatch.setattr(train, "fit", fit)
+
+
+@pytest.mark.parametrize("where, words", [
+    ("missing/m.npz", "the folder .*missing does not exist"),
+    ("a_file/m.npz", "the folder .*a_file is a file, not a folder"),
+    ("folder/", "is a folder; give a file name inside it"),
+])
+def test_save_path_is_checked_before_training(tmp_path, no_training, capsys, where, words):
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    target = f"{tmp_path}/{where}"
+    assert cli.main(["train", "--model", "mlp", "--dataset", "xor", "--device", "cpu",
+                     "--save", target]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"dlcourse train: error: --save {target}: ")
+    assert re.search(words, err) and ".part" not in err and "os.makedirs" not in err
+
+
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0,
+                    reason="permission bits (root may write anywhere)")
+def test_save_into_a_read_only_folder_is_refused_before_training(tmp_path, no_training, capsys):
+    folder = tmp_path / "ro"
+    folder.mkdir(mode=0o555)
+    assert cli.main(["train", "--model", "mlp", "--dataset", "xor", "--device", "cpu",
+                     "--save", str(folder / "m.npz")]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot write {folder / 'm.npz'}: Permission denied" in err and ".part" not in err
+
+
+def test_a_write_error_names_the_users_file_not_the_temporary_one(tmp_path, monkeypatch):
+    """Whatever stops the temporary file beside PATH from being created, the error names PATH
+    (the check before training and the save itself share the helper)."""
+    from dlcourse import _io
+    from dlcourse.checkpoint import check_can_save, save
+    from dlcourse.models import MLP
+
+    def refuse(path, private=False):
+        raise PermissionError(13, "Permission denied", str(path) + ".hidden.part")
+    monkeypatch.setattr(_io, "_create_beside", refuse)
+    target = tmp_path / "m.npz"
+    for attempt in (lambda: check_can_save(target), lambda: save(MLP([2, 2]), target)):
+        with pytest.raises(PermissionError) as info:
+            attempt()
+        assert str(target) in str(info.value) and ".part" not in str(info.value)
+
+
+def test_data_path_errors_speak_command_line(tmp_path, capsys):
+    assert cli.main(["train", "--model", "mlp", "--dataset", "mnist", "--device", "cpu",
+                     "--data-path", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dlcourse train: error: --data-path {tmp_path}: ")
+    assert "leave out --data-path" in err and "path=None" not in err
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"not an idx file at all")
+    for name in ("train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (tmp_path / name).write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x00")
+    assert cli.main(["train", "--model", "mlp", "--dataset", "mnist", "--device", "cpu",
+                     "--data-path", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"--data-path {tmp_path}: " in err and "train-images-idx3-ubyte" in err
+    assert len(err.splitlines()) == 1

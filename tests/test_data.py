@@ -1,7 +1,9 @@
-"""Tests for dlcourse.data. No network: downloads use file:// URLs of files made here,
-or a patched urlopen."""
+"""Tests for dlcourse.data (the package: synthetic, splits, datasets, formats, download,
+batching). No network: downloads use file:// URLs of files made here, or a patched urlopen.
+Array tests take the ``xp`` fixture of conftest.py and run on NumPy and CuPy."""
 import gzip
 import hashlib
+import importlib
 import io
 import struct
 import sys
@@ -14,16 +16,11 @@ import pytest
 
 from dlcourse import backend
 from dlcourse import data
+from dlcourse.data import batching
 
-
-@pytest.fixture(params=["numpy", "cupy"])
-def xp(request):
-    """Each array test runs once per backend; cupy is skipped (with the reason) without a GPU."""
-    if request.param == "numpy":
-        return np
-    if not backend.gpu_available():
-        pytest.skip(f"no usable GPU: {backend.gpu_problem()}")
-    return backend.require_cupy()
+# dl.data.download is the function (public API); its module is reached through sys.modules.
+download_module = importlib.import_module("dlcourse.data.download")
+formats_module = importlib.import_module("dlcourse.data.formats")
 
 
 # --------------------------------------------------------------------------------------
@@ -335,12 +332,12 @@ def served(tmp_path):
 @pytest.fixture
 def count_urlopen(monkeypatch):
     calls = []
-    real = data.urlopen
+    real = download_module.urlopen
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
-    monkeypatch.setattr(data, "urlopen", counting)
+    monkeypatch.setattr(download_module, "urlopen", counting)
     return calls
 
 
@@ -380,7 +377,7 @@ def test_download_failure_leaves_existing_file_untouched(tmp_path, served, monke
 
     def offline(*args, **kwargs):
         raise URLError("no network")
-    monkeypatch.setattr(data, "urlopen", offline)
+    monkeypatch.setattr(download_module, "urlopen", offline)
     with pytest.raises(data.DownloadError):
         data.download(url, dest, sha256=sha256_of(content), progress=False)
     assert dest.read_bytes() == b"old bytes"
@@ -401,7 +398,7 @@ def test_download_redownloads_a_damaged_file(tmp_path, served, count_urlopen, ca
     dest.write_bytes(content[:100])                  # e.g. damaged on disk
     data.download(url, dest, sha256=sha256_of(content), progress=False)
     assert dest.read_bytes() == content and len(count_urlopen) == 2
-    assert "damaged" in capsys.readouterr().err
+    assert "cannot be reused" in capsys.readouterr().err
 
 
 def test_download_md5_only_records_sha256(tmp_path, served, count_urlopen):
@@ -446,7 +443,7 @@ class _CutShortReply(io.BytesIO):
 @pytest.mark.parametrize("with_sha256", [False, True])
 def test_download_cut_short_is_an_error_not_a_file(tmp_path, monkeypatch, with_sha256):
     content = b"x" * 5000
-    monkeypatch.setattr(data, "urlopen", lambda *a, **k: _CutShortReply(content[:1200], 5000))
+    monkeypatch.setattr(download_module, "urlopen", lambda *a, **k: _CutShortReply(content[:1200], 5000))
     kwargs = {"sha256": sha256_of(content)} if with_sha256 else {}
     dest = tmp_path / "f.gz"
     with pytest.raises(data.DownloadError, match="closed after 1200 of 5000 bytes") as err:
@@ -459,7 +456,7 @@ def test_download_cut_short_is_an_error_not_a_file(tmp_path, monkeypatch, with_s
 def test_download_offline_names_load_digits(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise URLError("[Errno -3] Temporary failure in name resolution")
-    monkeypatch.setattr(data, "urlopen", offline)
+    monkeypatch.setattr(download_module, "urlopen", offline)
     dest = tmp_path / "x.gz"
     with pytest.raises(data.DownloadError) as err:
         data.download("https://example.invalid/x.gz", dest, progress=False)
@@ -471,7 +468,7 @@ def test_download_offline_names_load_digits(tmp_path, monkeypatch):
 def test_download_http_error(tmp_path, monkeypatch):
     def not_found(request, *args, **kwargs):
         raise HTTPError(request.full_url, 404, "Not Found", {}, None)
-    monkeypatch.setattr(data, "urlopen", not_found)
+    monkeypatch.setattr(download_module, "urlopen", not_found)
     with pytest.raises(data.DownloadError, match="HTTP 404"):
         data.download("https://example.invalid/x.gz", tmp_path / "x.gz", progress=False)
 
@@ -557,7 +554,7 @@ def test_load_mnist_downloads_into_the_cache(tmp_path, monkeypatch, count_urlope
 def test_load_mnist_offline_message(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise URLError("no network")
-    monkeypatch.setattr(data, "urlopen", offline)
+    monkeypatch.setattr(download_module, "urlopen", offline)
     monkeypatch.setenv("DLCOURSE_DATA", str(tmp_path))
     with pytest.raises(data.DownloadError) as err:
         data.load_mnist(progress=False)
@@ -636,8 +633,8 @@ def test_standardizer_fits_on_train_only(xp):
     assert float(xp.abs(data.Standardizer().fit_transform(X_train) - Z).max()) == 0.0
 
 
-def test_standardizer_images_and_errors():
-    X = np.random.default_rng(0).random((10, 1, 8, 8), dtype=np.float32)
+def test_standardizer_images_and_errors(xp):
+    X = xp.asarray(np.random.default_rng(0).random((10, 1, 8, 8), dtype=np.float32))
     s = data.Standardizer()
     with pytest.raises(RuntimeError, match="before fit"):
         s.transform(X)
@@ -646,7 +643,7 @@ def test_standardizer_images_and_errors():
     with pytest.raises(ValueError, match=r"flat vs image"):
         s.transform(X.reshape(10, 64))
     with pytest.raises(ValueError, match="reshape"):
-        data.Standardizer().fit(np.ones(5))
+        data.Standardizer().fit(xp.ones(5))
 
 
 def test_standardizer_cpu_fit_gpu_transform():
@@ -668,18 +665,18 @@ def test_one_hot(xp):
     assert data.one_hot(xp.zeros(0, dtype=xp.int64), 4).shape == (0, 4)
 
 
-def test_one_hot_errors():
+def test_one_hot_errors(xp):
     assert data.one_hot([1, 0], 2).tolist() == [[0, 1], [1, 0]]
     with pytest.raises(ValueError, match=r"0\.\.2, but found labels from 1 to 3"):
-        data.one_hot(np.array([1, 3]), 3)
+        data.one_hot(xp.array([1, 3]), 3)
     with pytest.raises(ValueError, match="from -1"):
-        data.one_hot(np.array([-1, 0]), 3)
+        data.one_hot(xp.array([-1, 0]), 3)
     with pytest.raises(TypeError, match="integer class indices.*float"):
-        data.one_hot(np.array([0.0, 1.0]), 2)
+        data.one_hot(xp.array([0.0, 1.0]), 2)
     with pytest.raises(ValueError, match=r"shape \(N,\)"):
-        data.one_hot(np.eye(3, dtype=np.int64), 3)
+        data.one_hot(xp.eye(3, dtype=xp.int64), 3)
     with pytest.raises(ValueError, match="positive int"):
-        data.one_hot(np.array([0]), 0)
+        data.one_hot(xp.array([0]), 0)
 
 
 def test_batches_cover_every_sample_once(xp):
@@ -697,9 +694,10 @@ def test_batches_cover_every_sample_once(xp):
     assert not np.array_equal(seen, np.arange(103))            # shuffled
 
 
-def test_batches_seeded_unseeded_and_in_order():
-    X, y = np.zeros((50, 3)), np.arange(50)
-    order = lambda **kw: np.concatenate([yb for _, yb in data.batches(X, y, 8, **kw)])  # noqa
+def test_batches_seeded_unseeded_and_in_order(xp):
+    X, y = xp.zeros((50, 3)), xp.arange(50)
+    order = lambda **kw: np.concatenate([backend.to_numpy(yb)                           # noqa
+                                         for _, yb in data.batches(X, y, 8, **kw)])
     np.testing.assert_array_equal(order(seed=1), order(seed=1))
     assert not np.array_equal(order(seed=1), order(seed=2))
     backend.manual_seed(0)
@@ -707,8 +705,8 @@ def test_batches_seeded_unseeded_and_in_order():
     np.testing.assert_array_equal(order(shuffle=False), np.arange(50))
 
 
-def test_batches_drop_last():
-    X, y = np.zeros((23, 1)), np.arange(23)
+def test_batches_drop_last(xp):
+    X, y = xp.zeros((23, 1)), xp.arange(23)
     sizes = [len(yb) for _, yb in data.batches(X, y, 5, drop_last=True, seed=0)]
     assert sizes == [5, 5, 5, 5]
     sizes = [len(yb) for _, yb in data.batches(X, y, 5, shuffle=False, drop_last=True)]
@@ -719,7 +717,7 @@ def test_batches_drop_last():
 def test_batches_device_none_never_asks_for_the_default(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("to_device must not be called when device=None")
-    monkeypatch.setattr(data, "to_device", boom)
+    monkeypatch.setattr(batching, "to_device", boom)
     for xb, _ in data.batches(np.zeros((5, 2)), np.arange(5), 2):
         assert isinstance(xb, np.ndarray)
 
@@ -734,14 +732,14 @@ def test_batches_moves_to_the_requested_device(xp):
 
 
 @pytest.mark.parametrize("batch_size", [0, -3, 2.5, True, "8"])
-def test_batches_bad_batch_size(batch_size):
+def test_batches_bad_batch_size(xp, batch_size):
     with pytest.raises(ValueError, match="positive int"):
-        data.batches(np.zeros((4, 1)), np.arange(4), batch_size)
+        data.batches(xp.zeros((4, 1)), xp.arange(4), batch_size)
 
 
-def test_batches_length_mismatch_is_reported_at_the_call():
+def test_batches_length_mismatch_is_reported_at_the_call(xp):
     with pytest.raises(ValueError, match="X has 4 samples but y has 3"):
-        data.batches(np.zeros((4, 1)), np.arange(3), 2)        # no iteration needed
+        data.batches(xp.zeros((4, 1)), xp.arange(3), 2)        # no iteration needed
 
 
 def test_known_checksums_are_well_formed():
@@ -752,3 +750,226 @@ def test_known_checksums_are_well_formed():
         assert len(r.md5) == 32 and int(r.md5, 16) >= 0
         assert r.size > 0
     assert len({r.sha256 for r in remotes}) == len(remotes)
+
+
+# --------------------------------------------------------------------------------------
+# Bad input is refused with a sentence, never looped on, truncated or turned into NaN
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("call, match", [
+    (lambda: data.make_blobs(10, margin=100), "margin"),          # looped forever before
+    (lambda: data.make_blobs(10, margin=float("nan")), "margin"),  # looped forever before
+    (lambda: data.make_blobs(10, margin=-1), "margin"),
+    (lambda: data.make_blobs(10, separable="no"), "separable"),
+    (lambda: data.make_xor(8, noise=float("inf")), "finite"),
+    (lambda: data.make_xor(8, noise="0.3"), "finite"),
+    (lambda: data.make_circles(8, factor=float("nan")), "factor"),
+    (lambda: data.make_circles(8, factor="0.5"), "factor"),
+    (lambda: data.make_spirals(8, noise=float("nan")), "noise"),
+    (lambda: data.make_blobs(8, seed=-1), "seed"),
+    (lambda: data.make_xor(8, seed=2.5), "seed"),
+])
+def test_synthetic_arguments_are_validated_before_drawing(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_blobs_largest_margin_still_terminates():
+    X, y = data.make_blobs(50, margin=data.synthetic.MAX_BLOB_MARGIN, seed=0)
+    assert float(np.abs(X @ np.array([1.0, 1.0]) / np.sqrt(2)).min()) >= 2.0 - 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint8", "bool"])
+def test_standardizer_on_integers_returns_floats(xp, dtype):
+    X = xp.asarray(np.array([[0, 1], [1, 0], [0, 0], [1, 1]]).astype(dtype))
+    s = data.Standardizer().fit(X)
+    Z = s.transform(X)
+    assert Z.dtype == xp.float32                       # was truncated to integers
+    assert float(xp.abs(Z.mean(axis=0)).max()) < 1e-6
+    assert float(xp.abs(Z.std(axis=0) - 1).max()) < 1e-5
+    back = s.inverse_transform(Z)
+    assert float(xp.abs(back - X.astype(xp.float32)).max()) < 1e-5
+
+
+def test_standardizer_names_a_nan_column(xp):
+    X = xp.ones((6, 4), dtype=xp.float32)
+    X[2, 3] = xp.nan
+    with pytest.raises(ValueError, match=r"1 feature\(s\).*NaN.*index \[3\]"):
+        data.Standardizer().fit(X)
+    images = xp.zeros((3, 1, 2, 2), dtype=xp.float32)
+    images[0, 0, 1, 0] = xp.inf
+    with pytest.raises(ValueError, match=r"index \[\(0, 1, 0\)\]"):
+        data.Standardizer().fit(images)
+
+
+@pytest.mark.parametrize("eps", [-1, float("nan"), float("inf"), "1e-6"])
+def test_standardizer_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps"):
+        data.Standardizer(eps=eps)
+
+
+def test_standardizer_takes_lists_or_says_what_it_needs():
+    s = data.Standardizer().fit([[1.0, 2.0], [3.0, 4.0]])
+    assert s.transform([[2.0, 3.0]]).tolist() == [[0.0, 0.0]]
+    with pytest.raises(TypeError, match="NumPy or CuPy array"):
+        data.Standardizer().fit("X_train")
+
+
+def test_batches_accepts_lists(xp):
+    X, y = [[float(i)] for i in range(5)], list(range(5))
+    got = list(data.batches(X, y, 2, shuffle=False))
+    assert [yb.tolist() for _, yb in got] == [[0, 1], [2, 3], [4]]
+    assert got[0][0].shape == (2, 1) and isinstance(got[0][0], np.ndarray)
+    xb, yb = next(iter(data.batches(xp.asarray(np.array(X)), y, 5, shuffle=False)))
+    assert backend.device_of(xb) == backend.device_of(xp.zeros(1)) and len(yb) == 5
+
+
+@pytest.mark.parametrize("X, y, error, match", [
+    ({"a": 1}, [0], TypeError, "NumPy or CuPy array"),
+    (np.zeros((2, 1)), 7, TypeError, "NumPy or CuPy array"),
+    ([[1, 2], [3]], [0, 1], ValueError, "not rectangular"),
+    (np.float32(3.0), [0], ValueError, "shape \\(N, ...\\)"),
+])
+def test_batches_says_what_it_needs(X, y, error, match):
+    with pytest.raises(error, match=match):
+        data.batches(X, y, 2)
+
+
+# --------------------------------------------------------------------------------------
+# Decompression bounded by the header; downloads that cannot be checked are not trusted
+# --------------------------------------------------------------------------------------
+def test_read_idx_gzip_is_inflated_only_as_far_as_the_header_declares(monkeypatch):
+    """A tiny gzip of 64 MiB of zeros behind a header declaring 3 bytes: refused after
+    inflating a few bytes past the declared size, not after inflating everything."""
+    header = struct.pack(">BBBBI", 0, 0, 0x08, 1, 3)
+    bomb = gzip.compress(header + bytes(64 << 20), compresslevel=9)
+    assert len(bomb) < 100_000
+    inflated = []
+    real = formats_module.zlib.decompressobj
+
+    class Counting:
+        def __init__(self, *args):
+            self._d = real(*args)
+
+        def decompress(self, data, max_length=0):
+            out = self._d.decompress(data, max_length)
+            inflated.append(len(out))
+            return out
+
+        def __getattr__(self, name):
+            return getattr(self._d, name)
+    monkeypatch.setattr(formats_module.zlib, "decompressobj", Counting)
+    with pytest.raises(data.DataFormatError, match="longer than its header"):
+        data.read_idx(bomb)
+    assert sum(inflated) <= 4 + 4 + 3 + 1
+
+
+def test_read_idx_refuses_an_absurd_declared_size_before_inflating():
+    header = struct.pack(">BBBB3I", 0, 0, 0x0E, 3, 60000, 60000, 60000)   # 1.7 PB
+    with pytest.raises(data.DataFormatError, match="more than the .* allowed"):
+        data.read_idx(gzip.compress(header + bytes(100)))
+    small = idx_bytes(np.arange(6, dtype=np.uint8).reshape(2, 3))
+    with pytest.raises(data.DataFormatError, match="max_bytes"):
+        data.read_idx(small, max_bytes=5)
+    assert data.read_idx(gzip.compress(small), max_bytes=6).shape == (2, 3)
+
+
+def test_read_idx_multi_member_gzip_and_corrupt_stream():
+    raw = idx_bytes(np.arange(12, dtype=np.uint8).reshape(3, 4))
+    two = gzip.compress(raw[:10]) + gzip.compress(raw[10:])
+    np.testing.assert_array_equal(data.read_idx(two), np.arange(12).reshape(3, 4))
+    bad = bytearray(gzip.compress(raw))
+    bad[-8] ^= 0xFF                                    # the CRC no longer matches
+    with pytest.raises(data.DataFormatError, match="damaged gzip"):
+        data.read_idx(bytes(bad))
+
+
+def test_cifar_archive_member_declaring_too_much_is_refused(tmp_path):
+    archive = tmp_path / "cifar-10-binary.tar.gz"
+    payload = cifar_bytes(np.zeros((1, 3, 32, 32), np.uint8), np.array([1]))
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+        info = tarfile.TarInfo("cifar-10-batches-bin/test_batch.bin")   # a later, huge one
+        info.size = 10001 * 3073
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    with pytest.raises(data.DataFormatError, match="declares 30733073 bytes"):
+        data.load_cifar10("test", path=archive)
+
+
+def test_download_without_a_digest_does_not_bless_a_file_already_there(tmp_path, served,
+                                                                      count_urlopen, capsys):
+    url, content = served
+    dest = tmp_path / "payload.bin"
+    dest.write_bytes(b"corrupt, put there by something else")
+    assert data.download(url, dest, progress=False).read_bytes() == content
+    assert len(count_urlopen) == 1 and "cannot be told from a damaged file" in \
+        capsys.readouterr().err
+    data.download(url, dest, progress=False)        # now recorded: reused, not fetched again
+    assert len(count_urlopen) == 1
+
+
+# --------------------------------------------------------------------------------------
+# MNIST-1D: generated from code, seeded, offline
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mnist1d_set():
+    return data.load_mnist1d()
+
+
+def test_mnist1d_split_sizes_dtypes_and_shapes(mnist1d_set):
+    d = mnist1d_set
+    assert d.name == "mnist1d" and d.num_classes == 10
+    sizes = {s: len(d.split(s)[1]) for s in ("train", "val", "test")}
+    assert sizes == data.MNIST1D_SIZES == {"train": 3500, "val": 500, "test": 1000}
+    for X, y in d:
+        assert X.dtype == np.float32 and X.shape[1:] == (40,)
+        assert y.dtype == np.int64 and set(np.unique(y)) == set(range(10))
+        assert np.isfinite(X).all()
+    X, y = data.load_mnist1d("train", flat=False)        # a 1x40 image with one channel
+    assert X.shape == (3500, 1, 1, 40)
+    np.testing.assert_array_equal(X.reshape(3500, 40), d.X_train)
+    np.testing.assert_array_equal(y, d.y_train)
+    X_val, _ = data.load_mnist1d("val", val_size=0)
+    assert len(X_val) == 0 and len(data.load_mnist1d("train", val_size=0)[1]) == 4000
+
+
+def test_mnist1d_returns_copies(mnist1d_set):
+    X, _ = data.load_mnist1d("test")
+    X[:] = 0
+    assert np.abs(data.load_mnist1d("test")[0]).sum() > 0
+    np.testing.assert_array_equal(data.load_mnist1d("test")[0], mnist1d_set.X_test)
+
+
+def test_mnist1d_is_generated_offline_with_its_seed_and_restores_global_state(
+        mnist1d_set, monkeypatch):
+    """Another seed generates a new set without the network, pickle or the package's download
+    path; NumPy's and Python's global random state are as they were."""
+    import pickle
+    import random
+
+    import mnist1d.data
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("load_mnist1d must not download or unpickle")
+    monkeypatch.setattr(mnist1d.data, "get_dataset", forbidden)
+    monkeypatch.setattr(mnist1d.data, "from_pickle", forbidden)
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    monkeypatch.setattr(download_module, "urlopen", forbidden)
+    np.random.seed(123)
+    random.seed(123)
+    expected = np.random.get_state()[1].copy(), random.getstate()
+    X, y = data.load_mnist1d("test", seed=1)
+    assert (np.random.get_state()[1] == expected[0]).all() and random.getstate() == expected[1]
+    assert X.shape == (1000, 40) and not np.array_equal(X, mnist1d_set.X_test)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"), ({"split": "validation"}, "split"),
+    ({"val_size": 4000}, "val_size"),
+])
+def test_mnist1d_bad_arguments(mnist1d_set, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        data.load_mnist1d(**kwargs)

@@ -346,3 +346,52 @@ def test_parameter_count_check_leaves_the_learners_random_generator_alone(capsys
     assert backend.rng().random() == untouched
     out = capsys.readouterr().out
     assert "\u2713 count_parameters: all 4 cases pass (NumPy)." in out
+
+
+# --------------------------------------------------------------------------------------
+# A redraw during training never runs the model being trained
+# --------------------------------------------------------------------------------------
+def test_a_redraw_while_training_never_runs_the_model_being_trained(panel, monkeypatch):
+    """Deterministic: the training thread is held between a training forward and its
+    backward while the interface thread redraws (as a click or a resize would). The redraw
+    must not run the live model (it would overwrite the caches backward needs, or flip it to
+    evaluation mode), and the run must end exactly as one that nobody redrew."""
+    import threading
+    main = threading.current_thread()
+    mid_step, go_on = threading.Event(), threading.Event()
+    calls = []                                   # (model, thread) of every forward
+
+    real_build = panel.build_model
+
+    def build(config=None):
+        model = real_build(config)
+        real_forward = model.forward
+
+        def forward(x, *args, **kwargs):
+            out = real_forward(x, *args, **kwargs)
+            here = threading.current_thread()
+            calls.append((model, here))
+            if here is not main and model.training and len(calls) > 5 and not mid_step.is_set():
+                mid_step.set()                   # between this forward and its backward
+                assert go_on.wait(30)
+            return out
+        model.forward = forward
+        return model
+    monkeypatch.setattr(panel, "build_model", build)
+    panel.redraw_interval = 1e9                  # the training thread itself draws only at the end
+    panel.train(blocking=False)
+    try:
+        assert mid_step.wait(30), "training never reached a step"
+        png = panel.redraw()                     # from the interface thread, mid-step
+    finally:
+        go_on.set()
+        panel.wait(60)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert panel.error is None, panel.error
+    assert not [1 for model, thread in calls if model is panel.model and thread is main]
+    undisturbed = widgets.Playground(**QUICK, blocking=True).train()
+    assert panel.history.train_loss == undisturbed.train_loss
+    assert panel.shown_model is not panel.model                 # the picture's own copy...
+    for name, value in panel.model.state_dict().items():        # ...holding the final weights
+        np.testing.assert_array_equal(dl.to_numpy(panel.shown_model.state_dict()[name]),
+                                      dl.to_numpy(value))

@@ -19,6 +19,12 @@ kernel. ``on_step`` checks a stop flag after every step and redraws at most ever
 ``redraw_interval`` seconds. The plot is one matplotlib ``Figure`` (no pyplot) whose artists
 are updated and rendered to PNG bytes, swapped into an ``ipywidgets.Image``. For tests and
 notebooks, ``train(blocking=True)`` runs the same code in the caller's thread.
+
+The picture never runs the model being trained from another thread: a forward pass from the
+interface thread (a redraw, a click) between the training step's forward and backward would
+overwrite the caches backward needs. The panel draws from ``shown_model``, a second MLP of
+the same architecture that only the training thread updates, between steps, under the
+figure's lock (the lock every drawing takes).
 """
 from __future__ import annotations
 
@@ -266,6 +272,7 @@ class Playground(Panel):
         W = ipywidgets()
         self.blocking = bool(blocking)
         self.model = None
+        self.shown_model = None   # what the picture is drawn from (see the module docstring)
         self.history = None
         self.error = None
         self.running = False
@@ -376,7 +383,7 @@ class Playground(Panel):
 
     def _show_dataset(self):
         self.data = load_dataset(self.controls["dataset"].value)
-        self.model = None
+        self.model = self.shown_model = None
         self.history = None
         self.error = None
         with self._figure.lock:
@@ -462,7 +469,10 @@ class Playground(Panel):
         start = time.perf_counter()
         self.history = None
         try:
+            shown = self.build_model(config)
             model = self.model = self.build_model(config)
+            with self._figure.lock:
+                self.shown_model = shown          # drawn from: a copy, never the live model
             optimizer = make_optimizer(config["optimizer"], model, config["lr"])
             steps = -(-len(d.X_train) // config["batch_size"])
             self._run_info = {"epochs": config["epochs"], "steps_per_epoch": steps,
@@ -485,6 +495,7 @@ class Playground(Panel):
                                             "error", traceback.format_exc())
         finally:
             try:                     # before the button says Train again: no second run yet
+                self._show_trained()
                 self.redraw()
             except Exception as err:
                 self.status.value += status_html(
@@ -510,12 +521,22 @@ class Playground(Panel):
         else:
             self.status.value = status_html("Done: " + text, "ok")
 
+    def _show_trained(self):
+        """Copy the trained weights into the model the picture is drawn from. Called by the
+        training thread between steps (the live model is not mid-step then)."""
+        model, shown = self.model, self.shown_model
+        if model is None or shown is None or shown is model:
+            return
+        with self._figure.lock:
+            shown.load_state_dict(model.state_dict())
+
     def _on_step(self, step, loss):
         if self._stop.is_set():
             raise StopTraining
         self._run_info["epoch"] = (step - 1) // self._run_info["steps_per_epoch"] + 1
         self._run_info["step_loss"] = loss
         if time.perf_counter() - self._last_draw >= self.redraw_interval:
+            self._show_trained()
             self.redraw(live=True)
 
     def _on_epoch(self, epoch, history):
@@ -640,7 +661,7 @@ class Playground(Panel):
         return png
 
     def _draw_model(self, resolution):
-        d, model = self.data, self.model
+        d, model = self.data, self.shown_model       # a copy: never the model mid-step
         extra = ""
         if self.history is not None and self.history.epochs:
             extra = (f"epoch {self.history.epochs}: validation accuracy "
