@@ -30,11 +30,15 @@ LAYER_CASES = {
     "conv_stride_pad": (lambda: dl.Conv2d(2, 3, 3, stride=2, padding=1), (2, 2, 7, 9)),
     "conv_rect_kernel": (lambda: dl.Conv2d(2, 2, (2, 3), stride=1, padding=2), (1, 2, 5, 4)),
     "conv_1x1": (lambda: dl.Conv2d(3, 2, 1), (2, 3, 4, 5)),
+    "conv_per_axis": (lambda: dl.Conv2d(2, 3, (2, 3), stride=(1, 2), padding=(2, 1)), (2, 2, 5, 7)),
+    "conv_1d": (lambda: dl.Conv2d(2, 3, (1, 5), stride=(1, 2), padding=(0, 2)), (2, 2, 1, 11)),
     "maxpool_2": (lambda: dl.MaxPool2d(2), (2, 3, 6, 8)),
     "maxpool_overlap": (lambda: dl.MaxPool2d(3, stride=1), (2, 2, 6, 5)),
     "maxpool_overlap_s2": (lambda: dl.MaxPool2d(3, stride=2), (2, 2, 7, 9)),
     "maxpool_rect": (lambda: dl.MaxPool2d((2, 3), stride=1), (1, 2, 5, 6)),
     "maxpool_leftover": (lambda: dl.MaxPool2d(2), (1, 2, 5, 7)),
+    "maxpool_per_axis": (lambda: dl.MaxPool2d((2, 3), stride=(1, 2)), (1, 2, 5, 8)),
+    "maxpool_1d": (lambda: dl.MaxPool2d((1, 2)), (2, 3, 1, 9)),
     "mlp": (lambda: dl.MLP([6, 5, 4, 3], activation="tanh", dropout=0.2), (4, 6)),
     "cnn_bn": (lambda: dl.CNN(1, (8, 8), 5, channels=(3, 4), batchnorm=True), (3, 1, 8, 8)),
 }
@@ -81,6 +85,8 @@ CONV_GEOMETRIES = [  # (N, C, H, W, F, KH, KW, stride, padding)
     (1, 2, 6, 5, 3, 2, 4, 1, 2),
     (3, 1, 8, 8, 2, 5, 5, 3, 2),
     (2, 2, 4, 4, 3, 4, 4, 1, 0),
+    (2, 3, 6, 9, 2, 3, 2, (2, 1), (1, 0)),      # per-axis stride and padding
+    (3, 2, 1, 12, 4, 1, 5, (1, 2), (0, 2)),     # a 1-D signal as a 1xL image
 ]
 
 
@@ -103,7 +109,8 @@ def test_conv_im2col_matches_naive(geom, to_dev, xp):
     assert xp.allclose(layer.grads["b"], rdb, atol=1e-12)
 
 
-@pytest.mark.parametrize("kernel,stride", [(2, None), (3, 1), (3, 2), ((2, 3), 1), (2, 3)])
+@pytest.mark.parametrize("kernel,stride", [(2, None), (3, 1), (3, 2), ((2, 3), 1), (2, 3),
+                                           ((2, 3), None), ((3, 2), (1, 2)), ((1, 2), (1, 1))])
 def test_maxpool_matches_naive(kernel, stride, to_dev, xp):
     x = to_dev(randn(2, 3, 8, 7, seed=4))
     pool = dl.MaxPool2d(kernel, stride)
@@ -121,12 +128,13 @@ def test_maxpool_ties_send_the_gradient_to_one_place(to_dev, xp):
     assert float(dx.sum()) == 4.0 and float(dx[0, 0, 0, 0]) == 1.0
 
 
-def test_im2col_col2im_are_adjoint(to_dev, xp):
+@pytest.mark.parametrize("stride,padding", [(2, 1), ((2, 1), (0, 1))])
+def test_im2col_col2im_are_adjoint(stride, padding, to_dev, xp):
     x = to_dev(randn(2, 3, 6, 5))
-    cols = dl.im2col(x, 3, 2, stride=2, padding=1)
+    cols = dl.im2col(x, 3, 2, stride=stride, padding=padding)
     c = to_dev(randn(*cols.shape, seed=1))
     lhs = float((cols * c).sum())
-    rhs = float((x * dl.col2im(c, x.shape, 3, 2, stride=2, padding=1)).sum())
+    rhs = float((x * dl.col2im(c, x.shape, 3, 2, stride=stride, padding=padding)).sum())
     assert abs(lhs - rhs) < 1e-9 * max(1.0, abs(lhs))
 
 
