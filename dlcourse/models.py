@@ -83,11 +83,12 @@ class MLP(Sequential):
     """Multi-layer perceptron: Linear, activation, ..., Linear (the last without activation).
 
     sizes = [D, H1, ..., K]: x (N, D) -> logits (N, K).
-    ``dropout`` > 0 adds Dropout after each hidden activation.
+    ``dropout`` > 0 adds Dropout after each hidden activation. ``init`` is every Linear
+    layer's initialization: "he" (default), "xavier" or a std (see :class:`Linear`).
     """
 
     def __init__(self, sizes, activation: str = "relu", dropout: float = 0.0,
-                 dtype=np.float32, seed=None):
+                 dtype=np.float32, seed=None, init="he"):
         given = sizes
         sizes = None if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__") else list(given)
         if sizes is None or any(isinstance(s, bool) or not isinstance(s, numbers.Real)
@@ -102,16 +103,18 @@ class MLP(Sequential):
         gen = rng(seed) if seed is not None else None
         layers = []
         for i, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            layers.append(Linear(d_in, d_out, dtype=dtype, seed=_child_seed(gen)))
+            layers.append(Linear(d_in, d_out, dtype=dtype, seed=_child_seed(gen), init=init))
             if i < len(sizes) - 2:
                 layers.append(ACTIVATIONS[activation]())
                 if dropout:
                     layers.append(Dropout(dropout))
         super().__init__(*layers)
         self.sizes, self.activation, self.dropout = sizes, activation, float(dropout)
+        self.init = layers[0].init
 
     def get_config(self):
-        return {"sizes": self.sizes, "activation": self.activation, "dropout": self.dropout}
+        return {"sizes": self.sizes, "activation": self.activation, "dropout": self.dropout,
+                "init": self.init}
 
 
 class CNN(Sequential):

@@ -62,6 +62,8 @@ def test_bad_layer_arguments():
     (lambda: dl.Conv2d(1, 4, 3, stride=(1, 2, 3)), r"Conv2d\(stride=...\) must be an int or a pair \(h, w\)"),
     (lambda: dl.Conv2d(1, 4, 3, padding=(1, -1)), r"Conv2d\(padding=...\) must be a whole number >= 0"),
     (lambda: dl.MaxPool2d(2, stride=(2, 0)), r"MaxPool2d needs kernel_size and stride >= 1"),
+    (lambda: dl.CNN(1, (1, 40), kernel_size=(1, 4)), r"CNN\(kernel_size=...\) must be odd"),
+    (lambda: dl.CNN(1, (1, 40)), r"at least 4×4 \(two 2×2 poolings\), got 1×40.*pool=\(1, 2\)"),
 ])
 def test_conv_and_pool_sizes_say_what_is_wrong(make, words):
     with pytest.raises(ValueError, match=words):

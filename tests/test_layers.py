@@ -41,6 +41,8 @@ LAYER_CASES = {
     "maxpool_1d": (lambda: dl.MaxPool2d((1, 2)), (2, 3, 1, 9)),
     "mlp": (lambda: dl.MLP([6, 5, 4, 3], activation="tanh", dropout=0.2), (4, 6)),
     "cnn_bn": (lambda: dl.CNN(1, (8, 8), 5, channels=(3, 4), batchnorm=True), (3, 1, 8, 8)),
+    "cnn_1d": (lambda: dl.CNN(1, (1, 12), 3, channels=(2, 3), batchnorm=True, kernel_size=(1, 3),
+                              pool=(1, 2)), (3, 1, 1, 12)),
 }
 
 
@@ -317,6 +319,32 @@ def test_optimizers_reduce_a_quadratic(device, to_dev):
             model.backward(crit.backward())
             opt.step()
         assert crit.forward(model.forward(x), y) < 0.01 * first
+
+
+def test_linear_init_sets_the_weights_std():
+    """"he" is the default and draws the same weights as before init= existed; "xavier" and a
+    number set the std; MLP passes init to every Linear and keeps it in its config."""
+    he = dl.Linear(400, 300, seed=3).params["W"]
+    expected = np.random.default_rng(3).standard_normal((400, 300)) * np.sqrt(2 / 400)
+    np.testing.assert_array_equal(he, expected.astype(np.float32))
+    assert np.array_equal(dl.Linear(400, 300, seed=3, init="he").params["W"], he)
+    assert dl.Linear(400, 300, init="xavier", seed=0).params["W"].std() == pytest.approx(
+        np.sqrt(2 / 700), rel=0.02)
+    assert dl.Linear(400, 300, init=0.01, seed=0).params["W"].std() == pytest.approx(0.01, rel=0.02)
+    mlp = dl.MLP([5, 4, 3], init="xavier", seed=0)
+    assert mlp[0].init == mlp[2].init == "xavier" and mlp.get_config()["init"] == "xavier"
+    assert dl.Linear(2, 2, init="He").get_config()["init"] == "he"
+
+
+@pytest.mark.parametrize("init,error,words", [
+    ("kaiming", ValueError, r"Linear\(init=...\) must be 'he' \(for ReLU\), 'xavier'.*got 'kaiming'"),
+    (0, ValueError, r"Linear\(init=...\) must be a finite number in \(0, inf\), got 0"),
+    (float("inf"), ValueError, r"Linear\(init=...\) must be a finite number"),
+    (None, TypeError, r"Linear\(init=...\) expects a number, e.g. init='he'"),
+])
+def test_linear_init_says_what_is_wrong(init, error, words):
+    with pytest.raises(error, match=words):
+        dl.MLP([3, 2], init=init)
 
 
 def test_sgd_matches_the_formula():
