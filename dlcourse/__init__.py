@@ -19,6 +19,7 @@ from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReL
 from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softmax, softmax
 from .models import CNN, MLP, Perceptron
 from .optim import SGD, Adagrad, Adam, AdamW, RMSprop
+from .stats import layer_stats
 from .schedules import constant, cosine_decay, linear_warmup, step_decay
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
@@ -42,7 +43,7 @@ __all__ = [
     "CNN", "MLP", "Perceptron",
     "SGD", "Adagrad", "RMSprop", "Adam", "AdamW",
     # training and checkpoints
-    "step_decay", "cosine_decay", "linear_warmup", "constant",
+    "step_decay", "cosine_decay", "linear_warmup", "constant", "layer_stats",
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
 ]

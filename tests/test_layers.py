@@ -414,3 +414,28 @@ def test_model_construction_and_input_mistakes():
         dl.MLP([4, 3]).load_state_dict("model.npz")
     with pytest.raises(ValueError, match=r"That is a column: flatten it with labels\.ravel\(\)"):
         dl.SoftmaxCrossEntropy().forward(np.zeros((3, 4), np.float32), np.zeros((3, 1), np.int64))
+
+
+def test_layer_stats_show_vanishing_signals_and_dead_units(device, to_dev):
+    """Through a deep ReLU MLP the activations' std shrinks by about sqrt(2 * 100) * 0.01 per
+    layer with init=0.01, and holds with He; a ReLU behind a very negative bias is all dead;
+    the gradients are those backward computes."""
+    X = to_dev(randn(64, 100).astype(np.float32))
+    y = to_dev(np.arange(64) % 10)
+    small = dl.layer_stats(dl.MLP([100] * 6 + [10], init=0.01, seed=0).to(device), X, y)
+    he = dl.layer_stats(dl.MLP([100] * 6 + [10], seed=0).to(device), X, y)
+    relu_std = lambda rows: [r["std"] for r in rows if r["layer"].endswith("ReLU")]
+    assert relu_std(small)[-1] < 1e-4 * relu_std(small)[0]
+    assert 0.3 < relu_std(he)[-1] / relu_std(he)[0] < 3
+    assert [r["layer"] for r in he[:3]] == ["0 Linear", "1 ReLU", "2 Linear"]
+    assert he[0]["dead"] == 0.0 and small[-1]["grad_std"] > 0
+    model = dl.MLP([100, 20, 10], seed=0).to(device)
+    model[0].params["b"][:] = -100.0
+    rows = dl.layer_stats(model, X, y)
+    assert rows[1]["dead"] == 1.0 and rows[1]["grad_std"] is not None
+    assert dl.layer_stats(model, X)[1]["grad_std"] is None
+
+
+def test_layer_stats_wants_a_sequential():
+    with pytest.raises(TypeError, match="layer_stats takes a Sequential model"):
+        dl.layer_stats(dl.Linear(2, 2), np.zeros((1, 2), np.float32))
