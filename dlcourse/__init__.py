@@ -21,6 +21,9 @@ from .models import CNN, MLP, Perceptron
 from .optim import SGD, Adam
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
+from .precision import LossScaler, autocast
+from .prune import prune, sparsity
+from .quantize import QuantConv2d, QuantLinear, quantize
 
 __version__ = "0.1.0"
 
@@ -43,6 +46,8 @@ __all__ = [
     # training and checkpoints
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
+    # smaller and faster models (lessons 10-11)
+    "LossScaler", "autocast", "prune", "sparsity", "QuantConv2d", "QuantLinear", "quantize",
 ]
 
 

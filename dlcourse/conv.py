@@ -20,6 +20,7 @@ import numpy as np
 from ._validate import check_input, shape_str
 from .backend import get_array_module, gpu_kernels, rng
 from .layers import Layer, _float_dtype
+from .precision import lowp_matmul   # a @ b, inputs rounded under dl.autocast (lesson 10)
 
 
 def _pair(v, name):
@@ -252,7 +253,7 @@ class Conv2d(Layer):
                              f"axis 1 (channels) must be {self.in_channels}.{hint}")
         cols_t = _im2col_t(x, KH, KW, self.stride, self.padding, self.use_kernels)  # (C*KH*KW, N*OH*OW)
         self.cache = (x.shape, cols_t)
-        return Wt.reshape(F, -1) @ cols_t
+        return lowp_matmul(Wt.reshape(F, -1), cols_t)
 
     def as_image(self, out):
         """The (F, N*OH*OW) output matrix seen as (N, F, OH, OW): a view, no copy."""
@@ -275,7 +276,7 @@ class Conv2d(Layer):
         _, cols_t = self._saved()
         Wt = self.params["W"]
         dout_mat = self.as_matrix(dout)                                # (F, N*OH*OW)
-        dW = (cols_t @ dout_mat.T).T                                   # (F, C*KH*KW)
+        dW = lowp_matmul(cols_t, dout_mat.T).T                                   # (F, C*KH*KW)
         self.grads = {"W": dW.reshape(Wt.shape), "b": dout_mat.sum(axis=1) if db is None else db}
         return dout_mat
 
@@ -284,7 +285,7 @@ class Conv2d(Layer):
         x_shape = self._saved()[0]
         Wt = self.params["W"]
         F, C, KH, KW = Wt.shape
-        dcols_t = Wt.reshape(F, -1).T @ dout_mat                       # (C*KH*KW, N*OH*OW)
+        dcols_t = lowp_matmul(Wt.reshape(F, -1).T, dout_mat)                       # (C*KH*KW, N*OH*OW)
         return _col2im_t(dcols_t, x_shape, KH, KW, self.stride, self.padding, self.use_kernels)
 
     def get_config(self):

@@ -20,6 +20,7 @@ from __future__ import annotations
 from .backend import get_array_module, gpu_kernels
 from .conv import Conv2d
 from .layers import Identity, Layer, Linear, ReLU, Sequential
+from .precision import lowp_matmul   # a @ b, inputs rounded under dl.autocast (lesson 10)
 
 __all__ = ["bias_relu", "bias_relu_backward", "LinearReLU", "Conv2dReLU", "fuse", "use_kernels"]
 
@@ -106,7 +107,7 @@ class LinearReLU(_FusedReLU):
 
     def backward(self, dout):
         dz = self.backward_params(dout)
-        return dz @ self.layer.params["W"].T                       # dx: (N, in_features)
+        return lowp_matmul(dz, self.layer.params["W"].T)                       # dx: (N, in_features)
 
     def backward_params(self, dout):
         """Fill grads only; returns dz = dL/d(x @ W + b): (N, out_features)."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from ._validate import check_input, shape_str
 from .backend import device_of, get_array_module, random_uniform, rng, to_device
+from .precision import lowp_matmul   # a @ b, inputs rounded under dl.autocast (lesson 10)
 
 LAYERS: dict[str, type] = {}   # name -> class, so a checkpoint can rebuild a model
 
@@ -185,11 +186,11 @@ class Linear(Layer):
             raise ValueError(f"Linear(in_features={self.in_features}) got x of shape "
                              f"{shape_str(x.shape)}: the last axis must be {self.in_features}.{hint}")
         self.cache = x
-        return x @ W
+        return lowp_matmul(x, W)
 
     def backward(self, dout):
         self.backward_params(dout)
-        return dout @ self.params["W"].T        # dx: (N, in_features)
+        return lowp_matmul(dout, self.params["W"].T)        # dx: (N, in_features)
 
     def backward_params(self, dout, db=None):
         """Fill grads only: dW = x.T @ dout (in, out), db = sum of dout over the batch (out,).
@@ -199,7 +200,7 @@ class Linear(Layer):
             raise ValueError(f"Linear(out_features={self.out_features}).backward got dout of shape "
                              f"{shape_str(getattr(dout, 'shape', ()))}; it must match the "
                              f"forward output, ({x.shape[0]}, {self.out_features}).")
-        self.grads = {"W": x.T @ dout, "b": dout.sum(axis=0) if db is None else db}
+        self.grads = {"W": lowp_matmul(x.T, dout), "b": dout.sum(axis=0) if db is None else db}
 
     def get_config(self):
         return {"in_features": self.in_features, "out_features": self.out_features}

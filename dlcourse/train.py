@@ -36,6 +36,8 @@ from . import backend
 from .backend import device_of, get_array_module, to_numpy
 from .layers import eval_mode
 from .optim import _model_class_error
+from .precision import Policy   # precision= and loss scaling (lesson 10)
+from .prune import keep_pruned   # pruned weights stay zero (lesson 11)
 
 __all__ = ["fit", "evaluate", "confusion_matrix", "History", "TrainingDiverged", "StopTraining"]
 
@@ -84,6 +86,9 @@ class History:
     step_loss: list = field(default_factory=list)
     stop_reason: str | None = None
     interrupted: bool = False
+    precision: str = "fp32"                               # lesson 10: fit(precision=...)
+    loss_scaler: dict | None = None                       # its state_dict() after each epoch
+    loss_scale: list = field(default_factory=list)        # the loss scale at every step
 
     @property
     def epochs(self) -> int:
@@ -439,7 +444,7 @@ def _keep_going(result) -> bool:
 
 def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation=None, seed: int | None = None, progress: bool = True,
-        callback=None, on_step=None) -> History:
+        callback=None, on_step=None, precision: str = "fp32", loss_scaler=None) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
     Args:
@@ -462,6 +467,12 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             Returning ``False`` or raising :class:`StopTraining` ends training cleanly.
         on_step: ``on_step(step, loss)`` after each optimizer step (``step`` counts every
             step of the run from 1; ``loss`` is the batch's loss). Same way to stop.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``: the inputs of every matrix product
+            are rounded to it, products add up in float32, parameters stay float32
+            (``dl.autocast``, lesson 10).
+        loss_scaler: a ``dl.LossScaler`` for fp16 (``None``: a default one for fp16, none
+            otherwise; ``False``: none). A step with inf/NaN gradients is skipped; the state
+            is in ``history.loss_scaler`` and ``history.loss_scale``.
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
@@ -491,6 +502,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     from .data import batches
 
     device, dtype = _model_device(model), _model_dtype(model)
+    amp = Policy(precision, loss_scaler)
     if seed is not None:
         backend.manual_seed(seed)              # dropout masks (and CuPy's generator)
     order_rng = backend.rng(seed) if seed is not None else None   # one batch order per epoch
@@ -513,17 +525,21 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             for step, (xb, yb) in enumerate(batches(X, y, batch_size, shuffle=True,
                                                     seed=order_seed, device=device), start=1):
                 global_step += 1
-                out = model.forward(_prepare(xb, dtype))
+                with amp.autocast():
+                    out = model.forward(_prepare(xb, dtype))
                 value = loss.forward(out, yb)
                 if not math.isfinite(value):
                     if snapshot is not None:   # undo the update that led here
                         _restore(model, optimizer, snapshot)
                     raise _diverged(history, epoch, step, steps, optimizer,
                                     f"the loss is {value}", _bad_data(X, y, xb, yb))
-                model.backward(loss.backward())
+                with amp.autocast():
+                    model.backward(amp.scale(loss.backward()))
                 snapshot = _snapshot(model, optimizer)
                 in_update = True
-                optimizer.step()
+                if amp.should_step(model):     # False: fp16 gradients overflowed, skip
+                    optimizer.step()
+                    keep_pruned(model)
                 in_update = False
 
                 loss_sum += value * len(xb)
@@ -541,6 +557,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 raise _diverged(history, epoch, step, steps, optimizer,
                                 "a parameter became inf or NaN")
             history.train_loss.append(loss_sum / N)
+            amp.record(history)
             history.train_accuracy.append(tally.accuracy(N))
             if validation is not None:
                 result = evaluate(model, *validation, loss=loss, batch_size=batch_size)
