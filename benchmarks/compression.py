@@ -30,7 +30,8 @@ import dlcourse as dl
 
 MODELS = {
     "mlp": dict(flat=True, build=lambda seed: dl.MLP([64, 128, 10], seed=seed), epochs=20),
-    "cnn": dict(flat=False, build=lambda seed: dl.CNN(image_size=8, seed=seed), epochs=10),
+    "cnn": dict(flat=False, build=lambda seed: dl.CNN(image_size=8, channels=(8, 16), seed=seed),
+                epochs=10),
 }
 FINE_TUNE_EPOCHS = 5
 

@@ -295,3 +295,111 @@ def test_fit_keeps_pruned_weights_at_zero(optimizer, device):
         W = dl.to_numpy(model.params[k])
         assert (W[z] == 0).all() and (W[~z] != 0).mean() > 0.99
     assert dl.sparsity(model)["total"] == pytest.approx(0.7, abs=1e-3)
+
+
+# ======================================================================================
+# The exercise checks name the mistake (dl.check.loss_scale_step, quantize_symmetric,
+# magnitude_mask)
+# ======================================================================================
+def _scale_never_skips(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, 0, True
+    return (scale * 2, 0, True) if clean + 1 == interval else (scale, clean + 1, True)
+
+
+def _scale_grows_one_late(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, 0, False
+    return (scale * 2, 0, True) if clean == interval else (scale, clean + 1, True)
+
+
+def _scale_no_reset(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, clean, False
+    return (scale * 2, 0, True) if clean + 1 == interval else (scale, clean + 1, True)
+
+
+def _quantize_by_max(x):
+    s = x.max() / 127
+    return np.clip(np.rint(x / s), -127, 127).astype(np.int8), s
+
+
+def _quantize_truncates(x):
+    s = np.abs(x).max() / 127
+    return (x / s).astype(np.int8), s
+
+
+def _quantize_255(x):
+    s = np.abs(x).max() / 255
+    return np.clip(np.rint(x / s), -127, 127).astype(np.int8), s
+
+
+def _quantize_float(x):
+    s = np.abs(x).max() / 127
+    return np.rint(x / s), s
+
+
+def _mask_inverted(w, sparsity):
+    k = int(round(sparsity * w.size))
+    m = np.zeros(w.size, bool)
+    m[np.argsort(np.abs(w), axis=None)[:k]] = True
+    return m.reshape(w.shape)
+
+
+def _mask_signed(w, sparsity):
+    k = int(round(sparsity * w.size))
+    m = np.ones(w.size, bool)
+    m[np.argsort(w, axis=None)[:k]] = False
+    return m.reshape(w.shape)
+
+
+def _mask_keeps_sparsity(w, sparsity):
+    k = int(round((1 - sparsity) * w.size))
+    m = np.ones(w.size, bool)
+    m[np.argsort(np.abs(w), axis=None)[:k]] = False
+    return m.reshape(w.shape)
+
+
+def _right_scale_step(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, 0, False
+    return (scale * 2, 0, True) if clean + 1 == interval else (scale, clean + 1, True)
+
+
+def _not_implemented(*args):
+    raise NotImplementedError("HINT: the rule")
+
+
+@pytest.mark.parametrize("checker, wrong, expected", [
+    ("loss_scale_step", _scale_never_skips, ["take_step is True, expected False", "skipped"]),
+    ("loss_scale_step", _scale_grows_one_late, ["expected 2048", "count this step first"]),
+    ("loss_scale_step", _scale_no_reset, ["clean_steps is 2", "starts again at 0"]),
+    ("loss_scale_step", _not_implemented, ["not implemented yet: HINT: the rule"]),
+    ("quantize_symmetric", _quantize_by_max, ["MAGNITUDE", "max(|x|)"]),
+    ("quantize_symmetric", _quantize_255, ["/ 255"]),
+    ("quantize_symmetric", _quantize_truncates, ["NEAREST integer", "cuts the fraction off"]),
+    ("quantize_symmetric", _quantize_float, ["dtype float32, expected int8", ".astype(np.int8)"]),
+    ("magnitude_mask", _mask_inverted, ["other way round"]),
+    ("magnitude_mask", _mask_signed, ["magnitude, |w|"]),
+    ("magnitude_mask", _mask_keeps_sparsity, ["fraction to REMOVE"]),
+])
+def test_checks_name_the_mistake(checker, wrong, expected):
+    with pytest.raises(dl.check.ExerciseError) as info:
+        getattr(dl.check, checker)(wrong)
+    for text in expected:
+        assert text in str(info.value), str(info.value)
+
+
+def test_checks_pass_the_right_answers(capsys):
+    dl.check.loss_scale_step(_right_scale_step)
+
+    def quantize_symmetric(x):
+        s = np.abs(x).max() / 127
+        return np.clip(np.rint(x / s), -127, 127).astype(np.int8), s
+
+    def magnitude_mask(w, sparsity):
+        return _mask_keeps_sparsity(w, 1 - sparsity)
+
+    dl.check.quantize_symmetric(quantize_symmetric)
+    dl.check.magnitude_mask(magnitude_mask)
+    assert capsys.readouterr().out.count("\u2713") == 3
