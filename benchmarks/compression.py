@@ -56,6 +56,11 @@ def file_size(model) -> int:
         return dl.save(model, Path(folder) / "m.npz").stat().st_size
 
 
+def array_bytes(model) -> int:
+    """The bytes of the arrays themselves (a file adds a header per array and the JSON)."""
+    return sum(a.nbytes for a in model.state_dict().values())
+
+
 def run(kind, seed) -> dict:
     """Every figure for one model and one seed."""
     X, _ = dl.data.load_digits("train", flat=MODELS[kind]["flat"])
@@ -63,11 +68,11 @@ def run(kind, seed) -> dict:
     t = time.perf_counter()
     base = train(kind, seed)
     r["fp32"] = accuracy(kind, base)
-    r["fp32_bytes"] = file_size(base)
+    r["fp32_bytes"], r["fp32_array_bytes"] = file_size(base), array_bytes(base)
     for per_channel, name in ((True, "int8"), (False, "int8_per_tensor")):
         q = dl.quantize(base, X[:512], per_channel=per_channel)
         r[name] = accuracy(kind, q)
-        r[name + "_bytes"] = file_size(q)
+        r[name + "_bytes"], r[name + "_array_bytes"] = file_size(q), array_bytes(q)
     for sparsity in (0.8, 0.9):
         pruned = MODELS[kind]["build"](seed)                       # a copy of base
         pruned.load_state_dict(base.state_dict())
@@ -110,7 +115,9 @@ def main(argv=None) -> int:
                   "pruned90_tuned", "bf16", "fp16"):
             print(f"  {k:16s} {mean[k]:6.2f}  [{', '.join(f'{r[k]:.2f}' for r in runs)}]")
         print(f"  checkpoint bytes: fp32 {mean['fp32_bytes']:.0f}, int8 {mean['int8_bytes']:.0f}, "
-              f"int8 per tensor {mean['int8_per_tensor_bytes']:.0f}")
+              f"int8 per tensor {mean['int8_per_tensor_bytes']:.0f}; the arrays alone: fp32 "
+              f"{mean['fp32_array_bytes']:.0f}, int8 {mean['int8_array_bytes']:.0f} "
+              f"({100 * mean['int8_array_bytes'] / mean['fp32_array_bytes']:.1f} %)")
         for name, value, bound, unit in checks:
             met = value <= bound if unit == "%" else value >= bound
             ok &= met

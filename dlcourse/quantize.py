@@ -83,8 +83,21 @@ class _QuantLayer(Layer):
                             f"its calibrated scale), got {getattr(x, 'dtype', type(x).__name__)}.")
         return quantize_array(x, self.buffers["x_scale"])
 
-    def _weight_bytes(self) -> int:
-        return int(self.buffers["W_q"].nbytes)
+    def _fill(self, layer, x_scale, axis):
+        """Quantize the float ``layer``'s W into this layer's buffers: one scale per entry of
+        ``axis`` (its output channels) or one for all; b as it is; x_scale (1,)."""
+        W = layer.params["W"]
+        if self.per_channel:
+            s = symmetric_scale(W, axis=axis)
+            shape = [1] * W.ndim
+            shape[axis] = -1
+            W_q = quantize_array(W, s.reshape(shape))
+        else:
+            s = symmetric_scale(W).reshape(1)
+            W_q = quantize_array(W, s)
+        self.buffers = {"W_q": W_q, "W_scale": s, "b": layer.params["b"].astype(np.float32),
+                        "x_scale": get_array_module(W).asarray(x_scale, dtype=np.float32).reshape(1)}
+        return self
 
 
 class QuantLinear(_QuantLayer):
@@ -106,13 +119,7 @@ class QuantLinear(_QuantLayer):
     @classmethod
     def from_float(cls, layer: Linear, x_scale, per_channel: bool = True):
         """Quantize a trained Linear; ``x_scale``: its input's calibrated scale."""
-        q = cls(layer.in_features, layer.out_features, per_channel)
-        W = layer.params["W"]
-        s = symmetric_scale(W, axis=1) if per_channel else symmetric_scale(W).reshape(1)
-        q.buffers = {"W_q": quantize_array(W, s), "W_scale": s,
-                     "b": layer.params["b"].astype(np.float32),
-                     "x_scale": get_array_module(W).asarray(x_scale, dtype=np.float32).reshape(1)}
-        return q
+        return cls(layer.in_features, layer.out_features, per_channel)._fill(layer, x_scale, axis=1)
 
     def forward(self, x):
         if getattr(x, "ndim", None) != 2 or x.shape[1] != self.in_features:
@@ -152,12 +159,7 @@ class QuantConv2d(_QuantLayer):
         """Quantize a trained Conv2d; ``x_scale``: its input's calibrated scale."""
         q = cls(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
                 layer.padding, per_channel)
-        W = layer.params["W"]
-        s = symmetric_scale(W, axis=0) if per_channel else symmetric_scale(W).reshape(1)
-        q.buffers = {"W_q": quantize_array(W, s.reshape(-1, 1, 1, 1)), "W_scale": s,
-                     "b": layer.params["b"].astype(np.float32),
-                     "x_scale": get_array_module(W).asarray(x_scale, dtype=np.float32).reshape(1)}
-        return q
+        return q._fill(layer, x_scale, axis=0)
 
     def forward(self, x):
         if getattr(x, "ndim", None) != 4 or x.shape[1] != self.in_channels:
