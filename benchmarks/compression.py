@@ -33,7 +33,7 @@ MODELS = {
     "cnn": dict(flat=False, build=lambda seed: dl.CNN(image_size=8, channels=(8, 16), seed=seed),
                 epochs=10),
 }
-FINE_TUNE_EPOCHS = 5
+FINE_TUNE_EPOCHS = 10
 
 
 def train(kind, seed, precision="fp32", model=None, epochs=None, lr=3e-3):
