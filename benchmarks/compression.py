@@ -1,7 +1,7 @@
 """Smaller and faster models (issue 19): int8 post-training quantization, magnitude pruning and
 mixed-precision training of the digits MLP and CNN, against float32, seeded, in one run.
 
-    python benchmarks/compression.py [--threads 2] [--seeds 0 1 2] [--json OUT.json]
+    python benchmarks/compression.py [--threads 2] [--seeds 0 1 2] [--models mlp cnn] [--json OUT.json]
 
 Targets (each judged on the mean over the seeds; the test set has 270 digits, so one digit is
 0.37 points):
@@ -91,13 +91,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
     threadpool_limits(args.threads)
 
     results, ok = {}, True
-    for kind in MODELS:
+    for kind in args.models:
         runs = [run(kind, seed) for seed in args.seeds]
         mean = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
         results[kind] = {"runs": runs, "mean": mean}
