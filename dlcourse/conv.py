@@ -276,7 +276,7 @@ class Conv2d(Layer):
         _, cols_t = self._saved()
         Wt = self.params["W"]
         dout_mat = self.as_matrix(dout)                                # (F, N*OH*OW)
-        dW = lowp_matmul(cols_t, dout_mat.T).T                                   # (F, C*KH*KW)
+        dW = lowp_matmul(cols_t, dout_mat.T).T                         # (F, C*KH*KW)
         self.grads = {"W": dW.reshape(Wt.shape), "b": dout_mat.sum(axis=1) if db is None else db}
         return dout_mat
 
@@ -285,7 +285,7 @@ class Conv2d(Layer):
         x_shape = self._saved()[0]
         Wt = self.params["W"]
         F, C, KH, KW = Wt.shape
-        dcols_t = lowp_matmul(Wt.reshape(F, -1).T, dout_mat)                       # (C*KH*KW, N*OH*OW)
+        dcols_t = lowp_matmul(Wt.reshape(F, -1).T, dout_mat)           # (C*KH*KW, N*OH*OW)
         return _col2im_t(dcols_t, x_shape, KH, KW, self.stride, self.padding, self.use_kernels)
 
     def get_config(self):

@@ -107,7 +107,7 @@ class LinearReLU(_FusedReLU):
 
     def backward(self, dout):
         dz = self.backward_params(dout)
-        return lowp_matmul(dz, self.layer.params["W"].T)                       # dx: (N, in_features)
+        return lowp_matmul(dz, self.layer.params["W"].T)               # dx: (N, in_features)
 
     def backward_params(self, dout):
         """Fill grads only; returns dz = dL/d(x @ W + b): (N, out_features)."""

@@ -190,7 +190,7 @@ class Linear(Layer):
 
     def backward(self, dout):
         self.backward_params(dout)
-        return lowp_matmul(dout, self.params["W"].T)        # dx: (N, in_features)
+        return lowp_matmul(dout, self.params["W"].T)                   # dx: (N, in_features)
 
     def backward_params(self, dout, db=None):
         """Fill grads only: dW = x.T @ dout (in, out), db = sum of dout over the batch (out,).
