@@ -37,6 +37,8 @@ from . import backend
 from ._validate import check_labels, model_class_error, number, whole_number
 from .backend import device_of, get_array_module, to_numpy
 from .layers import eval_mode
+from .precision import Policy   # precision= and loss scaling (lesson 10)
+from .prune import keep_pruned   # pruned weights stay zero (lesson 11)
 
 __all__ = ["fit", "evaluate", "confusion_matrix", "History", "TrainingDiverged", "StopTraining"]
 
@@ -89,6 +91,9 @@ class History:
     step_lr: list = field(default_factory=list)
     stop_reason: str | None = None
     interrupted: bool = False
+    precision: str = "fp32"                               # lesson 10: fit(precision=...)
+    loss_scaler: dict | None = None                       # its state_dict() after each epoch
+    loss_scale: list = field(default_factory=list)        # the loss scale at every step
 
     @property
     def epochs(self) -> int:
@@ -468,7 +473,8 @@ def _keep_going(result) -> bool:
 
 def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation=None, seed: int | None = None, progress: bool = True,
-        callback=None, on_step=None, lr_schedule=None) -> History:
+        callback=None, on_step=None, lr_schedule=None, precision: str = "fp32",
+        loss_scaler=None) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
     Args:
@@ -496,6 +502,12 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             value becomes ``optimizer.lr``. E.g. ``dl.cosine_decay(1e-3, epochs=10)``,
             ``dl.step_decay(0.1, every=5)``, ``dl.linear_warmup(schedule, epochs=1)``
             (``dlcourse/schedules.py``) or any function. ``history.lr`` shows the rates used.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``: the inputs of every matrix product
+            are rounded to it, products add up in float32, parameters stay float32
+            (``dl.autocast``, lesson 10).
+        loss_scaler: a ``dl.LossScaler`` for fp16 (``None``: a default one for fp16, none
+            otherwise; ``False``: none). A step with inf/NaN gradients is skipped; the state
+            is in ``history.loss_scaler`` and ``history.loss_scale``.
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
@@ -511,19 +523,25 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
     _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
+    amp = Policy(precision, loss_scaler)              # fp32, or bf16/fp16 products (lesson 10)
     run = _Run(model, loss, optimizer, X, y, epochs, batch_size, seed, progress, lr_schedule)
     try:
         for epoch in range(1, epochs + 1):
             model.train()
             for step, (xb, yb) in run.batches(epoch):
-                out = model.forward(xb)
+                with amp.autocast():
+                    out = model.forward(xb)
                 value = loss.forward(out, yb)
                 run.check_loss(value, xb, yb)         # inf or NaN: undo, and say why
-                model.backward(loss.backward())
+                with amp.autocast():
+                    model.backward(amp.scale(loss.backward()))
                 with run.update():                    # a snapshot first, to undo it
                     run.set_lr()                      # lr_schedule, if given
-                    optimizer.step()
+                    if amp.should_step(model):        # False: fp16 gradients overflowed, skip
+                        optimizer.step()
+                        keep_pruned(model)            # pruned weights stay zero (lesson 11)
                 run.after_step(value, out, yb, on_step)
+            amp.record(run.history)
             run.end_epoch(validation, callback)
     except StopTraining:
         run.history.stop_reason = "callback"

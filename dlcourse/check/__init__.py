@@ -22,6 +22,7 @@ from .cuda import (arithmetic_intensity, global_index, grid_size,  # lesson 08
 from .harness import ExerciseError
 from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
+from .compression import loss_scale_step, magnitude_mask, quantize_symmetric  # lessons 10-11
 from .deploy import fold_batchnorm, validate_batch  # lesson 12
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
 
@@ -40,6 +41,8 @@ __all__ = [
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
     # lesson 09
     "decision_grid", "early_stop", "mlp_parameter_count",
+    # lessons 10-11
+    "loss_scale_step", "quantize_symmetric", "magnitude_mask",
     # lesson 12
     "fold_batchnorm", "validate_batch",
     # lesson 14

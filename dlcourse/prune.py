@@ -1,0 +1,122 @@
+"""Magnitude pruning: :func:`prune`, :func:`sparsity`, :func:`keep_pruned`.
+
+Introduced in notebook ``11_quantization_and_pruning``.
+
+Pruning sets the weights of smallest magnitude to zero and keeps them there::
+
+    dl.prune(model, 0.8)                 # 80 % of all Linear/Conv2d weights, smallest |w| first
+    dl.fit(model, loss, opt, X, y)       # fine-tune: the pruned weights stay exactly zero
+    dl.sparsity(model)                   # {"0.W": 0.71, "2.W": 0.93, ..., "total": 0.8}
+
+``scope="global"`` ranks every weight of the model against one threshold (layers with many
+small weights lose more); ``scope="layer"`` prunes each layer to the same fraction. Biases,
+BatchNorm parameters and anything that is not a Linear or Conv2d weight are left alone.
+
+The mask lives on the layer, ``layer.masks["W"]`` (True where a weight is kept); after every
+optimizer step ``dl.fit`` calls :func:`keep_pruned`, which multiplies each weight by its mask.
+The mask is not part of a checkpoint: a saved pruned model holds its zeros, and pruning the
+loaded model again with the same sparsity finds them.
+
+Unstructured zeros make the file compressible and the model no faster on a dense matmul; see
+the lesson for what does (structured 2:4 sparsity).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import device_of, get_array_module, to_device, to_numpy
+
+__all__ = ["prune", "sparsity", "keep_pruned", "prunable"]
+
+
+def _layers(model):
+    """Every layer of ``model`` (a Sequential's, a fused layer's inner one), in order."""
+    for layer in getattr(model, "layers", [model]):
+        yield layer
+        inner = getattr(layer, "layer", None)
+        if inner is not None:
+            yield inner
+
+
+def prunable(model) -> dict:
+    """{name: layer} of the layers whose weight ``W`` is pruned (Linear and Conv2d, also inside
+    fused layers); names as in ``model.params`` (``"0.W"``)."""
+    from .conv import Conv2d
+    from .layers import Linear
+    out = {}
+    sequential = hasattr(model, "layers")
+    for i, layer in enumerate(model.layers if sequential else [model]):
+        for part in (layer, getattr(layer, "layer", None)):
+            if isinstance(part, (Linear, Conv2d)):
+                out[f"{i}.W" if sequential else "W"] = part
+    return out
+
+
+def prune(model, sparsity: float, scope: str = "global"):
+    """Zero the fraction ``sparsity`` (0 <= sparsity < 1) of the Linear and Conv2d weights with
+    the smallest magnitude and keep a mask so that training leaves them at zero. ``scope``:
+    ``"global"`` (one threshold for the whole model) or ``"layer"`` (each layer pruned to
+    ``sparsity``). Weights already pruned stay pruned. Returns ``model`` (changed in place)."""
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float, np.floating)) \
+            or not 0.0 <= float(sparsity) < 1.0:
+        raise ValueError(f"prune(sparsity=...) is the fraction of weights to zero, in [0, 1); "
+                         f"got {sparsity!r}. For 80 % use sparsity=0.8.")
+    if scope not in ("global", "layer"):
+        raise ValueError(f"prune(scope=...) is \"global\" or \"layer\", got {scope!r}.")
+    layers = prunable(model)
+    if not layers:
+        raise ValueError(f"prune found no Linear or Conv2d weight in {type(model).__name__}.")
+    magnitudes = {name: np.abs(to_numpy(layer.params["W"])).ravel() for name, layer in layers.items()}
+    if scope == "global":
+        everything = np.concatenate(list(magnitudes.values()))
+        k = int(round(float(sparsity) * everything.size))
+        order = np.argsort(everything, kind="stable")   # ties broken by position: exact counts
+        keep_all = np.ones(everything.size, dtype=bool)
+        keep_all[order[:k]] = False
+        keeps, start = {}, 0
+        for name, m in magnitudes.items():
+            keeps[name] = keep_all[start:start + m.size]
+            start += m.size
+    else:
+        keeps = {}
+        for name, m in magnitudes.items():
+            k = int(round(float(sparsity) * m.size))
+            keep = np.ones(m.size, dtype=bool)
+            keep[np.argsort(m, kind="stable")[:k]] = False
+            keeps[name] = keep
+    for name, layer in layers.items():
+        W = layer.params["W"]
+        old = getattr(layer, "masks", {}).get("W")
+        keep = keeps[name].reshape(W.shape)
+        if old is not None:
+            keep &= to_numpy(old)
+        layer.masks = {"W": to_device(keep, device_of(W))}
+        W *= layer.masks["W"]
+    return model
+
+
+def keep_pruned(model) -> None:
+    """Multiply every pruned weight by its mask (``dl.fit`` calls it after each step), so a
+    pruned weight stays exactly zero. Nothing happens for a model that was never pruned."""
+    for layer in _layers(model):
+        masks = getattr(layer, "masks", None)
+        if not masks:
+            continue
+        for name, mask in masks.items():
+            p = layer.params[name]
+            if device_of(mask) != device_of(p):        # the model moved since it was pruned
+                mask = masks[name] = to_device(mask, device_of(p))
+            p *= mask
+
+
+def sparsity(model) -> dict:
+    """The fraction of zeros in each Linear/Conv2d weight, by parameter name, and ``"total"``
+    over all of them: ``{"0.W": 0.75, "2.W": 0.9, "total": 0.8}``."""
+    report, zeros, size = {}, 0, 0
+    for name, layer in prunable(model).items():
+        W = layer.params["W"]
+        z = int(get_array_module(W).count_nonzero(W == 0))
+        report[name] = z / W.size
+        zeros, size = zeros + z, size + W.size
+    report["total"] = zeros / size if size else 0.0
+    return report

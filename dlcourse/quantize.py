@@ -1,0 +1,233 @@
+"""Post-training int8 quantization: :func:`quantize`, :class:`QuantLinear`, :class:`QuantConv2d`.
+
+Introduced in notebook ``11_quantization_and_pruning``.
+
+Symmetric int8: a float x is stored as ``q = clip(round(x / s), -127, 127)`` (int8) and read
+back as ``q * s``; the zero point is 0, so a zero stays exactly zero (padding, ReLU outputs,
+pruned weights). One scale per output channel (``per_channel=True``) or one per tensor::
+
+    qmodel = dl.quantize(model, X_calibration)    # a new model; ``model`` is not changed
+    qmodel.predict(X_test)
+    dl.save(qmodel, "model_int8.npz")             # int8 weights, float32 scales, no pickle
+
+A quantized Linear computes, with x_s the input's scale (calibrated: the largest |x| seen on
+``X_calibration``, divided by 127) and w_s the weight's scales (F,)::
+
+    x_q = clip(round(x / x_s), -127, 127)                  int8   (N, in)
+    acc = x_q @ W_q                                        int32  (N, F)   exact: no rounding
+    y   = acc * (x_s * w_s) + b                            float32 (N, F)
+
+which is the float product of the dequantized numbers, ``(x_q x_s) @ (W_q w_s) + b``, up to the
+float32 rounding of the last line (the tests compare the two). QuantConv2d is the same on the
+im2col matrix. Everything between these layers (ReLU, pooling, BatchNorm) stays float32.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import get_array_module, to_numpy
+from .conv import Conv2d, im2col, output_size
+from .layers import Layer, Linear, Sequential, build_layer, eval_mode
+
+__all__ = ["QMAX", "symmetric_scale", "quantize_array", "dequantize_array", "QuantLinear",
+           "QuantConv2d", "quantize"]
+
+QMAX = 127       # symmetric int8: -127..127 (-128 unused, so the range is symmetric)
+
+
+def symmetric_scale(x, axis=None):
+    """The scale that maps the largest |x| to 127: ``max|x| / 127`` over all of x
+    (``axis=None``: one number) or over every axis but ``axis`` (one per entry of that axis).
+    An all-zero slice gets scale 1 (anything works; its values quantize to 0)."""
+    xp = get_array_module(x)
+    if axis is None:
+        amax = xp.abs(x).max()
+    else:
+        others = tuple(a for a in range(x.ndim) if a != axis % x.ndim)
+        amax = xp.abs(x).max(axis=others)
+    amax = xp.asarray(amax, dtype=np.float32)
+    return xp.where(amax > 0, amax / np.float32(QMAX), np.float32(1.0)).astype(np.float32)
+
+
+def quantize_array(x, scale):
+    """``clip(round(x / scale), -127, 127)`` as int8 (round half to even, NumPy's rounding).
+    ``scale`` broadcasts against x (one number, or one per channel shaped to broadcast)."""
+    xp = get_array_module(x)
+    return xp.clip(xp.rint(x / scale), -QMAX, QMAX).astype(np.int8)
+
+
+def dequantize_array(q, scale):
+    """``q * scale`` in float32: the number each int8 stands for."""
+    return q.astype(np.float32) * scale
+
+
+class _QuantLayer(Layer):
+    """Shared by the int8 layers: arrays in ``buffers`` (nothing to train), inference only."""
+
+    def __init__(self, per_channel: bool):
+        super().__init__()
+        self.per_channel = bool(per_channel)
+        self.training = False
+
+    def _map_arrays(self, fn):
+        # Moves (to "gpu") apply to every array; casts (astype(float64)) leave the int8 ones int8.
+        return super()._map_arrays(lambda a: fn(a).astype(a.dtype) if a.dtype.kind == "i" else fn(a))
+
+    def backward(self, dout):
+        raise RuntimeError(f"{type(self).__name__} is for inference: its weights are int8. "
+                           f"Fine-tune the float model, then quantize it again with dl.quantize.")
+
+    def _quantize_input(self, x):
+        if not hasattr(x, "dtype") or x.dtype.kind != "f":
+            raise TypeError(f"{type(self).__name__} takes float inputs (it quantizes them with "
+                            f"its calibrated scale), got {getattr(x, 'dtype', type(x).__name__)}.")
+        return quantize_array(x, self.buffers["x_scale"])
+
+    def _fill(self, layer, x_scale, axis):
+        """Quantize the float ``layer``'s W into this layer's buffers: one scale per entry of
+        ``axis`` (its output channels) or one for all; b as it is; x_scale (1,)."""
+        W = layer.params["W"]
+        if self.per_channel:
+            s = symmetric_scale(W, axis=axis)
+            shape = [1] * W.ndim
+            shape[axis] = -1
+            W_q = quantize_array(W, s.reshape(shape))
+        else:
+            s = symmetric_scale(W).reshape(1)
+            W_q = quantize_array(W, s)
+        self.buffers = {"W_q": W_q, "W_scale": s, "b": layer.params["b"].astype(np.float32),
+                        "x_scale": get_array_module(W).asarray(x_scale, dtype=np.float32).reshape(1)}
+        return self
+
+
+class QuantLinear(_QuantLayer):
+    """int8 Linear: ``y = (x_q @ W_q) * (x_scale * W_scale) + b`` with the product in int32.
+
+    x: (N, in_features) float -> y: (N, out_features) float32
+    buffers: W_q int8 (in_features, out_features) (Linear's layout), W_scale float32
+    (out_features,) per channel or (1,) per tensor, b float32 (out_features,), x_scale float32 (1,).
+    """
+
+    def __init__(self, in_features: int, out_features: int, per_channel: bool = True):
+        super().__init__(per_channel)
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.buffers = {"W_q": np.zeros((self.in_features, self.out_features), np.int8),
+                        "W_scale": np.ones(self.out_features if self.per_channel else 1, np.float32),
+                        "b": np.zeros(self.out_features, np.float32),
+                        "x_scale": np.ones(1, np.float32)}
+
+    @classmethod
+    def from_float(cls, layer: Linear, x_scale, per_channel: bool = True):
+        """Quantize a trained Linear; ``x_scale``: its input's calibrated scale."""
+        return cls(layer.in_features, layer.out_features, per_channel)._fill(layer, x_scale, axis=1)
+
+    def forward(self, x):
+        if getattr(x, "ndim", None) != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"QuantLinear(in_features={self.in_features}) takes x of shape "
+                             f"(N, {self.in_features}), got {getattr(x, 'shape', None)}.")
+        B = self.buffers
+        x_q = self._quantize_input(x)                                  # (N, in) int8
+        acc = x_q.astype(np.int32) @ B["W_q"].astype(np.int32)         # (N, out) int32
+        return acc.astype(np.float32) * (B["x_scale"] * B["W_scale"]) + B["b"]
+
+    def get_config(self):
+        return {"in_features": self.in_features, "out_features": self.out_features,
+                "per_channel": self.per_channel}
+
+
+class QuantConv2d(_QuantLayer):
+    """int8 Conv2d on the im2col matrix: ``out = (cols_q @ W_q_mat.T) * (x_scale * W_scale) + b``.
+
+    x: (N, C, H, W) float -> out: (N, F, OH, OW) float32
+    buffers: W_q int8 (F, C, KH, KW), W_scale float32 (F,) or (1,), b float32 (F,), x_scale (1,).
+    cols = im2col(x): (N*OH*OW, C*KH*KW), quantized elementwise (a zero pad stays 0).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride: int = 1,
+                 padding: int = 0, per_channel: bool = True):
+        super().__init__(per_channel)
+        KH, KW = (kernel_size, kernel_size) if np.isscalar(kernel_size) else kernel_size
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size, self.stride, self.padding = [int(KH), int(KW)], int(stride), int(padding)
+        F = self.out_channels
+        self.buffers = {"W_q": np.zeros((F, self.in_channels, int(KH), int(KW)), np.int8),
+                        "W_scale": np.ones(F if self.per_channel else 1, np.float32),
+                        "b": np.zeros(F, np.float32), "x_scale": np.ones(1, np.float32)}
+
+    @classmethod
+    def from_float(cls, layer: Conv2d, x_scale, per_channel: bool = True):
+        """Quantize a trained Conv2d; ``x_scale``: its input's calibrated scale."""
+        q = cls(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
+                layer.padding, per_channel)
+        return q._fill(layer, x_scale, axis=0)
+
+    def forward(self, x):
+        if getattr(x, "ndim", None) != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"QuantConv2d(in_channels={self.in_channels}) takes x of shape "
+                             f"(N, {self.in_channels}, H, W), got {getattr(x, 'shape', None)}.")
+        B = self.buffers
+        N, C, H, W = x.shape
+        F, _, KH, KW = B["W_q"].shape
+        OH, OW = output_size(H, W, KH, KW, self.stride, self.padding)
+        cols_q = self._quantize_input(im2col(x, KH, KW, self.stride, self.padding))  # (N*OH*OW, C*KH*KW)
+        acc = cols_q.astype(np.int32) @ B["W_q"].reshape(F, -1).T.astype(np.int32)     # (N*OH*OW, F)
+        out = acc.astype(np.float32) * (B["x_scale"] * B["W_scale"]) + B["b"]
+        return out.reshape(N, OH, OW, F).transpose(0, 3, 1, 2)
+
+    def get_config(self):
+        return {"in_channels": self.in_channels, "out_channels": self.out_channels,
+                "kernel_size": list(self.kernel_size), "stride": self.stride,
+                "padding": self.padding, "per_channel": self.per_channel}
+
+
+_QUANTIZED = {Linear: QuantLinear, Conv2d: QuantConv2d}
+
+
+def quantize(model, X_calibration, per_channel: bool = True, batch_size: int = 256) -> Sequential:
+    """A new model computing ``model`` with int8 Linear and Conv2d layers.
+
+    Args:
+        model: a trained Sequential (dl.MLP, dl.CNN, dl.Sequential); not changed.
+        X_calibration: (N, ...) inputs like the training data (a few hundred suffice): each
+            quantized layer's input scale is the largest |input| it sees on them, / 127.
+        per_channel: one weight scale per output channel (True) or one per layer (False).
+
+    Returns:
+        A ``dl.Sequential`` in evaluation mode: QuantLinear / QuantConv2d in place of Linear /
+        Conv2d, copies of the other layers. ``forward``, ``predict``, ``dl.evaluate``,
+        ``dl.save`` and ``dl.load`` work on it; ``backward`` does not.
+    """
+    layers = getattr(model, "layers", None)
+    if not isinstance(model, Sequential) or layers is None:
+        raise TypeError(f"quantize takes a Sequential model (dl.MLP, dl.CNN, dl.Sequential), "
+                        f"got {type(model).__name__}.")
+    fused = [type(l).__name__ for l in layers if hasattr(l, "layer")]
+    if fused:
+        raise TypeError(f"quantize takes the unfused model, but this one holds {fused[0]}: pass "
+                        f"the model dl.fuse was made from.")
+    if not hasattr(X_calibration, "shape") or len(X_calibration) == 0:
+        raise ValueError("quantize needs calibration inputs X_calibration: a non-empty array "
+                         "shaped like the training inputs (e.g. a few hundred training samples).")
+    amax = [0.0] * len(layers)
+    dtype = model.dtype or np.float32
+    with eval_mode(model):
+        xp = get_array_module(next(iter(model.state_dict().values())))
+        for start in range(0, len(X_calibration), batch_size):
+            x = xp.asarray(X_calibration[start:start + batch_size], dtype=dtype)
+            for i, layer in enumerate(layers):
+                if type(layer) in _QUANTIZED:
+                    amax[i] = max(amax[i], float(to_numpy(xp.abs(x).max())))
+                x = layer.forward(x)
+    new = []
+    for i, layer in enumerate(layers):
+        kind = _QUANTIZED.get(type(layer))
+        if kind is not None:
+            new.append(kind.from_float(layer, amax[i] / QMAX if amax[i] > 0 else 1.0, per_channel))
+        else:                          # a copy, so the two models share no array
+            copy = build_layer(type(layer).__name__, layer.get_config())
+            if layer.dtype is not None:
+                copy.astype(layer.dtype)
+            copy.to(layer.device)
+            copy.load_state_dict(layer.state_dict())
+            new.append(copy)
+    return Sequential(*new).eval()

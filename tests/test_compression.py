@@ -1,0 +1,405 @@
+"""Lessons 10-11: number formats and mixed precision (dl.autocast, fit(precision=...),
+dl.LossScaler), int8 post-training quantization (dl.quantize) and magnitude pruning (dl.prune)."""
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dlcourse as dl
+from dlcourse import precision
+from dlcourse.quantize import dequantize_array, quantize_array, symmetric_scale
+
+
+# ======================================================================================
+# Number formats
+# ======================================================================================
+def test_bf16_bit_rounding_equals_ml_dtypes():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(5000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 5000),
+                        np.array([0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, 1e-40, 1 + 2**-8,
+                                  1 + 3 * 2**-8], np.float32)]).astype(np.float32)
+    with np.errstate(over="ignore"):
+        got = precision.round_bf16_bits(x)
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_round_to(xp, to_dev):
+    x = to_dev(np.array([1 + 2**-9, 1 + 2**-12, 70000.0, 1e-8, 3e-8], np.float32))
+    bf = dl.to_numpy(precision.round_to("bf16", x))
+    assert bf[0] == 1.0 and bf[2] == 70144.0 and bf[3] > 0          # bf16: float32's range
+    with np.errstate(over="ignore"):
+        h = dl.to_numpy(precision.round_to("fp16", x))
+    assert h[1] == 1.0 and np.isinf(h[2]) and h[3] == 0.0 and h[4] == 2.0**-24   # fp16 range
+    assert precision.round_to("fp32", x) is x
+    with pytest.raises(ValueError, match="Unknown number format"):
+        precision.round_to("fp12", x)
+
+
+def test_finite_range_matches_numpy_and_ml_dtypes():
+    for fmt, dtype in (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16),
+                       ("fp8_e4m3", ml_dtypes.float8_e4m3fn), ("fp8_e5m2", ml_dtypes.float8_e5m2),
+                       ("fp32", np.float32)):
+        info = ml_dtypes.finfo(dtype)
+        r = precision.finite_range(fmt)
+        assert r["max"] == float(info.max) and r["min_normal"] == float(info.tiny), fmt
+        assert r["eps"] == float(info.eps), fmt
+
+
+def test_lowp_matmul_is_rounded_inputs_times_in_float32(xp, to_dev):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+    A, B = to_dev(a, b)
+    with dl.autocast("bf16"):
+        got = dl.to_numpy(precision.lowp_matmul(A, B))
+    ref = (a.astype(ml_dtypes.bfloat16).astype(np.float64) @ b.astype(ml_dtypes.bfloat16).astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)   # only the summation order differs
+    assert got.dtype == np.float32 and precision.current_format() == "fp32"
+    assert not np.allclose(got, a @ b, rtol=1e-4, atol=1e-4)      # it did round
+
+
+def test_autocast_reaches_every_layer_forward_and_backward():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 1, 6, 6)).astype(np.float32)
+    model = dl.Sequential(dl.Conv2d(1, 3, 3, seed=0), dl.ReLU(), dl.Flatten(), dl.Linear(48, 5, seed=1))
+    out32 = model.forward(x)
+    model.backward(np.ones_like(out32))
+    g32 = {k: v.copy() for k, v in model.grads.items()}
+    with dl.autocast("fp16"):
+        out16 = model.forward(x)
+        model.backward(np.ones_like(out16))
+    assert out16.dtype == np.float32 and not np.array_equal(out16, out32)
+    np.testing.assert_allclose(out16, out32, rtol=1e-2, atol=1e-2)
+    for k in g32:
+        assert model.grads[k].dtype == np.float32
+        np.testing.assert_allclose(model.grads[k], g32[k], rtol=2e-2, atol=2e-2)
+    fused = dl.fuse(model)
+    with dl.autocast("bf16"):
+        assert np.array_equal(fused.forward(x), model.forward(x))
+
+
+# ======================================================================================
+# Loss scaling
+# ======================================================================================
+def test_loss_scaler_rules():
+    s = dl.LossScaler(init_scale=8.0, growth_interval=3)
+    assert [s.update(False) for _ in range(2)] == [True, True] and s.scale == 8.0
+    assert s.update(False) and s.scale == 16.0 and s.clean_steps == 0      # 3 clean: x2
+    assert s.update(False) and s.clean_steps == 1
+    assert s.update(True) is False                                           # inf: skip
+    assert s.scale == 8.0 and s.clean_steps == 0 and s.skipped == 1          # halved, restart
+    assert s.scales == [8.0, 8.0, 8.0, 16.0, 16.0]
+    assert s.state_dict()["scale"] == 8.0
+    with pytest.raises(ValueError, match="backoff_factor"):
+        dl.LossScaler(backoff_factor=2.0)
+
+
+def test_loss_scaler_unscale_finds_inf():
+    s = dl.LossScaler(init_scale=4.0)
+    grads = {"W": np.array([4.0, 8.0], np.float32)}
+    assert s.unscale(grads) is False and grads["W"].tolist() == [1.0, 2.0]
+    assert s.unscale({"W": np.array([np.inf], np.float32)}) is True
+
+
+class _TinyLoss(dl.MSELoss):
+    """MSE times 1e-7: every gradient falls below half of fp16's smallest subnormal (6e-8)."""
+
+    def forward(self, out, y):
+        return super().forward(out, y) * 1e-7
+
+    def backward(self):
+        return super().backward() * np.float32(1e-7)
+
+
+def _regression(n=256):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((n, 8)).astype(np.float32)
+    y = (X @ rng.standard_normal((8, 1))).astype(np.float32) * 0.1
+    return X, y
+
+
+@pytest.mark.parametrize("scaler, learns", [(False, False), (None, True)])
+def test_fp16_gradients_underflow_without_loss_scaling(scaler, learns):
+    X, y = _regression()
+    model = dl.Sequential(dl.Linear(8, 1, seed=0))
+    before = model.params["0.W"].copy()
+    h = dl.fit(model, _TinyLoss(), dl.SGD(model, lr=2e6), X, y, epochs=3, batch_size=64, seed=0,
+               progress=False, precision="fp16", loss_scaler=scaler)
+    changed = not np.array_equal(model.params["0.W"], before)
+    assert changed == learns
+    if learns:
+        assert h.train_loss[-1] < 0.5 * h.train_loss[0]
+        assert h.loss_scaler["scale"] > 1 and len(h.loss_scale) == 12 and h.precision == "fp16"
+    else:
+        assert h.train_loss[-1] == pytest.approx(h.train_loss[0], rel=1e-6)   # stalled: grads are 0
+        assert (model.params["0.b"] == 0).all()
+
+
+def test_fp16_overflow_skips_the_step_and_halves_the_scale():
+    X, y = _regression(64)
+    model = dl.Sequential(dl.Linear(8, 1, seed=0))
+    scaler = dl.LossScaler(init_scale=2.0 ** 40, growth_interval=1000)   # scaled grads overflow
+    h = dl.fit(model, dl.MSELoss(), dl.SGD(model, lr=0.05), X, y, epochs=1, batch_size=16,
+               seed=0, progress=False, precision="fp16", loss_scaler=scaler)
+    assert scaler.skipped >= 1 and scaler.scale < 2.0 ** 40
+    assert h.loss_scale[0] == 2.0 ** 40 and h.loss_scale[1] == 2.0 ** 39
+    assert np.isfinite(model.params["0.W"]).all()
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_mixed_precision_trains_the_mlp_like_fp32(fmt):
+    (X, y), _, (Xt, yt) = dl.data.load_digits("train"), None, dl.data.load_digits("test")
+    acc = {}
+    for p in ("fp32", fmt):
+        model = dl.MLP([64, 32, 10], seed=0)
+        h = dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.1, momentum=0.9), X, y,
+                   epochs=3, seed=0, progress=False, precision=p)
+        assert h.precision == p and model.dtype == np.float32             # float32 masters
+        acc[p] = dl.evaluate(model, Xt, yt)["accuracy"]
+    assert acc["fp32"] > 0.85 and abs(acc[fmt] - acc["fp32"]) <= 0.03
+
+
+def test_fit_rejects_unknown_precision():
+    model = dl.MLP([4, 2])
+    X, y = np.zeros((4, 4), np.float32), np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="Unknown number format 'int8'"):
+        dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model), X, y, precision="int8", progress=False)
+    with pytest.raises(TypeError, match="loss_scaler"):
+        dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model), X, y, precision="fp16",
+               loss_scaler=1024.0, progress=False)
+
+
+# ======================================================================================
+# Quantization
+# ======================================================================================
+def test_quantize_array_roundtrip_and_scale(xp, to_dev):
+    x = to_dev(np.array([[-2.0, 0.5, 1.0], [0.0, 0.01, -0.02]], np.float32))
+    s = symmetric_scale(x)
+    assert float(s) == pytest.approx(2.0 / 127)
+    q = quantize_array(x, s)
+    assert q.dtype == np.int8 and int(q.min()) == -127
+    assert float(xp.abs(dequantize_array(q, s) - x).max()) <= float(s) / 2 + 1e-7
+    s_row = symmetric_scale(x, axis=0)
+    assert s_row.shape == (2,) and float(s_row[1]) == pytest.approx(0.02 / 127)
+
+
+@functools.lru_cache(maxsize=None)       # trained once, shared by the tests (not changed by them)
+def _digits_model(kind):
+    flat = kind == "mlp"
+    (X, y), (Xv, yv), (Xt, yt) = (dl.data.load_digits(s, flat=flat) for s in ("train", "val", "test"))
+    model = (dl.MLP([64, 64, 10], seed=0) if flat
+             else dl.CNN(image_size=8, channels=(8, 16), seed=0))
+    dl.fit(model, dl.SoftmaxCrossEntropy(), dl.Adam(model, lr=3e-3), X, y, epochs=4, seed=0,
+           progress=False)
+    return model, X, Xt, yt
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_integer_path_equals_float_reference_of_the_same_rounding(kind):
+    model, X, Xt, _ = _digits_model(kind)
+    qmodel = dl.quantize(model, X[:256])
+    x = Xt[:50]
+    for layer in qmodel.layers:
+        if isinstance(layer, (dl.QuantLinear, dl.QuantConv2d)):
+            B = layer.buffers
+            got = layer.forward(x)
+            # float reference: dequantized input and weights, multiplied in float64
+            wq = B["W_q"].astype(np.float64)
+            if isinstance(layer, dl.QuantLinear):
+                xq = quantize_array(x, B["x_scale"]).astype(np.float64) * B["x_scale"]
+                ref = xq @ (wq * B["W_scale"]) + B["b"]
+            else:
+                F = wq.shape[0]
+                cols = dl.im2col(x, *layer.kernel_size, layer.stride, layer.padding)
+                xq = quantize_array(cols, B["x_scale"]).astype(np.float64) * B["x_scale"]
+                ref = (xq @ (wq.reshape(F, -1) * B["W_scale"].reshape(-1, 1)).T + B["b"])
+                N, _, OH, OW = got.shape
+                ref = ref.reshape(N, OH, OW, F).transpose(0, 3, 1, 2)
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+            assert got.dtype == np.float32
+        x = layer.forward(x)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_quantized_model_keeps_accuracy_saves_int8_and_loads(kind, tmp_path):
+    model, X, Xt, yt = _digits_model(kind)
+    acc = dl.evaluate(model, Xt, yt)["accuracy"]
+    for per_channel in (True, False):
+        qmodel = dl.quantize(model, X[:256], per_channel=per_channel)
+        qacc = dl.evaluate(qmodel, Xt, yt)["accuracy"]
+        assert abs(qacc - acc) <= 0.02, (acc, qacc)
+    path = dl.save(qmodel, tmp_path / "q.npz")
+    with np.load(path, allow_pickle=False) as npz:
+        assert npz[f"{len(qmodel) - 1}.W_q"].dtype == np.int8
+    back = dl.load(path)
+    np.testing.assert_array_equal(back.forward(Xt[:20]), qmodel.forward(Xt[:20]))
+    assert back.layers[-1].buffers["W_q"].dtype == np.int8
+    with pytest.raises(RuntimeError, match="inference"):
+        back.backward(np.ones((20, 10), np.float32))
+
+
+def test_quantize_errors():
+    model = dl.MLP([4, 3])
+    with pytest.raises(TypeError, match="unfused"):
+        dl.quantize(dl.fuse(dl.MLP([4, 3, 2])), np.ones((2, 4), np.float32))
+    with pytest.raises(ValueError, match="calibration"):
+        dl.quantize(model, np.ones((0, 4), np.float32))
+    with pytest.raises(TypeError, match="Sequential"):
+        dl.quantize(dl.Linear(4, 3), np.ones((2, 4), np.float32))
+
+
+def test_quantize_on_the_device(device, to_dev):
+    model = dl.MLP([6, 5, 3], seed=0).to(device)
+    X = to_dev(np.random.default_rng(0).standard_normal((20, 6)).astype(np.float32))
+    q = dl.quantize(model, X)
+    assert q.device == device and dl.device_of(q.forward(X)) == device
+    np.testing.assert_allclose(dl.to_numpy(q.forward(X)), dl.to_numpy(model.forward(X)), atol=0.1)
+
+
+# ======================================================================================
+# Pruning
+# ======================================================================================
+def test_prune_global_and_layer():
+    model = dl.MLP([20, 30, 10], seed=0)
+    W0, W1 = (model.params[k].copy() for k in ("0.W", "2.W"))
+    dl.prune(model, 0.5, scope="layer")
+    report = dl.sparsity(model)
+    assert report["0.W"] == pytest.approx(0.5) and report["2.W"] == pytest.approx(0.5)
+    kept = model.params["0.W"] != 0
+    assert np.abs(W0[kept]).min() >= np.abs(W0[~kept]).max()           # smallest ones went
+    model = dl.MLP([20, 30, 10], seed=0)
+    dl.prune(model, 0.8)
+    report = dl.sparsity(model)
+    assert report["total"] == pytest.approx(0.8, abs=1e-3)
+    threshold = np.abs(np.concatenate([W0.ravel(), W1.ravel()]))
+    assert report["0.W"] != report["2.W"]                                 # one global threshold
+    assert np.abs(model.params["0.W"][model.params["0.W"] != 0]).min() >= np.sort(threshold)[int(0.8 * threshold.size) - 1]
+    with pytest.raises(ValueError, match="fraction"):
+        dl.prune(model, 80)
+    with pytest.raises(ValueError, match="scope"):
+        dl.prune(model, 0.5, scope="channel")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_fit_keeps_pruned_weights_at_zero(optimizer, device):
+    X, y = dl.data.load_digits("train")
+    model = dl.Sequential(dl.Conv2d(1, 4, 3, padding=1, seed=0), dl.ReLU(), dl.Flatten(),
+                          dl.Linear(256, 10, seed=1)).to(device)
+    dl.prune(model, 0.7)
+    zero = {k: dl.to_numpy(p) == 0 for k, p in model.params.items() if k.endswith("W")}
+    opt = dl.SGD(model, lr=0.05, momentum=0.9) if optimizer == "sgd" else dl.Adam(model, lr=1e-2)
+    dl.fit(dl.fuse(model), dl.SoftmaxCrossEntropy(), opt, X.reshape(-1, 1, 8, 8)[:300], y[:300],
+           epochs=2, seed=0, progress=False)
+    for k, z in zero.items():
+        W = dl.to_numpy(model.params[k])
+        assert (W[z] == 0).all() and (W[~z] != 0).mean() > 0.99
+    assert dl.sparsity(model)["total"] == pytest.approx(0.7, abs=1e-3)
+
+
+# ======================================================================================
+# The exercise checks name the mistake (dl.check.loss_scale_step, quantize_symmetric,
+# magnitude_mask)
+# ======================================================================================
+def _scale_never_skips(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, 0, True
+    return (scale * 2, 0, True) if clean + 1 == interval else (scale, clean + 1, True)
+
+
+def _scale_grows_one_late(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, 0, False
+    return (scale * 2, 0, True) if clean == interval else (scale, clean + 1, True)
+
+
+def _scale_no_reset(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, clean, False
+    return (scale * 2, 0, True) if clean + 1 == interval else (scale, clean + 1, True)
+
+
+def _quantize_by_max(x):
+    s = x.max() / 127
+    return np.clip(np.rint(x / s), -127, 127).astype(np.int8), s
+
+
+def _quantize_truncates(x):
+    s = np.abs(x).max() / 127
+    return (x / s).astype(np.int8), s
+
+
+def _quantize_255(x):
+    s = np.abs(x).max() / 255
+    return np.clip(np.rint(x / s), -127, 127).astype(np.int8), s
+
+
+def _quantize_float(x):
+    s = np.abs(x).max() / 127
+    return np.rint(x / s), s
+
+
+def _mask_inverted(w, sparsity):
+    k = int(round(sparsity * w.size))
+    m = np.zeros(w.size, bool)
+    m[np.argsort(np.abs(w), axis=None)[:k]] = True
+    return m.reshape(w.shape)
+
+
+def _mask_signed(w, sparsity):
+    k = int(round(sparsity * w.size))
+    m = np.ones(w.size, bool)
+    m[np.argsort(w, axis=None)[:k]] = False
+    return m.reshape(w.shape)
+
+
+def _mask_keeps_sparsity(w, sparsity):
+    k = int(round((1 - sparsity) * w.size))
+    m = np.ones(w.size, bool)
+    m[np.argsort(np.abs(w), axis=None)[:k]] = False
+    return m.reshape(w.shape)
+
+
+def _right_scale_step(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, 0, False
+    return (scale * 2, 0, True) if clean + 1 == interval else (scale, clean + 1, True)
+
+
+def _not_implemented(*args):
+    raise NotImplementedError("HINT: the rule")
+
+
+@pytest.mark.parametrize("checker, wrong, expected", [
+    ("loss_scale_step", _scale_never_skips, ["take_step is True, expected False", "skipped"]),
+    ("loss_scale_step", _scale_grows_one_late, ["expected 2048", "count this step first"]),
+    ("loss_scale_step", _scale_no_reset, ["clean_steps is 2", "starts again at 0"]),
+    ("loss_scale_step", _not_implemented, ["not implemented yet: HINT: the rule"]),
+    ("quantize_symmetric", _quantize_by_max, ["MAGNITUDE", "max(|x|)"]),
+    ("quantize_symmetric", _quantize_255, ["/ 255"]),
+    ("quantize_symmetric", _quantize_truncates, ["NEAREST integer", "cuts the fraction off"]),
+    ("quantize_symmetric", _quantize_float, ["dtype float32, expected int8", ".astype(np.int8)"]),
+    ("magnitude_mask", _mask_inverted, ["other way round"]),
+    ("magnitude_mask", _mask_signed, ["magnitude, |w|"]),
+    ("magnitude_mask", _mask_keeps_sparsity, ["fraction to REMOVE"]),
+])
+def test_checks_name_the_mistake(checker, wrong, expected):
+    with pytest.raises(dl.check.ExerciseError) as info:
+        getattr(dl.check, checker)(wrong)
+    for text in expected:
+        assert text in str(info.value), str(info.value)
+
+
+def test_checks_pass_the_right_answers(capsys):
+    dl.check.loss_scale_step(_right_scale_step)
+
+    def quantize_symmetric(x):
+        s = np.abs(x).max() / 127
+        return np.clip(np.rint(x / s), -127, 127).astype(np.int8), s
+
+    def magnitude_mask(w, sparsity):
+        return _mask_keeps_sparsity(w, 1 - sparsity)
+
+    dl.check.quantize_symmetric(quantize_symmetric)
+    dl.check.magnitude_mask(magnitude_mask)
+    assert capsys.readouterr().out.count("\u2713") == 3
