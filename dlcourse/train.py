@@ -34,6 +34,7 @@ import numpy as np
 
 from . import backend
 from .backend import device_of, get_array_module, to_numpy
+from .distributed import DataParallel
 from .layers import eval_mode
 from .optim import _model_class_error
 
@@ -439,7 +440,7 @@ def _keep_going(result) -> bool:
 
 def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation=None, seed: int | None = None, progress: bool = True,
-        callback=None, on_step=None) -> History:
+        callback=None, on_step=None, comm=None) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
     Args:
@@ -462,6 +463,13 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             Returning ``False`` or raising :class:`StopTraining` ends training cleanly.
         on_step: ``on_step(step, loss)`` after each optimizer step (``step`` counts every
             step of the run from 1; ``loss`` is the batch's loss). Same way to stop.
+        comm: data-parallel training (lesson 13) with a communicator from
+            ``dl.distributed.init()``: rank 0's parameters are copied to every rank, each rank
+            takes its ``batch_size`` share of every global batch of ``batch_size * world_size``
+            (as in PyTorch's DDP), the gradients are averaged over the global batch and every
+            rank takes the same step. Losses and accuracies are over the global batch;
+            validation and the progress bar run on rank 0 (the result is sent to all ranks).
+            BatchNorm statistics stay per rank. ``None``: one process.
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
@@ -491,11 +499,13 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     from .data import batches
 
     device, dtype = _model_device(model), _model_dtype(model)
+    dp = DataParallel(comm, model, seed)       # lesson 13; a no-op for one process
+    seed, progress = dp.seed, progress and dp.is_main
     if seed is not None:
         backend.manual_seed(seed)              # dropout masks (and CuPy's generator)
     order_rng = backend.rng(seed) if seed is not None else None   # one batch order per epoch
     N = len(X)
-    steps = -(-N // batch_size)                # ceil(N / B)
+    steps = dp.steps(N, batch_size)            # ceil(N / B) for one process
     history = History()
     bar = _progress_bar(progress, epochs * steps)
     was_training = getattr(model, "training", True)
@@ -506,12 +516,13 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         for epoch in range(1, epochs + 1):
             model.train()
             start = time.perf_counter()
-            loss_sum, tally = 0.0, _Tally(loss)
+            loss_sum, seen, tally = 0.0, 0, _Tally(loss)
             order_seed = int(order_rng.integers(2**32)) if order_rng is not None else None
             if bar is not None:
                 bar.set_description(f"epoch {epoch}/{epochs}", refresh=False)
             for step, (xb, yb) in enumerate(batches(X, y, batch_size, shuffle=True,
-                                                    seed=order_seed, device=device), start=1):
+                                                    seed=order_seed, device=device, **dp.shard),
+                                       start=1):
                 global_step += 1
                 out = model.forward(_prepare(xb, dtype))
                 value = loss.forward(out, yb)
@@ -521,16 +532,17 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                     raise _diverged(history, epoch, step, steps, optimizer,
                                     f"the loss is {value}", _bad_data(X, y, xb, yb))
                 model.backward(loss.backward())
+                value, n = dp.average_gradients(value, len(xb))   # global batch: (loss, size)
                 snapshot = _snapshot(model, optimizer)
                 in_update = True
                 optimizer.step()
                 in_update = False
 
-                loss_sum += value * len(xb)
+                loss_sum, seen = loss_sum + value * n, seen + n
                 tally.add(out, yb)
                 history.step_loss.append(value)
                 if bar is not None:
-                    bar.set_postfix_str(f"loss {loss_sum / min(step * batch_size, N):.4f}"
+                    bar.set_postfix_str(f"loss {loss_sum / seen:.4f}"
                                         + _val_text(history), refresh=False)
                     bar.update(1)
                 if on_step is not None and not _keep_going(on_step(global_step, value)):
@@ -540,10 +552,12 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 _restore(model, optimizer, snapshot)
                 raise _diverged(history, epoch, step, steps, optimizer,
                                 "a parameter became inf or NaN")
-            history.train_loss.append(loss_sum / N)
-            history.train_accuracy.append(tally.accuracy(N))
+            history.train_loss.append(loss_sum / seen)
+            tally.correct = dp.total(tally.correct)
+            history.train_accuracy.append(tally.accuracy(seen))
             if validation is not None:
-                result = evaluate(model, *validation, loss=loss, batch_size=batch_size)
+                result = dp.share(evaluate(model, *validation, loss=loss, batch_size=batch_size)
+                                  if dp.is_main else None)
                 history.val_loss.append(result["loss"])
                 history.val_accuracy.append(result["accuracy"])
             backend.synchronize()              # GPU work is queued: wait before reading the clock

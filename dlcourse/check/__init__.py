@@ -14,6 +14,7 @@ from .cnn import (accuracy, batchnorm_forward, conv2d_backward, conv2d_naive,  #
 from .kernels import (arithmetic_intensity, global_index, grid_size,  # lesson 08
                       tiled_matmul, warp_transactions)
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
+from .data_parallel import fit_alpha_beta, ring_all_reduce  # lesson 13
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
@@ -29,4 +30,6 @@ __all__ = [
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
     # lesson 09
     "decision_grid", "early_stop", "mlp_parameter_count",
+    # lesson 13
+    "ring_all_reduce", "fit_alpha_beta",
 ]
