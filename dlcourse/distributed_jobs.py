@@ -36,33 +36,33 @@ def _ring_from(path: str | None):
     return module.ring_all_reduce
 
 
-def _median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+def _time(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def timing(comm, sizes, repeats, ring_path=None) -> dict:
-    """Seconds per all-reduce of float32 buffers of each size: MPI's and the ring's."""
+    """Seconds per all-reduce of float32 buffers of each size, MPI's and the ring's, timed in
+    turns (so a busy spell on a shared machine hits both): the best and the median of
+    ``repeats``, each the slowest rank's (a collective is as slow as its slowest rank)."""
     ring = _ring_from(ring_path)
     rows = []
     for n in sizes:
         x = np.random.default_rng(comm.rank).standard_normal(int(n)).astype(np.float32)
         expected = comm.all_reduce(x)
-        got = ring(comm, x)
-        ok = bool(np.allclose(got, expected, rtol=1e-5, atol=1e-5))
+        ok = bool(np.allclose(ring(comm, x), expected, rtol=1e-5, atol=1e-5))
         for _ in range(2):                              # warm up both
             comm.all_reduce(x), ring(comm, x)
-        comm.barrier()
-        t_mpi = _median_time(lambda: comm.all_reduce(x), repeats)
-        comm.barrier()
-        t_ring = _median_time(lambda: ring(comm, x), repeats)
-        # every rank must agree on the figure: take the slowest rank's median
-        t_mpi, t_ring = (float(v) for v in _slowest(comm, [t_mpi, t_ring]))
-        rows.append({"bytes": int(x.nbytes), "mpi_s": t_mpi, "ring_s": t_ring, "equal": ok})
+        t_mpi, t_ring = [], []
+        for _ in range(repeats):
+            comm.barrier()
+            t_mpi.append(_time(lambda: comm.all_reduce(x)))
+            comm.barrier()
+            t_ring.append(_time(lambda: ring(comm, x)))
+        stats = _slowest(comm, [min(t_mpi), min(t_ring), np.median(t_mpi), np.median(t_ring)])
+        rows.append({"bytes": int(x.nbytes), "mpi_s": stats[0], "ring_s": stats[1],
+                     "mpi_median_s": stats[2], "ring_median_s": stats[3], "equal": ok})
     return {"world_size": comm.world_size, "rows": rows}
 
 
@@ -70,7 +70,7 @@ def _slowest(comm, values):
     """Each value's maximum over ranks (a collective is as slow as its slowest rank)."""
     mine = np.asarray(values, dtype=np.float64)
     both = [comm.broadcast(mine, root=r) for r in range(comm.world_size)]
-    return np.max(both, axis=0)
+    return [float(v) for v in np.max(both, axis=0)]
 
 
 def _mlp(sizes, dtype, seed):
