@@ -109,10 +109,11 @@ def ring_all_reduce(fn) -> None:
 
 
 def fit_alpha_beta(fn) -> None:
-    """Check ``fn(nbytes, seconds)``: the least-squares fit of seconds = alpha + nbytes / beta,
-    returning ``(alpha, beta)``: alpha in seconds, beta in bytes per second."""
+    """Check ``fn(nbytes, seconds)``: the least-squares fit of seconds = alpha + nbytes / beta
+    on the relative error (each point weighted by 1 / seconds), returning ``(alpha, beta)``:
+    alpha in seconds, beta in bytes per second."""
     n_cases = 0
-    for alpha, beta, noise in [(2e-5, 5e9, 0.0), (1e-6, 2e10, 0.01), (5e-4, 1e8, 0.02)]:
+    for alpha, beta, noise in [(2e-5, 5e9, 0.0), (1e-6, 2e10, 0.05), (5e-4, 1e8, 0.1)]:
         nbytes = np.array([8, 1e3, 1e4, 1e5, 1e6, 4e6])
         gen = np.random.default_rng(7)
         seconds = (alpha + nbytes / beta) * (1 + noise * gen.standard_normal(nbytes.size))
@@ -121,14 +122,19 @@ def fit_alpha_beta(fn) -> None:
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
             fail(fn, case, f"it returned {type(got).__name__}, not a pair (alpha, beta).",
                  "return alpha, beta")
-        a, b = (float(to_array(v, fn, case, name)) for v, name in zip(got, ("alpha", "beta")))
-        slope, intercept = np.polyfit(nbytes, seconds, 1)
-        expect_close(np.asarray(b), 1 / slope, fn, case, "beta (bytes per second)", rtol=1e-3,
+        a, b = (to_array(v, fn, case, name) for v, name in zip(got, ("alpha", "beta")))
+        slope, intercept = np.polyfit(nbytes, seconds, 1, w=1 / seconds)
+        plain_slope, plain_intercept = np.polyfit(nbytes, seconds, 1)
+        unweighted = ("that is the ordinary least-squares line: weight each point by 1/seconds, "
+                      "so that the small messages count as much as the large ones.")
+        expect_close(b, 1 / slope, fn, case, "beta (bytes per second)", rtol=1e-3,
                      mistakes=[(slope, "beta is a bandwidth, bytes per second: the INVERSE of the "
-                                       "fitted slope (seconds per byte).")],
-                     fix="fit a straight line seconds = intercept + slope * nbytes "
-                         "(np.polyfit or np.linalg.lstsq); beta = 1 / slope.")
-        expect_close(np.asarray(a), intercept, fn, case, "alpha (seconds)", rtol=1e-3, atol=1e-12,
+                                       "fitted slope (seconds per byte)."),
+                               (1 / plain_slope, unweighted)],
+                     fix="fit a straight line seconds = intercept + slope * nbytes with weights "
+                         "1/seconds; beta = 1 / slope.")
+        expect_close(a, intercept, fn, case, "alpha (seconds)", rtol=1e-3, atol=1e-12,
+                     mistakes=[(plain_intercept, unweighted)],
                      fix="alpha is the intercept: the time of a message of zero bytes.")
         n_cases += 1
     passed(fn, n_cases)
