@@ -584,7 +584,8 @@ def _fit_and_test(args, settings, model, what, device, train, val, test, comm=No
     epochs, batch_size = settings["epochs"], settings["batch_size"]
     print(f"{what} on {args.dataset} ({len(X_train)} train / {len(X_val)} val / "
           f"{len(X_test)} test), {model.num_parameters():,} parameters")
-    print(f"{settings['optimizer']} lr {settings['lr']:g} (cosine decay), {epochs} epochs, batch {batch_size}, "
+    ranks = f" per rank x {comm.world_size} ranks" if comm is not None and comm.world_size > 1 else ""
+    print(f"{settings['optimizer']} lr {settings['lr']:g} (cosine decay), {epochs} epochs, batch {batch_size}{ranks}, "
           f"seed {args.seed}, {backend.describe_device(device)}")
 
     lr0 = settings["lr"]

@@ -186,6 +186,16 @@ def test_ring_matches_mpi_allreduce_on_two_ranks():
     assert all(row["mpi_s"] > 0 and row["ring_s"] > 0 for row in result["rows"])
 
 
+@needs_mpi
+def test_dlcourse_train_ranks_starts_mpiexec_and_one_rank_speaks():
+    proc = subprocess.run([sys.executable, "-m", "dlcourse", "train", "--ranks", "2", "--model",
+                           "mlp", "--dataset", "blobs", "--epochs", "2", "--no-progress",
+                           "--device", "cpu"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "batch 32 per rank x 2 ranks" in proc.stdout
+    assert proc.stdout.count("test accuracy:") == 1
+
+
 # ======================================================================================
 # NCCL: one process per GPU
 # ======================================================================================
