@@ -222,3 +222,66 @@ def test_nccl_two_ranks_equal_one_process(tmp_path):
     ranks, single = np.load(out), _single_process("adam", "float64", 16, epochs=2)
     for k, p in single.items():
         np.testing.assert_allclose(ranks[k], p, rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+# ======================================================================================
+# Lesson 13's exercises: the checks pass the solutions and name a blank one
+# ======================================================================================
+def _lesson_exercises():
+    import re
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).parent.parent / "notebooks" / "13_data_parallel.ipynb", 4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    return [(src, code[k + 1], re.search(r"^def (\w+)\(", src, re.M).group(1))
+            for k, src in enumerate(code) if "### BEGIN SOLUTION" in src]
+
+
+def test_lesson_13_checks_pass_the_solutions_and_name_blank_ones(capsys):
+    import dlcourse as dl
+    from dlcourse.check import ExerciseError
+    from dlcourse.student import student_source
+    exercises = _lesson_exercises()
+    assert [name for _, _, name in exercises] == ["ring_all_reduce", "fit_alpha_beta"]
+    for solution, check, name in exercises:
+        namespace = {"dl": dl, "np": np}
+        exec(solution, namespace)          # noqa: S102 - our own notebook
+        exec(check, namespace)             # noqa: S102
+        assert f"\u2713 {name}" in capsys.readouterr().out
+        namespace = {"dl": dl, "np": np}
+        exec(student_source(solution), namespace)   # noqa: S102
+        with pytest.raises(ExerciseError, match=f"{name} is not implemented yet: "):
+            exec(check, namespace)         # noqa: S102
+
+
+@pytest.mark.parametrize("mistake,message", [
+    ("reduce_scatter_only", "all-gather"),
+    ("whole_buffer", r"needs 2\(N-1\)"),
+])
+def test_ring_check_names_the_mistake(mistake, message):
+    from dlcourse.check import ExerciseError, ring_all_reduce
+
+    def reduce_scatter_only(comm, x):
+        N, r = comm.world_size, comm.rank
+        flat = x.reshape(-1).copy()
+        chunks = np.array_split(flat, N)
+        for s in range(N - 1):
+            i = (r - s - 1) % N
+            incoming = np.empty_like(chunks[i])
+            comm.sendrecv(chunks[(r - s) % N], (r + 1) % N, incoming, (r - 1) % N)
+            chunks[i] += incoming
+        return flat.reshape(x.shape)
+
+    def whole_buffer(comm, x):     # right answer, wrong algorithm: passes everything around
+        total, piece = x.copy(), x.copy()
+        for _ in range(comm.world_size - 1):
+            incoming = np.empty_like(piece)
+            comm.sendrecv(piece, (comm.rank + 1) % comm.world_size, incoming,
+                          (comm.rank - 1) % comm.world_size)
+            total += incoming
+            piece = incoming
+        return total
+    fn = {"reduce_scatter_only": reduce_scatter_only, "whole_buffer": whole_buffer}[mistake]
+    with pytest.raises(ExerciseError, match=message):
+        ring_all_reduce(fn)

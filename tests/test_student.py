@@ -413,8 +413,9 @@ def test_exercise_error_is_an_assertion_error():
 
 
 def test_dl_check_exports_every_check_of_every_lesson():
-    from dlcourse.check import basics, cnn, kernels, playground
-    every_check = {*basics.__all__, *cnn.__all__, *kernels.__all__, *playground.__all__}
+    from dlcourse.check import basics, cnn, data_parallel, kernels, playground
+    every_check = {*basics.__all__, *cnn.__all__, *kernels.__all__, *playground.__all__,
+                   *data_parallel.__all__}
     assert set(dl.check.__all__) == every_check
     assert all(callable(getattr(dl.check, name)) for name in every_check)
 
