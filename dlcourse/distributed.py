@@ -206,14 +206,17 @@ class NCCLCommunicator(Communicator):
 
     def sendrecv(self, send, dest, recv, source) -> None:
         send = self._gpu(send)
+        out = recv if device_of(recv) == "gpu" else self.cupy.empty(recv.shape, recv.dtype)
         if dest == source:                   # two ranks: one paired exchange
-            self.nccl.send_recv(send, recv, dest)
+            self.nccl.send_recv(send, out, dest)
         elif self.rank % 2 == 0:             # even ranks send first, odd ranks receive first:
             self.nccl.send(send, dest)       # blocking sends around a ring cannot all wait
-            self.nccl.recv(recv, source)
+            self.nccl.recv(out, source)
         else:
-            self.nccl.recv(recv, source)
+            self.nccl.recv(out, source)
             self.nccl.send(send, dest)
+        if out is not recv:
+            recv[...] = to_numpy(out)
 
     def abort(self, code: int = 1) -> None:
         os._exit(code)                       # mpiexec then stops the other ranks

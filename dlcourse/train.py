@@ -469,7 +469,8 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             (as in PyTorch's DDP), the gradients are averaged over the global batch and every
             rank takes the same step. Losses and accuracies are over the global batch;
             validation and the progress bar run on rank 0 (the result is sent to all ranks).
-            BatchNorm statistics stay per rank. ``None``: one process.
+            BatchNorm statistics stay per rank. Every rank passes the same X and y.
+            ``None``: one process.
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.

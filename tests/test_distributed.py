@@ -285,3 +285,12 @@ def test_ring_check_names_the_mistake(mistake, message):
     fn = {"reduce_scatter_only": reduce_scatter_only, "whole_buffer": whole_buffer}[mistake]
     with pytest.raises(ExerciseError, match=message):
         ring_all_reduce(fn)
+
+
+def test_benchmark_fits_alpha_beta_of_a_ring(benchmark_script):
+    bench = benchmark_script("data_parallel")
+    nbytes = np.array([64, 4096, 65536, 524288, 2678824])
+    for N in (2, 4):
+        seconds = distributed.ring_cost(nbytes, N, alpha=8e-6, beta=2e9)
+        alpha, beta = bench.fit_alpha_beta(nbytes, seconds, N)
+        assert alpha == pytest.approx(8e-6, rel=1e-6) and beta == pytest.approx(2e9, rel=1e-6)
