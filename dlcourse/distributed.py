@@ -42,7 +42,7 @@ from .backend import device_of, get_array_module, to_device, to_numpy
 __all__ = ["Communicator", "SingleProcess", "MPICommunicator", "NCCLCommunicator", "init",
            "ring_all_reduce", "shard", "shards", "flatten", "unflatten", "buckets",
            "broadcast_parameters", "average_gradients", "DataParallel", "mpiexec_command",
-           "launch_env", "relaunch", "under_mpiexec", "ring_cost", "BUCKET_BYTES", "simulate", "ThreadRank"]
+           "launch_env", "relaunch", "under_mpiexec", "mpiexec_path", "MPIEXEC_ARGS", "ring_cost", "BUCKET_BYTES", "simulate", "ThreadRank"]
 
 OPS = ("sum", "mean")
 BUCKET_BYTES = 25 * 2**20      # PyTorch DDP's default bucket: 25 MiB

@@ -206,6 +206,22 @@ def _gpu_count():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(_gpu_count() < 1, reason="needs a CUDA GPU (CuPy arrays through MPI)")
+@needs_mpi
+def test_mpi_takes_gpu_arrays_through_the_host():
+    cmd = distributed.mpiexec_command(2, [sys.executable, "-c", (
+        "import numpy as np, dlcourse as dl; from dlcourse import distributed as d; "
+        "c = d.init(); x = dl.to_device(np.arange(6.0) * (c.rank + 1), 'gpu'); "
+        "s = c.all_reduce(x, 'mean'); r = d.ring_all_reduce(c, x); b = c.broadcast(x); "
+        "assert all(dl.device_of(a) == 'gpu' for a in (s, r, b)); "
+        "assert np.allclose(dl.to_numpy(s), np.arange(6.0) * 1.5); "
+        "assert np.allclose(dl.to_numpy(r), np.arange(6.0) * 3); "
+        "assert np.allclose(dl.to_numpy(b), np.arange(6.0))")])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(_gpu_count() < 2, reason="NCCL needs 2 GPUs: it refuses two ranks on one "
                                              "GPU, and this machine has fewer")
 @needs_mpi
