@@ -538,7 +538,12 @@ class DataParallel:
     def steps(self, N: int, batch_size: int) -> int:
         """Steps per epoch: global batches of batch_size * world_size samples."""
         W = self.comm.world_size
-        return len(shards(np.arange(N), batch_size, 0, W)) if W > 1 else -(-N // batch_size)
+        if W == 1:
+            return -(-N // batch_size)
+        if N < W:
+            raise ValueError(f"fit(comm=...): {N} training samples cannot be shared by {W} "
+                             f"ranks (each needs at least one). Use more data or fewer ranks.")
+        return len(shards(np.arange(N), batch_size, 0, W))
 
     def average_gradients(self, loss: float, count: int) -> tuple[float, int]:
         return average_gradients(self.model, self.comm, count, loss)

@@ -133,6 +133,16 @@ def test_init_outside_mpiexec_is_single(monkeypatch):
         distributed.init("gloo")
 
 
+def test_data_parallel_needs_a_sample_per_rank():
+    dp = distributed.DataParallel(distributed.init("single"), MLP([2, 2]), seed=0)
+    assert dp.steps(5, 2) == 3 and dp.shard == {} and dp.seed == 0
+    dp.comm = distributed.simulate(lambda comm, _: comm, [0, 0, 0])[0]   # a 3-rank group
+    with pytest.raises(ValueError, match="2 training samples cannot be shared by 3 ranks"):
+        dp.steps(2, 4)
+    assert dp.steps(7, 2) == 1        # global batches of 6: one full, then 1 sample (< 3) left
+    assert dp.steps(9, 2) == 2        # ... then 3 samples, one per rank
+
+
 def test_ring_cost_model():
     # 2 ranks: 2 messages, each rank sends the whole buffer once (half out, half back)
     assert distributed.ring_cost(1e6, 2, alpha=1e-5, beta=1e9) == pytest.approx(2e-5 + 1e-3)
