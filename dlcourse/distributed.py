@@ -570,6 +570,7 @@ class DataParallel:
 # ======================================================================================
 # Hydra (MPICH's mpiexec) needs no flags as root nor on 2 cores: no binding by default and
 # oversubscription is allowed. "-launcher fork" starts the ranks as local processes, never ssh.
+# (Given only to Hydra: another MPI's mpiexec, e.g. Open MPI's, gets none.)
 MPIEXEC_ARGS = ("-launcher", "fork")
 
 
@@ -594,7 +595,8 @@ def mpiexec_command(ranks: int, argv) -> list[str]:
     if path is None:
         raise RuntimeError("mpiexec was not found. Install MPI with pip: pip install "
                            "'dlcourse[distributed]' (the mpich wheel brings mpiexec).")
-    return [path, "-n", str(int(ranks)), *MPIEXEC_ARGS, *argv]
+    hydra = os.path.exists(os.path.join(os.path.dirname(path), "mpiexec.hydra"))
+    return [path, "-n", str(int(ranks)), *(MPIEXEC_ARGS if hydra else ()), *argv]
 
 
 def relaunch(ranks: int, python_args, drop_option: str) -> int:
