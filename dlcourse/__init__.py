@@ -10,7 +10,7 @@ The course notebooks (``notebooks/``) grow each part of this package step by ste
 from .backend import (DeviceError, describe_device, device_info, device_of, get_array_module,
                       get_device, gpu_available, manual_seed, set_device, synchronize,
                       to_device, to_numpy)
-from . import check, data, plots, recorded
+from . import check, data, distributed, plots, recorded
 from .conv import Conv2d, MaxPool2d, col2im, im2col
 from .fusion import Conv2dReLU, LinearReLU, fuse, use_kernels
 from .gradcheck import gradcheck
@@ -37,7 +37,7 @@ __all__ = [
     "get_device", "gpu_available", "manual_seed", "set_device", "synchronize", "to_device",
     "to_numpy",
     # submodules
-    "check", "data", "plots", "recorded",
+    "check", "data", "distributed", "plots", "recorded",
     # layers, losses, models, optimizers
     "Conv2d", "MaxPool2d", "col2im", "im2col", "gradcheck",
     "BatchNorm2d", "Dropout", "Flatten", "Identity", "Layer", "Linear", "ReLU", "Sequential",

@@ -33,8 +33,8 @@ import numpy as np
 __all__ = [
     "DeviceError", "get_array_module", "gpu_available", "gpu_problem", "set_device",
     "get_device", "device_of", "to_device", "to_numpy", "synchronize", "device_info",
-    "describe_device", "require_cupy", "manual_seed", "rng", "set_rng", "random_uniform",
-    "device_name",
+    "describe_device", "require_cupy", "require_cupyx_distributed", "manual_seed", "rng",
+    "set_rng", "random_uniform", "device_name",
 ]
 
 DEVICES = ("auto", "cpu", "gpu")
@@ -131,6 +131,13 @@ def require_cupy():
         raise DeviceError(f"A GPU was asked for, but it cannot be used. {problem} "
                           f"Or run on the CPU: set {ENV_VAR}=cpu.")
     return cupy
+
+
+def require_cupyx_distributed():
+    """``cupyx.distributed`` (NCCL communicators, lesson 13), or :class:`DeviceError`."""
+    require_cupy()
+    import cupyx.distributed
+    return cupyx.distributed
 
 
 # --------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import distributed
 from .data import POINT_SETS as _POINT_MAKERS
 from .doctor import doctor
 from .workspace import add_commands as add_workspace_commands
@@ -164,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--save", metavar="PATH", help="save the trained model (.npz) to PATH")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bar: print one line per epoch instead")
+    train.add_argument("--ranks", type=_positive_int,
+                       help="data-parallel training on N processes: runs this command under "
+                            "`mpiexec -n N` (--batch-size is per rank). Under mpiexec "
+                            "already, leave it out")
     train.set_defaults(usage_error=train.error)   # for the checks done after parsing (main)
 
     add_workspace_commands(commands)   # start, student-notebooks, reset, solution
@@ -301,6 +306,11 @@ def _train(args) -> int:
                 problem += ". Choose a path in a folder you can write to."
             raise CLIError(f"--save {args.save}: {problem}") from None
     settings = _defaults(args)
+    if (args.ranks or 1) > 1 and not distributed.under_mpiexec():   # lesson 13
+        return distributed.relaunch(args.ranks, ["-m", "dlcourse", *args.argv], "--ranks")
+    comm = distributed.init()
+    if not comm.is_main:                   # one rank speaks
+        sys.stdout = open(os.devnull, "w")
     if args.device is not None:            # else $DLCOURSE_DEVICE (auto when unset), as doctor says
         backend.set_device(args.device)
     device = backend.get_device()
@@ -347,10 +357,10 @@ def _train(args) -> int:
     model.to(device)
     with _blas_threads(settings["threads"] if device == "cpu" else None):
         return _fit_and_test(args, settings, model, what, device,
-                             (X_train, y_train), (X_val, y_val), (X_test, y_test))
+                             (X_train, y_train), (X_val, y_val), (X_test, y_test), comm)
 
 
-def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
+def _fit_and_test(args, settings, model, what, device, train, val, test, comm=None) -> int:
     """Train the MLP or CNN, report each epoch, save it if asked, print the test accuracy.
 
     Returns 0, or 130 after Ctrl-C (what was trained is still saved when --save was given)."""
@@ -368,7 +378,8 @@ def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
     epochs, batch_size = settings["epochs"], settings["batch_size"]
     print(f"{what} on {args.dataset} ({len(X_train)} train / {len(X_val)} val / "
           f"{len(X_test)} test), {model.num_parameters():,} parameters")
-    print(f"{settings['optimizer']} lr {settings['lr']:g} (cosine decay), {epochs} epochs, batch {batch_size}, "
+    ranks = f" per rank x {comm.world_size} ranks" if comm is not None and comm.world_size > 1 else ""
+    print(f"{settings['optimizer']} lr {settings['lr']:g} (cosine decay), {epochs} epochs, batch {batch_size}{ranks}, "
           f"seed {args.seed}, {backend.describe_device(device)}")
 
     # Cosine schedule: the learning rate glides from --lr down to 0 at the end. Big steps early
@@ -389,14 +400,15 @@ def _fit_and_test(args, settings, model, what, device, train, val, test) -> int:
     try:
         history = fit(model, SoftmaxCrossEntropy(), optimizer, X_train, y_train, epochs=epochs,
                       batch_size=batch_size, validation=(X_val, y_val), seed=args.seed,
-                      progress=not args.no_progress, callback=after_epoch, lr_schedule=schedule)
+                      progress=not args.no_progress, callback=after_epoch, lr_schedule=schedule,
+                      comm=comm)
     except TrainingDiverged as err:
         raise CLIError(str(err).replace("err.history", "the history") +
                        " Pass a smaller --lr.") from None
     seconds = time.perf_counter() - start
     note = " (interrupted)" if history.interrupted else ""
     print(f"trained {history.epochs} epochs in {seconds:.1f} s{note}")
-    if args.save:
+    if args.save and (comm is None or comm.is_main):
         path = save(model, args.save)
         print(f"saved the model{' trained so far' if history.interrupted else ''} to {path}")
     if history.interrupted:
@@ -539,6 +551,7 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (0: success)."""
     parser = build_parser()
     args = parser.parse_args(argv)     # bad arguments: usage + one line, exit 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)   # for train --ranks
     if args.command == "train" and (problem := _options_of_other_models(args)):
         args.usage_error(problem)      # the same, for options that belong to another model
     run = getattr(args, "run", None) or {"doctor": lambda a: doctor(), "train": _train,

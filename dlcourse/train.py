@@ -36,7 +36,9 @@ import numpy as np
 from . import backend
 from ._validate import check_labels, model_class_error, number, whole_number
 from .backend import device_of, get_array_module, to_numpy
+from .distributed import DataParallel
 from .layers import eval_mode
+from .distributed import DataParallel   # fit(comm=...) (lesson 13)
 from .precision import Policy   # precision= and loss scaling (lesson 10)
 from .prune import keep_pruned   # pruned weights stay zero (lesson 11)
 
@@ -474,7 +476,7 @@ def _keep_going(result) -> bool:
 def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation=None, seed: int | None = None, progress: bool = True,
         callback=None, on_step=None, lr_schedule=None, precision: str = "fp32",
-        loss_scaler=None) -> History:
+        loss_scaler=None, comm=None) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
     Args:
@@ -508,6 +510,14 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         loss_scaler: a ``dl.LossScaler`` for fp16 (``None``: a default one for fp16, none
             otherwise; ``False``: none). A step with inf/NaN gradients is skipped; the state
             is in ``history.loss_scaler`` and ``history.loss_scale``.
+        comm: data-parallel training (lesson 13) with a communicator from
+            ``dl.distributed.init()``: rank 0's parameters are copied to every rank, each rank
+            takes its ``batch_size`` share of every global batch of ``batch_size * world_size``
+            (as in PyTorch's DDP), the gradients are averaged over the global batch and every
+            rank takes the same step. Losses and accuracies are over the global batch;
+            validation and the progress bar run on rank 0 (the result is sent to all ranks).
+            BatchNorm statistics stay per rank. Every rank passes the same X and y.
+            ``None``: one process.
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
@@ -524,7 +534,9 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     """
     _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
     amp = Policy(precision, loss_scaler)              # fp32, or bf16/fp16 products (lesson 10)
-    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, seed, progress, lr_schedule)
+    dp = DataParallel(comm, model, seed)              # lesson 13; a no-op for one process
+    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, dp.seed,
+               progress and dp.is_main, lr_schedule, dp)
     try:
         for epoch in range(1, epochs + 1):
             model.train()
@@ -535,12 +547,13 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 run.check_loss(value, xb, yb)         # inf or NaN: undo, and say why
                 with amp.autocast():
                     model.backward(amp.scale(loss.backward()))
+                value, n = dp.average_gradients(value, len(xb))   # global batch: (loss, size)
                 with run.update():                    # a snapshot first, to undo it
                     run.set_lr()                      # lr_schedule, if given
                     if amp.should_step(model):        # False: fp16 gradients overflowed, skip
                         optimizer.step()
                         keep_pruned(model)            # pruned weights stay zero (lesson 11)
-                run.after_step(value, out, yb, on_step)
+                run.after_step(value, n, out, yb, on_step)
             amp.record(run.history)
             run.end_epoch(validation, callback)
     except StopTraining:
@@ -586,15 +599,15 @@ class _Run:
     hooks. Each method is one thing the loop does."""
 
     def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, seed, progress,
-                 lr_schedule=None):
+                 lr_schedule=None, dp=None):
         self.model, self.loss, self.optimizer, self.X, self.y = model, loss, optimizer, X, y
-        self.lr_schedule = lr_schedule
+        self.lr_schedule, self.dp = lr_schedule, dp or DataParallel(None, model, seed)
         self.epochs, self.batch_size = epochs, int(batch_size)
         self.device, self.dtype = _model_device(model), _model_dtype(model)
         if seed is not None:
             backend.manual_seed(seed)                  # dropout masks (and CuPy's generator)
         self.order_rng = backend.rng(seed) if seed is not None else None   # one order per epoch
-        self.steps = -(-len(X) // self.batch_size)     # ceil(N / B)
+        self.steps = self.dp.steps(len(X), self.batch_size)   # ceil(N / B) for one process
         self.history = History()
         self.bar = _progress_bar(progress, epochs * self.steps)
         self.was_training = getattr(model, "training", True)
@@ -606,12 +619,13 @@ class _Run:
         """(step, (xb, yb)) over the epoch's shuffled batches, xb in the model's dtype."""
         from .data import batches
         self.epoch, self.start = epoch, time.perf_counter()
-        self.loss_sum, self.tally = 0.0, _Tally(self.loss)
+        self.loss_sum, self.seen, self.tally = 0.0, 0, _Tally(self.loss)
         order_seed = int(self.order_rng.integers(2**32)) if self.order_rng is not None else None
         if self.bar is not None:
             self.bar.set_description(f"epoch {epoch}/{self.epochs}", refresh=False)
         for self.step, (xb, yb) in enumerate(batches(self.X, self.y, self.batch_size, shuffle=True,
-                                                     seed=order_seed, device=self.device), start=1):
+                                                     seed=order_seed, device=self.device,
+                                                     **self.dp.shard), start=1):
             self.global_step += 1
             yield self.step, (_prepare(xb, self.dtype), yb)
 
@@ -639,31 +653,33 @@ class _Run:
         self.optimizer.lr = number(self.lr_schedule(t), f"fit(lr_schedule=...) at epoch {t:g}",
                                    "a learning rate such as 0.01", 0.0, None, low_open=True)
 
-    def after_step(self, value, out, yb, on_step):
-        self.loss_sum += value * len(yb)
+    def after_step(self, value, n, out, yb, on_step):
+        """``value``: the loss over the (global) batch of ``n`` samples."""
+        self.loss_sum, self.seen = self.loss_sum + value * n, self.seen + n
         self.tally.add(out, yb)
         self.history.step_loss.append(value)
         self.history.step_lr.append(getattr(self.optimizer, "lr", None))
         if self.bar is not None:
-            seen = min(self.step * self.batch_size, len(self.X))
-            self.bar.set_postfix_str(f"loss {self.loss_sum / seen:.4f}" + _val_text(self.history),
+            self.bar.set_postfix_str(f"loss {self.loss_sum / self.seen:.4f}" + _val_text(self.history),
                                      refresh=False)
             self.bar.update(1)
         if on_step is not None and not _keep_going(on_step(self.global_step, value)):
             raise StopTraining
 
     def end_epoch(self, validation, callback):
-        history, N = self.history, len(self.X)
+        history, seen, dp = self.history, self.seen, self.dp
         # The last update of the epoch has not been through a forward pass yet.
         if not _all_finite(self.model):
             _restore(self.model, self.optimizer, self.snapshot)
             raise _diverged(history, self.epoch, self.step, self.steps, self.optimizer,
                             "a parameter became inf or NaN")
-        history.train_loss.append(self.loss_sum / N)
-        history.train_accuracy.append(self.tally.accuracy(N))
+        history.train_loss.append(self.loss_sum / seen)
+        self.tally.correct = dp.total(self.tally.correct)
+        history.train_accuracy.append(self.tally.accuracy(seen))
         history.lr.append(getattr(self.optimizer, "lr", None))
         if validation is not None:
-            result = evaluate(self.model, *validation, loss=self.loss, batch_size=self.batch_size)
+            result = dp.share(evaluate(self.model, *validation, loss=self.loss,
+                                       batch_size=self.batch_size) if dp.is_main else None)
             history.val_loss.append(result["loss"])
             history.val_accuracy.append(result["accuracy"])
         backend.synchronize()              # GPU work is queued: wait before reading the clock

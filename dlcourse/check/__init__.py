@@ -24,6 +24,7 @@ from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
 from .compression import loss_scale_step, magnitude_mask, quantize_symmetric  # lessons 10-11
 from .deploy import fold_batchnorm, validate_batch  # lesson 12
+from .data_parallel import fit_alpha_beta, ring_all_reduce  # lesson 13
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
@@ -45,6 +46,8 @@ __all__ = [
     "loss_scale_step", "quantize_symmetric", "magnitude_mask",
     # lesson 12
     "fold_batchnorm", "validate_batch",
+    # lesson 13
+    "ring_all_reduce", "fit_alpha_beta",
     # lesson 14
     "unbroadcast", "tensor_mul", "topological_order",
 ]

@@ -152,7 +152,8 @@ def one_hot(y, num_classes: int, dtype=np.float32):
 
 
 def batches(X, y, batch_size: int, shuffle: bool = True, seed: int | None = None,
-            device: str | None = None, drop_last: bool = False):
+            device: str | None = None, drop_last: bool = False, rank: int = 0,
+            world_size: int = 1):
     """Mini-batches ``(xb, yb)`` for one epoch: each sample appears exactly once.
 
     Args:
@@ -165,6 +166,9 @@ def batches(X, y, batch_size: int, shuffle: bool = True, seed: int | None = None
         device: ``"cpu"`` or ``"gpu"`` to copy each batch there; ``None`` (default)
             leaves batches where ``X`` and ``y`` already are.
         drop_last: skip a final batch smaller than ``batch_size``.
+        rank, world_size: data parallel (lesson 13): every rank draws the same order (pass
+            the same ``seed``), cuts it into global batches of ``batch_size * world_size``
+            and yields its own part of each (see ``dl.distributed.shards``).
 
     Yields:
         ``xb`` ``(B, ...)`` and ``yb`` ``(B, ...)``.
@@ -191,6 +195,15 @@ def batches(X, y, batch_size: int, shuffle: bool = True, seed: int | None = None
     N = len(X)
     order = rng(seed).permutation(N) if shuffle else None
     stop_at = N - N % batch_size if drop_last else N
+    if world_size != 1 or rank != 0:           # data parallel: this rank's shard of each batch
+        from ..distributed import shards
+        if shuffle and seed is None:
+            raise ValueError("batches(rank=..., world_size=...) needs a seed when shuffling, "
+                             "so that every rank draws the same order.")
+        groups = shards(np.arange(N) if order is None else order, int(batch_size), rank,
+                        world_size, drop_last)
+        return ((_take(X, i), _take(y, i)) if device is None else
+                (to_device(_take(X, i), device), to_device(_take(y, i), device)) for i in groups)
     return _batch_generator(X, y, int(batch_size), order, stop_at, device)
 
 

@@ -1,0 +1,140 @@
+"""Checks for lesson 13 (data-parallel training).
+
+==========================  ===============================================================
+check                       your function
+==========================  ===============================================================
+:func:`ring_all_reduce`     ``(comm, x) -> the sum of x over all ranks``, by sendrecv only
+:func:`fit_alpha_beta`      ``(nbytes, seconds) -> (alpha, beta)``, least squares
+==========================  ===============================================================
+
+The ring is run on simulated ranks (``dl.distributed.simulate``: one thread per rank, real
+messages through queues), so the check needs no MPI; the lesson then runs the same function
+under ``mpiexec`` against MPI's Allreduce.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import distributed
+from .basics import ExerciseError, call, expect_close, expect_unchanged, fail, passed, to_array
+
+__all__ = ["ring_all_reduce", "fit_alpha_beta", "ExerciseError"]
+
+
+class _Counting(distributed.Communicator):
+    """A simulated rank that counts what it sends and forbids shortcuts (all_reduce)."""
+
+    def __init__(self, inner):
+        self.inner, self.rank, self.world_size = inner, inner.rank, inner.world_size
+        self.messages, self.sent = 0, 0
+
+    def sendrecv(self, send, dest, recv, source):
+        if not (0 <= dest < self.world_size and 0 <= source < self.world_size):
+            raise ValueError(f"rank {self.rank} sent to {dest} / received from {source}: ranks "
+                             f"are 0..{self.world_size - 1} (use % world_size).")
+        self.messages += 1
+        self.sent += np.asarray(send).size
+        self.inner.sendrecv(send, dest, recv, source)
+
+    def all_reduce(self, x, op="sum"):
+        raise RuntimeError("comm.all_reduce is what you are building: use comm.sendrecv only.")
+
+    broadcast = all_reduce
+
+
+def _run(fn, inputs, case):
+    counters = {}
+
+    def body(comm, x):
+        counting = counters[comm.rank] = _Counting(comm)
+        return fn(counting, x)
+    try:
+        out = distributed.simulate(body, inputs, timeout=5)
+    except RuntimeError as err:
+        cause = err.__cause__
+        if isinstance(cause, NotImplementedError):
+            hint = str(cause).strip() or "replace the `raise NotImplementedError` line."
+            raise ExerciseError(f"{getattr(fn, '__name__', 'your function')} is not "
+                                f"implemented yet: {hint}") from None
+        stuck = "Empty" in repr(cause) or "did not finish" in str(err)
+        fail(fn, case, f"it raised on the simulated ranks: {err}",
+             "a rank waited for a message nobody sent: every rank must call sendrecv the same "
+             "number of times, sending right (rank+1) and receiving from the left (rank-1)."
+             if stuck else "read the error above: the traceback points at your code.")
+    return out, counters
+
+
+def ring_all_reduce(fn) -> None:
+    """Check ``fn(comm, x)`` on 1 to 4 simulated ranks: every rank returns the sum of all
+    ranks' x (same shape), leaves x unchanged, and sends 2(N-1) messages holding 2(N-1)/N of
+    the buffer in all (a ring), through ``comm.sendrecv`` only."""
+    n_cases = 0
+    for N, shape, dtype in [(2, (8,), np.float64), (3, (10,), np.float64), (4, (5, 3), np.float32),
+                            (1, (4,), np.float64), (3, (2,), np.float64)]:
+        case = f"{N} ranks, x of shape {shape} ({np.dtype(dtype).name}) on each"
+        inputs = [np.random.default_rng([r, 13]).standard_normal(shape).astype(dtype)
+                  for r in range(N)]
+        given = [x.copy() for x in inputs]
+        out, counters = _run(fn, given, case)
+        total = sum(inputs)
+        for r in range(N):
+            got = to_array(out[r], fn, case, f"the result on rank {r}")
+            if got.shape != shape:
+                fail(fn, case, f"rank {r} returned shape {got.shape}, expected {shape}.",
+                     "reshape the flat buffer back to x.shape before returning it.")
+            chunks = np.array_split(np.arange(int(np.prod(shape))), N)
+            partly = [k for k, idx in enumerate(chunks)
+                      if np.allclose(got.reshape(-1)[idx], total.reshape(-1)[idx], rtol=1e-5)]
+            fix = None
+            if len(partly) == 1 and N > 1:
+                fix = (f"only chunk {partly[0]} of {N} holds the full sum on rank {r}: after "
+                       f"the reduce-scatter each rank owns one finished chunk; the all-gather "
+                       f"(N-1 more steps, copying, not adding) passes them around.")
+            expect_close(got, total, fn, case, f"the sum on rank {r}", rtol=1e-5, atol=1e-6,
+                         fix=fix or "in the reduce-scatter ADD what arrives into your chunk; in "
+                                    "the all-gather OVERWRITE it. Check the chunk indices "
+                                    "(r - s) % N and (r - s - 1) % N.")
+            expect_unchanged(fn, case, [(f"x (rank {r})", inputs[r], given[r])])
+            c = counters[r]
+            if c.messages != 2 * (N - 1):
+                fail(fn, case, f"rank {r} called sendrecv {c.messages} times; a ring all-reduce "
+                               f"on {N} ranks needs 2(N-1) = {2 * (N - 1)}.",
+                     "N-1 steps of reduce-scatter, then N-1 steps of all-gather.")
+            if N > 1 and c.sent > 2 * (N - 1) / N * total.size + 2 * N:
+                fail(fn, case, f"rank {r} sent {c.sent} numbers; a ring sends about "
+                               f"2(N-1)/N x {total.size} = {2 * (N - 1) / N * total.size:.0f}.",
+                     "send one chunk (1/N of the buffer) per step, not the whole buffer.")
+        n_cases += 1
+    passed(fn, n_cases)
+
+
+def fit_alpha_beta(fn) -> None:
+    """Check ``fn(nbytes, seconds)``: the least-squares fit of seconds = alpha + nbytes / beta
+    on the relative error (each point weighted by 1 / seconds), returning ``(alpha, beta)``:
+    alpha in seconds, beta in bytes per second."""
+    n_cases = 0
+    for alpha, beta, noise in [(2e-5, 5e9, 0.0), (1e-6, 2e10, 0.05), (5e-4, 1e8, 0.1)]:
+        nbytes = np.array([8, 1e3, 1e4, 1e5, 1e6, 4e6])
+        gen = np.random.default_rng(7)
+        seconds = (alpha + nbytes / beta) * (1 + noise * gen.standard_normal(nbytes.size))
+        case = f"alpha={alpha:g} s, beta={beta:g} B/s, {noise:.0%} noise"
+        got = call(fn, nbytes.copy(), seconds.copy(), case=case)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            fail(fn, case, f"it returned {type(got).__name__}, not a pair (alpha, beta).",
+                 "return alpha, beta")
+        a, b = (to_array(v, fn, case, name) for v, name in zip(got, ("alpha", "beta")))
+        slope, intercept = np.polyfit(nbytes, seconds, 1, w=1 / seconds)
+        plain_slope, plain_intercept = np.polyfit(nbytes, seconds, 1)
+        unweighted = ("that is the ordinary least-squares line: weight each point by 1/seconds, "
+                      "so that the small messages count as much as the large ones.")
+        expect_close(b, 1 / slope, fn, case, "beta (bytes per second)", rtol=1e-3,
+                     mistakes=[(slope, "beta is a bandwidth, bytes per second: the INVERSE of the "
+                                       "fitted slope (seconds per byte)."),
+                               (1 / plain_slope, unweighted)],
+                     fix="fit a straight line seconds = intercept + slope * nbytes with weights "
+                         "1/seconds; beta = 1 / slope.")
+        expect_close(a, intercept, fn, case, "alpha (seconds)", rtol=1e-3, atol=1e-12,
+                     mistakes=[(plain_intercept, unweighted)],
+                     fix="alpha is the intercept: the time of a message of zero bytes.")
+        n_cases += 1
+    passed(fn, n_cases)

@@ -1,0 +1,322 @@
+"""dl.distributed: communicators, the ring all-reduce, sharding, and data-parallel fit.
+
+The multi-rank tests start real MPI jobs (``mpiexec -n 2``, from the mpich wheel, with
+mpi4py) on loopback, each bounded by a subprocess timeout; they skip with the reason when
+mpiexec or mpi4py is missing. The NCCL test needs two GPUs (NCCL refuses two ranks on one).
+"""
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dlcourse import backend, distributed, distributed_jobs
+from dlcourse.data import batches
+from dlcourse.losses import SoftmaxCrossEntropy
+from dlcourse.models import MLP
+from dlcourse.optim import SGD, Adam
+from dlcourse.train import fit
+
+TIMEOUT = 120   # seconds for one MPI job (a hang fails the test instead of the CI run)
+
+
+def _mpi_missing():
+    if distributed.mpiexec_path() is None:
+        return "mpiexec not found (pip install 'dlcourse[distributed]')"
+    if importlib.util.find_spec("mpi4py") is None:
+        return "mpi4py is not installed (pip install 'dlcourse[distributed]')"
+    return None
+
+
+needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
+
+
+# ======================================================================================
+# Without MPI: sharding, the ring on simulated ranks, gradient averaging
+# ======================================================================================
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_shards_together_are_the_global_batches(world_size, shuffle):
+    X, y = np.arange(50.0).reshape(25, 2), np.arange(25)
+    B = 4
+    ranks = [list(batches(X, y, B, shuffle=shuffle, seed=3, rank=r, world_size=world_size))
+             for r in range(world_size)]
+    glob = list(batches(X, y, B * world_size, shuffle=shuffle, seed=3))
+    if len(glob[-1][1]) < world_size:          # fewer samples than ranks: left out
+        glob = glob[:-1]
+    assert all(len(r) == len(glob) for r in ranks)
+    for step, (xg, yg) in enumerate(glob):
+        joined = np.concatenate([ranks[r][step][1] for r in range(world_size)])
+        np.testing.assert_array_equal(joined, yg)
+        assert all(len(ranks[r][step][1]) in (len(yg) // world_size, -(-len(yg) // world_size))
+                   for r in range(world_size))
+
+
+def test_batches_sharding_errors():
+    X, y = np.zeros((10, 2)), np.zeros(10)
+    with pytest.raises(ValueError, match="needs a seed"):
+        batches(X, y, 2, rank=0, world_size=2)
+    with pytest.raises(ValueError, match="rank in 0..world_size-1"):
+        batches(X, y, 2, seed=0, rank=2, world_size=2)
+
+
+@pytest.mark.parametrize("N", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", [(1,), (7,), (5, 3)])
+def test_ring_all_reduce_on_simulated_ranks(N, shape):
+    inputs = [np.random.default_rng(r).standard_normal(shape) for r in range(N)]
+    out = distributed.simulate(distributed.ring_all_reduce, inputs)
+    for got in out:
+        np.testing.assert_allclose(got, sum(inputs), rtol=1e-12)
+        assert got.shape == shape
+    np.testing.assert_array_equal(inputs[0], np.random.default_rng(0).standard_normal(shape))
+
+
+def test_simulate_names_the_failing_rank():
+    def body(comm, x):
+        if comm.rank == 1:
+            raise ValueError("boom")
+        return comm.all_reduce(x)
+    with pytest.raises(RuntimeError, match="rank 1 of 3 failed: ValueError: boom"):
+        distributed.simulate(body, [np.zeros(2)] * 3, timeout=5)
+
+
+def test_average_gradients_weights_uneven_shards():
+    grads = [np.array([1.0, 2.0]), np.array([4.0, 8.0])]
+    counts = [3, 1]
+
+    class Model:
+        def __init__(self, g):
+            self.grads = {"W": g.copy()}
+
+    def body(comm, r):
+        model = Model(grads[r])
+        loss, n = distributed.average_gradients(model, comm, counts[r], loss=float(r + 1),
+                                                bucket_bytes=8)   # one bucket per 8 bytes
+        return model.grads["W"], loss, n
+    for g, loss, n in distributed.simulate(body, [0, 1]):
+        np.testing.assert_allclose(g, (3 * grads[0] + grads[1]) / 4)
+        assert n == 4 and loss == pytest.approx((3 * 1 + 1 * 2) / 4)
+
+
+def test_buckets_flatten_unflatten_roundtrip():
+    arrays = [np.arange(6.0).reshape(2, 3), np.arange(4.0), np.arange(100.0)]
+    groups = distributed.buckets(arrays, max_bytes=80)
+    assert [len(g) for g in groups] == [2, 1]
+    copies = [np.zeros_like(a) for a in arrays]
+    distributed.unflatten(distributed.flatten(arrays), copies)
+    for a, c in zip(arrays, copies):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_fit_with_single_process_comm_is_fit():
+    X, y = distributed_jobs.synthetic()
+    results = []
+    for comm in (None, distributed.init("single")):
+        model = MLP([12, 16, 3], seed=0).astype(np.float64)
+        fit(model, SoftmaxCrossEntropy(), Adam(model, lr=1e-2), X, y, epochs=2, batch_size=8,
+            seed=0, progress=False, comm=comm)
+        results.append(model.params)
+    for k in results[0]:
+        np.testing.assert_array_equal(results[0][k], results[1][k])
+
+
+def test_init_outside_mpiexec_is_single(monkeypatch):
+    for var, _ in distributed._RANK_VARS:
+        monkeypatch.delenv(var, raising=False)
+    comm = distributed.init()
+    assert (comm.rank, comm.world_size, comm.is_main) == (0, 1, True)
+    np.testing.assert_array_equal(comm.all_reduce(np.ones(3), "mean"), np.ones(3))
+    with pytest.raises(ValueError, match="must be one of"):
+        comm.all_reduce(np.ones(3), "max")
+    with pytest.raises(ValueError, match="'mpi', 'nccl'"):
+        distributed.init("gloo")
+
+
+def test_data_parallel_needs_a_sample_per_rank():
+    dp = distributed.DataParallel(distributed.init("single"), MLP([2, 2]), seed=0)
+    assert dp.steps(5, 2) == 3 and dp.shard == {} and dp.seed == 0
+    dp.comm = distributed.simulate(lambda comm, _: comm, [0, 0, 0])[0]   # a 3-rank group
+    with pytest.raises(ValueError, match="2 training samples cannot be shared by 3 ranks"):
+        dp.steps(2, 4)
+    assert dp.steps(7, 2) == 1        # global batches of 6: one full, then 1 sample (< 3) left
+    assert dp.steps(9, 2) == 2        # ... then 3 samples, one per rank
+
+
+def test_ring_cost_model():
+    # 2 ranks: 2 messages, each rank sends the whole buffer once (half out, half back)
+    assert distributed.ring_cost(1e6, 2, alpha=1e-5, beta=1e9) == pytest.approx(2e-5 + 1e-3)
+    assert distributed.ring_cost(1e6, 1, alpha=1e-5, beta=1e9) == 0
+
+
+# ======================================================================================
+# Real MPI jobs: 2 ranks on loopback
+# ======================================================================================
+def _single_process(optimizer, dtype, batch_size, epochs):
+    X, y = distributed_jobs.synthetic(dtype=np.dtype(dtype))
+    model = MLP([12, 16, 3], seed=0).astype(dtype)
+    opt = SGD(model, lr=0.1, momentum=0.9) if optimizer == "sgd" else Adam(model, lr=1e-2)
+    fit(model, SoftmaxCrossEntropy(), opt, X, y, epochs=epochs, batch_size=batch_size, seed=0,
+        progress=False)
+    return model.params
+
+
+@needs_mpi
+@pytest.mark.parametrize("optimizer,dtype,B", [("sgd", "float64", 8), ("adam", "float64", 7),
+                                               ("adam", "float32", 8)])
+def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path, optimizer, dtype, B):
+    out = tmp_path / "params.npz"
+    result = distributed_jobs.run("train", "--optimizer", optimizer, "--dtype", dtype,
+                                  "--batch-size", B, "--epochs", 2, "--out", out, ranks=2,
+                                  timeout=TIMEOUT)
+    assert result["steps"] == 2 * -(-96 // (2 * B))   # 2 epochs of global batches of 2B
+    ranks = np.load(out)
+    single = _single_process(optimizer, dtype, 2 * B, epochs=2)
+    rtol, atol = (1e-10, 1e-12) if dtype == "float64" else (1e-4, 1e-5)
+    for k, p in single.items():
+        np.testing.assert_allclose(ranks[k], p, rtol=rtol, atol=atol, err_msg=k)
+
+
+@needs_mpi
+def test_a_failing_rank_stops_the_job_and_is_named():
+    cmd = distributed.mpiexec_command(2, [sys.executable, "-m", "dlcourse.distributed_jobs",
+                                          "fail"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
+                          env=distributed.launch_env(1))
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "rank 1 of 2 failed with RuntimeError" in output, output[-3000:]
+
+
+@needs_mpi
+def test_ring_matches_mpi_allreduce_on_two_ranks():
+    result = distributed_jobs.run("timing", "--sizes", "1,1001,30000", "--repeats", 3,
+                                  ranks=2, timeout=TIMEOUT)
+    assert [row["equal"] for row in result["rows"]] == [True] * 3
+    assert all(row["mpi_s"] > 0 and row["ring_s"] > 0 for row in result["rows"])
+
+
+@needs_mpi
+def test_dlcourse_train_ranks_starts_mpiexec_and_one_rank_speaks():
+    proc = subprocess.run([sys.executable, "-m", "dlcourse", "train", "--ranks", "2", "--model",
+                           "mlp", "--dataset", "blobs", "--epochs", "2", "--no-progress",
+                           "--device", "cpu"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "batch 32 per rank x 2 ranks" in proc.stdout
+    assert proc.stdout.count("test accuracy:") == 1
+
+
+# ======================================================================================
+# NCCL: one process per GPU
+# ======================================================================================
+def _gpu_count():
+    if not backend.gpu_available():
+        return 0
+    return backend.require_cupy().cuda.runtime.getDeviceCount()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_count() < 1, reason="needs a CUDA GPU (CuPy arrays through MPI)")
+@needs_mpi
+def test_mpi_takes_gpu_arrays_through_the_host():
+    cmd = distributed.mpiexec_command(2, [sys.executable, "-c", (
+        "import numpy as np, dlcourse as dl; from dlcourse import distributed as d; "
+        "c = d.init(); x = dl.to_device(np.arange(6.0) * (c.rank + 1), 'gpu'); "
+        "s = c.all_reduce(x, 'mean'); r = d.ring_all_reduce(c, x); b = c.broadcast(x); "
+        "assert all(dl.device_of(a) == 'gpu' for a in (s, r, b)); "
+        "assert np.allclose(dl.to_numpy(s), np.arange(6.0) * 1.5); "
+        "assert np.allclose(dl.to_numpy(r), np.arange(6.0) * 3); "
+        "assert np.allclose(dl.to_numpy(b), np.arange(6.0))")])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_count() < 2, reason="NCCL needs 2 GPUs: it refuses two ranks on one "
+                                             "GPU, and this machine has fewer")
+@needs_mpi
+def test_nccl_two_ranks_equal_one_process(tmp_path):
+    out = tmp_path / "params.npz"
+    cmd = distributed.mpiexec_command(2, [sys.executable, "-c", (
+        "import numpy as np; from dlcourse import distributed as d, distributed_jobs as j; "
+        "c = d.init('nccl'); x = c.all_reduce(np.arange(4.0) * (c.rank + 1)); "
+        "assert np.allclose(x, np.arange(4.0) * 3), x; "
+        "r = d.ring_all_reduce(c, np.ones(5) * c.rank); assert np.allclose(r, 1), r; "
+        f"j.train(c, 'adam', 'float64', 8, 2, {str(out)!r})")])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranks, single = np.load(out), _single_process("adam", "float64", 16, epochs=2)
+    for k, p in single.items():
+        np.testing.assert_allclose(ranks[k], p, rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+# ======================================================================================
+# Lesson 13's exercises: the checks pass the solutions and name a blank one
+# ======================================================================================
+def _lesson_exercises():
+    import re
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).parent.parent / "notebooks" / "13_data_parallel.ipynb", 4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    return [(src, code[k + 1], re.search(r"^def (\w+)\(", src, re.M).group(1))
+            for k, src in enumerate(code) if "### BEGIN SOLUTION" in src]
+
+
+def test_lesson_13_checks_pass_the_solutions_and_name_blank_ones(capsys):
+    import dlcourse as dl
+    from dlcourse.check import ExerciseError
+    from dlcourse.student import student_source
+    exercises = _lesson_exercises()
+    assert [name for _, _, name in exercises] == ["ring_all_reduce", "fit_alpha_beta"]
+    for solution, check, name in exercises:
+        namespace = {"dl": dl, "np": np}
+        exec(solution, namespace)          # noqa: S102 - our own notebook
+        exec(check, namespace)             # noqa: S102
+        assert f"\u2713 {name}" in capsys.readouterr().out
+        namespace = {"dl": dl, "np": np}
+        exec(student_source(solution), namespace)   # noqa: S102
+        with pytest.raises(ExerciseError, match=f"{name} is not implemented yet: "):
+            exec(check, namespace)         # noqa: S102
+
+
+@pytest.mark.parametrize("mistake,message", [
+    ("reduce_scatter_only", "all-gather"),
+    ("whole_buffer", r"needs 2\(N-1\)"),
+])
+def test_ring_check_names_the_mistake(mistake, message):
+    from dlcourse.check import ExerciseError, ring_all_reduce
+
+    def reduce_scatter_only(comm, x):
+        N, r = comm.world_size, comm.rank
+        flat = x.reshape(-1).copy()
+        chunks = np.array_split(flat, N)
+        for s in range(N - 1):
+            i = (r - s - 1) % N
+            incoming = np.empty_like(chunks[i])
+            comm.sendrecv(chunks[(r - s) % N], (r + 1) % N, incoming, (r - 1) % N)
+            chunks[i] += incoming
+        return flat.reshape(x.shape)
+
+    def whole_buffer(comm, x):     # right answer, wrong algorithm: passes everything around
+        total, piece = x.copy(), x.copy()
+        for _ in range(comm.world_size - 1):
+            incoming = np.empty_like(piece)
+            comm.sendrecv(piece, (comm.rank + 1) % comm.world_size, incoming,
+                          (comm.rank - 1) % comm.world_size)
+            total += incoming
+            piece = incoming
+        return total
+    fn = {"reduce_scatter_only": reduce_scatter_only, "whole_buffer": whole_buffer}[mistake]
+    with pytest.raises(ExerciseError, match=message):
+        ring_all_reduce(fn)
+
+
+def test_benchmark_fits_alpha_beta_of_a_ring(benchmark_script):
+    bench = benchmark_script("data_parallel")
+    nbytes = np.array([64, 4096, 65536, 524288, 2678824])
+    for N in (2, 4):
+        seconds = distributed.ring_cost(nbytes, N, alpha=8e-6, beta=2e9)
+        alpha, beta = bench.fit_alpha_beta(nbytes, seconds, N)
+        assert alpha == pytest.approx(8e-6, rel=1e-6) and beta == pytest.approx(2e9, rel=1e-6)
