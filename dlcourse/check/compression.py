@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .basics import _rng, call, expect_close, expect_shape, expect_tuple, fail, passed, to_array, to_number
+from .harness import rng as _rng, call, expect_close, expect_shape, expect_tuple, fail, passed, to_array, to_number
 
 __all__ = ["loss_scale_step", "quantize_symmetric", "magnitude_mask"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import distributed
-from .basics import ExerciseError, call, expect_close, expect_unchanged, fail, passed, to_array
+from .harness import ExerciseError, call, expect_close, expect_unchanged, fail, passed, to_array
 
 __all__ = ["ring_all_reduce", "fit_alpha_beta", "ExerciseError"]
 

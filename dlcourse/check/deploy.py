@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..inference import InputError, as_batch
-from .basics import (ExerciseError, call, expect_close, expect_shape, expect_tuple,
+from .harness import (ExerciseError, call, expect_close, expect_shape, expect_tuple,
                      expect_unchanged, fail, passed, to_array)
 
 __all__ = ["fold_batchnorm", "validate_batch", "ExerciseError"]
