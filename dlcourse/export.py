@@ -45,6 +45,7 @@ from .conv import Conv2d, MaxPool2d
 from .fusion import Conv2dReLU, LinearReLU
 from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReLU, Sequential,
                      Sigmoid, Tanh)
+from .shapes import as_pair
 
 __all__ = ["export_onnx", "register_exporter", "EXPORTERS", "ExportError", "OnnxGraph",
            "OPSET", "IR_VERSION", "INPUT_NAME", "OUTPUT_NAME", "require"]
@@ -163,15 +164,15 @@ def _linear(layer, g, x):
 @register_exporter(Conv2d)
 def _conv2d(layer, g, x):
     F, C, KH, KW = layer.params["W"].shape
-    p = layer.padding
+    (ph, pw) = as_pair(layer.padding)              # per axis (h, w); ONNX pads: begins, then ends
     return g.node("Conv", [x, g.weight("W", layer.params["W"]), g.weight("b", layer.params["b"])],
-                  kernel_shape=[KH, KW], strides=[layer.stride] * 2, pads=[p, p, p, p])
+                  kernel_shape=[KH, KW], strides=list(as_pair(layer.stride)), pads=[ph, pw, ph, pw])
 
 
 @register_exporter(MaxPool2d)
 def _maxpool2d(layer, g, x):
-    return g.node("MaxPool", [x], kernel_shape=list(layer.kernel_size),
-                  strides=[layer.stride] * 2)
+    return g.node("MaxPool", [x], kernel_shape=list(as_pair(layer.kernel_size)),
+                  strides=list(as_pair(layer.stride)))
 
 
 @register_exporter(ReLU, Sigmoid, Tanh)

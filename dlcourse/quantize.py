@@ -28,6 +28,7 @@ import numpy as np
 from .backend import get_array_module, to_numpy
 from .conv import Conv2d, im2col, output_size
 from .layers import Layer, Linear, Sequential, build_layer, eval_mode
+from .shapes import as_pair
 
 __all__ = ["QMAX", "symmetric_scale", "quantize_array", "dequantize_array", "QuantLinear",
            "QuantConv2d", "quantize"]
@@ -148,7 +149,8 @@ class QuantConv2d(_QuantLayer):
         super().__init__(per_channel)
         KH, KW = (kernel_size, kernel_size) if np.isscalar(kernel_size) else kernel_size
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size, self.stride, self.padding = [int(KH), int(KW)], int(stride), int(padding)
+        self.kernel_size = [int(KH), int(KW)]
+        self.stride, self.padding = [int(v) for v in as_pair(stride)], [int(v) for v in as_pair(padding)]
         F = self.out_channels
         self.buffers = {"W_q": np.zeros((F, self.in_channels, int(KH), int(KW)), np.int8),
                         "W_scale": np.ones(F if self.per_channel else 1, np.float32),

@@ -14,12 +14,12 @@ onnx = pytest.importorskip("onnx", reason="ONNX export needs onnx: pip install -
 ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime: pip install -e '.[serve]'")
 
 
-def _trained_batchnorm(model):
+def _trained_batchnorm(model, image_size=(8, 8)):
     """Give BatchNorm layers running statistics that are not 0 and 1 (a few training passes)."""
     gen = np.random.default_rng(1)
     model.train()
     for _ in range(3):
-        model.forward((gen.standard_normal((16, 1, 8, 8)) * 2 + 0.5).astype(np.float32))
+        model.forward((gen.standard_normal((16, 1, *image_size)) * 2 + 0.5).astype(np.float32))
     return model
 
 
@@ -34,9 +34,17 @@ MODELS = {  # name -> (model maker, one sample's shape)
     "cnn-rgb-stride": (lambda: dl.Sequential(dl.Conv2d(3, 4, 3, stride=2, padding=1, seed=0),
                                              dl.ReLU(), dl.MaxPool2d(2), dl.Flatten(),
                                              dl.Linear(4 * 4 * 4, 5, seed=1)), (3, 16, 16)),
+    # MNIST-1D's CNN: a 1x40 signal, 1x5 kernels, 1x2 pooling (per-axis sizes)
+    "cnn-mnist1d": (lambda: _trained_batchnorm(dl.CNN(1, (1, 40), 10, channels=(4, 8),
+                                                      batchnorm=True, kernel_size=(1, 5),
+                                                      pool=(1, 2), seed=0), (1, 40)), (1, 1, 40)),
+    "conv-per-axis": (lambda: dl.Sequential(dl.Conv2d(2, 3, (3, 2), stride=(2, 1),
+                                                      padding=(1, 0), seed=0),
+                                            dl.ReLU(), dl.MaxPool2d((2, 1)), dl.Flatten(),
+                                            dl.Linear(3 * 3 * 5, 4, seed=1)), (2, 6, 6)),
 }
 
-FUSES = {"mlp", "mlp-dropout", "cnn", "cnn-rgb-stride"}   # the others have no Linear/Conv2d->ReLU
+FUSES = {"mlp", "mlp-dropout", "cnn", "cnn-rgb-stride", "conv-per-axis"}   # the others have no Linear/Conv2d->ReLU
 
 
 def onnx_outputs(path, x):
