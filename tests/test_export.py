@@ -41,7 +41,7 @@ MODELS = {  # name -> (model maker, one sample's shape)
     "conv-per-axis": (lambda: dl.Sequential(dl.Conv2d(2, 3, (3, 2), stride=(2, 1),
                                                       padding=(1, 0), seed=0),
                                             dl.ReLU(), dl.MaxPool2d((2, 1)), dl.Flatten(),
-                                            dl.Linear(3 * 3 * 5, 4, seed=1)), (2, 6, 6)),
+                                            dl.Linear(3 * 1 * 5, 4, seed=1)), (2, 6, 6)),
 }
 
 FUSES = {"mlp", "mlp-dropout", "cnn", "cnn-rgb-stride", "conv-per-axis"}   # the others have no Linear/Conv2d->ReLU
