@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import types
 
 import numpy as np
@@ -33,10 +34,6 @@ import cupy as _real
 import cupyx as _real_x
 
 VERSION = _real.__version__
-
-# The submodules the stand-in forwards to NumPy's of the same name; any other submodule CuPy has
-# (cuda, fft, ...) is there by name but says the stand-in does not emulate it when used.
-_SUBMODULES = {"linalg": np.linalg}
 
 # Functions that take host arrays in CuPy: they copy them to the device.
 _FROM_HOST = {"array", "asarray", "asanyarray"}
@@ -61,6 +58,13 @@ def _unwrap(value, where):
     if isinstance(value, dict):
         return {k: _unwrap(v, where) for k, v in value.items()}
     return value
+
+
+def _index(key):
+    """An index with its stand-in arrays unwrapped (host ones stay)."""
+    if isinstance(key, ndarray):
+        return key._a
+    return tuple(_index(k) for k in key) if isinstance(key, tuple) else key
 
 
 def _wrap(value):
@@ -111,7 +115,9 @@ def _not_emulated(qualname):
 
 
 class _Namespace(types.ModuleType):
-    """A stand-in for a CuPy module: only the names ``real`` has, each built on first use."""
+    """A stand-in for a CuPy module: only the names ``real`` has, each built on first use:
+    forwarded to ``numpy_module``'s function of that name, or, where NumPy has none (CuPy's own
+    RawKernel, cuda, ...), one that says the stand-in does not emulate it when called."""
 
     def __init__(self, name, real, numpy_module, special=None):
         super().__init__(name)
@@ -138,19 +144,12 @@ class _Namespace(types.ModuleType):
         numpy_value = getattr(self._numpy, name, None)
         if real is numpy_value or not (callable(real) or isinstance(real, types.ModuleType)):
             return real                     # a dtype, a constant: CuPy re-exports NumPy's
-        if isinstance(real, types.ModuleType):
-            sub = _SUBMODULES.get(name)
-            return _Namespace(qualname, real, sub) if sub is not None else _opaque(qualname, real)
+        if isinstance(real, types.ModuleType):   # NumPy's of that name (linalg, lib, ...), if any
+            sub = numpy_value if isinstance(numpy_value, types.ModuleType) else None
+            return _Namespace(qualname, real, sub)
         if not isinstance(real, type) and callable(numpy_value):
             return _forward(qualname, real, numpy_value, host_ok=name in _FROM_HOST)
         return _not_emulated(qualname)      # CuPy's own classes and functions (RawKernel, ...)
-
-
-def _opaque(qualname, real):
-    """A CuPy submodule the stand-in does not emulate: its names exist, calling them says so."""
-    space = _Namespace(qualname, real, None)
-    space._build = lambda name: _not_emulated(f"{qualname}.{name}")
-    return space
 
 
 class ndarray(numpy.lib.mixins.NDArrayOperatorsMixin):
@@ -208,12 +207,13 @@ class ndarray(numpy.lib.mixins.NDArrayOperatorsMixin):
             return NotImplemented           # NumPy then says no implementation was found
         return getattr(space, func.__name__)(*args, **kwargs)
 
+    # Indexing takes host index arrays and values (CuPy copies them over); the stand-in does not
+    # hold these to more than NumPy does.
     def __getitem__(self, key):
-        return _wrap(self._a[_unwrap(key, "cupy.ndarray.__getitem__")])
+        return _wrap(self._a[_index(key)])
 
     def __setitem__(self, key, value):
-        self._a[_unwrap(key, "cupy.ndarray.__setitem__")] = \
-            value._a if isinstance(value, ndarray) else value       # CuPy copies host values
+        self._a[_index(key)] = value._a if isinstance(value, ndarray) else value
 
     def __len__(self):
         return len(self._a)
@@ -280,7 +280,7 @@ def _random(qualname, real_random):
         call.__name__ = name
         return call
     space = _Namespace(qualname, real_random, None)
-    space._build = build
+    space._build = build                    # every name through CuPy's signature, NumPy's numbers
     return space
 
 
@@ -301,16 +301,30 @@ def _ndarray(qualname, real):
 
 
 def _cuda(qualname, real_cuda):
-    """cupy.cuda: only the stream synchronisation dlcourse.backend.synchronize calls."""
-    space = _opaque(qualname, real_cuda)
+    """cupy.cuda: what dlcourse.backend asks of it (a stream to synchronise, the device's
+    description). The device is the host, and says so: no figure here is a GPU's."""
     stream = types.SimpleNamespace(synchronize=lambda: None)
-    space.get_current_stream = lambda: stream
-    return space
+    host_bytes = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    runtime = {
+        "getDeviceCount": lambda: 1,
+        "getDeviceProperties": lambda device: {"name": b"NumPy stand-in for CuPy (the host)",
+                                               "major": 0, "minor": 0},
+        "memGetInfo": lambda: (host_bytes, host_bytes),
+        "driverGetVersion": lambda: 0,
+        "runtimeGetVersion": lambda: 0,
+    }
+    return _Namespace(qualname, real_cuda, None, special={
+        "get_current_stream": lambda q, real: lambda: stream,
+        "Device": lambda q, real: lambda device=None: types.SimpleNamespace(id=device or 0),
+        "runtime": lambda q, real: _Namespace(q, real, None, special={
+            name: (lambda f: lambda q2, real2: f)(f) for name, f in runtime.items()}),
+    })
 
 
 cupy = _Namespace("cupy", _real, np, special={
     "random": _random, "asnumpy": _asnumpy, "get_array_module": _get_array_module,
     "ndarray": _ndarray, "cuda": _cuda})
+cupy.__version__ = f"{VERSION} (a NumPy stand-in)"
 cupyx = _Namespace("cupyx", _real_x, None)
 
 
