@@ -338,12 +338,16 @@ def _empty(shape, dtype):
     return _guarded(np.full(shape, _fill(np.dtype(dtype)), dtype=dtype))
 
 
+# NumPy 2 moved byte_bounds to np.lib.array_utils; NumPy 1.x (down to our floor) has np.byte_bounds.
+_byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds
+
+
 def _guard_buffer(a):
     """The guarded buffer a lies in (checking that it lies inside the guards), or None."""
     buf = a.base
     if buf is None or _BUFFERS.get(id(buf)) is not buf:
         return None
-    lo, hi = np.lib.array_utils.byte_bounds(a)
+    lo, hi = _byte_bounds(a)
     start = buf.ctypes.data + GUARD * buf.itemsize
     assert start <= lo and hi <= start + (buf.size - 2 * GUARD) * buf.itemsize, \
         "the array reaches into its guard bands"
