@@ -88,10 +88,14 @@ def _signature(func):
 def _forward(qualname, real, impl, host_ok=False):
     """``impl`` (NumPy's function) called as ``qualname``: the arguments bound to the real CuPy
     function's signature first, stand-in arrays unwrapped, host arrays refused."""
-    sig = None if isinstance(real, _real.ufunc) else _signature(real)
+    is_ufunc = isinstance(real, _real.ufunc)
+    sig = None if is_ufunc else _signature(real)
 
     @functools.wraps(impl)
     def call(*args, **kwargs):
+        if is_ufunc and not real.nin <= len(args) <= real.nargs:
+            raise TypeError(f"{qualname} takes {real.nin} inputs (and up to {real.nargs - real.nin}"
+                            f" outputs), got {len(args)} arguments (CuPy {VERSION})")
         if sig is not None:
             try:
                 sig.bind(*args, **kwargs)
