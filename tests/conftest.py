@@ -16,7 +16,6 @@ from dlcourse import backend
 NO_GPU = f"no usable GPU: {backend.gpu_problem()}" if not backend.gpu_available() else ""
 
 
-
 def _cupy_standin():
     """The stand-in module when the cupy case runs on it (no GPU, CuPy installed), else None."""
     wanted = os.environ.get("DLCOURSE_CUPY_STANDIN", "auto")
