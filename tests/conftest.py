@@ -1,6 +1,8 @@
 """Every test is written once and runs on every backend: NumPy always, CuPy when a GPU is
-usable (skipped with the reason otherwise). Use the ``device`` fixture ("cpu" or "gpu") and
-``xp`` (numpy or cupy), and make arrays with ``to_dev``."""
+usable. Without a GPU but with CuPy installed, the cupy case runs on a NumPy stand-in held to the
+installed CuPy's API (tests/support/cupy_standin.py; DLCOURSE_CUPY_STANDIN=0 turns it off, =1
+makes it required); without CuPy it skips with the reason. Use the ``device`` fixture ("cpu" or
+"gpu") and ``xp`` (numpy or cupy), and make arrays with ``to_dev``."""
 import importlib.util
 import os
 from pathlib import Path
@@ -13,7 +15,25 @@ from dlcourse import backend
 
 NO_GPU = f"no usable GPU: {backend.gpu_problem()}" if not backend.gpu_available() else ""
 
-BACKENDS = [pytest.param("cpu", id="numpy"), pytest.param("gpu", id="cupy", marks=pytest.mark.gpu)]
+
+def _cupy_standin():
+    """The stand-in module when the cupy case runs on it (no GPU, CuPy installed), else None."""
+    wanted = os.environ.get("DLCOURSE_CUPY_STANDIN", "auto")
+    if not NO_GPU or wanted == "0":
+        return None
+    try:
+        from support import cupy_standin
+    except ImportError as err:
+        if wanted == "1":
+            raise pytest.UsageError(f"DLCOURSE_CUPY_STANDIN=1 but the CuPy stand-in cannot be "
+                                    f"built: {err}. Install CuPy: pip install cupy-cuda12x.")
+        return None
+    return cupy_standin
+
+
+STANDIN = _cupy_standin()
+BACKENDS = [pytest.param("cpu", id="numpy"),
+            pytest.param("gpu", id="cupy", marks=() if STANDIN else pytest.mark.gpu)]
 
 
 def pytest_collection_modifyitems(items):
@@ -26,7 +46,9 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(params=BACKENDS)
-def device(request):
+def device(request, monkeypatch):
+    if request.param == "gpu" and STANDIN:
+        STANDIN.install(monkeypatch)
     return request.param
 
 
@@ -53,6 +75,9 @@ def _seed_and_device():
 
 
 def pytest_report_header(config):
+    if STANDIN:
+        return (f"dlcourse backends: numpy + cupy on a NumPy stand-in held to CuPy "
+                f"{STANDIN.VERSION}'s API ({NO_GPU})")
     return (f"dlcourse backends: numpy{'' if NO_GPU else ' + cupy'}"
             f" ({NO_GPU or backend.describe_device('gpu')}); DLCOURSE_DEVICE="
             f"{os.environ.get('DLCOURSE_DEVICE', 'auto')}")

@@ -155,13 +155,14 @@ def test_a_huge_learning_rate_raises_training_diverged(xor, device, to_dev):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_divergence_on_the_last_step_of_an_epoch_restores_the_parameters():
     # One step per epoch: that step's loss is finite, but its update makes the
-    # parameters infinite, and no later forward pass sees it.
+    # parameters infinite, and no later forward pass sees it. (lr=1e300, not just past float32:
+    # NumPy 1.x multiplies a Python float with float32 in float64, and 1e39 * g fits again.)
     X = np.array([[1.0, 2.0], [-1.0, 0.5]], dtype=np.float32)
     y = np.array([0, 1])
     model = MLP([2, 2], seed=0)
     before = params_of(model)
     with pytest.raises(TrainingDiverged, match="epoch 1, step 1"):
-        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=1e39), X, y, epochs=1,
+        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=1e300), X, y, epochs=1,
             batch_size=2, progress=False)
     for k, p in model.state_dict().items():
         assert np.array_equal(p, before[k]), k
