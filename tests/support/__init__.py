@@ -1,1 +1,1 @@
-"""Code the tests share that is not a test: the CUDA emulator."""
+"""Code the tests share that is not a test: the CUDA emulator and the CuPy stand-in."""
