@@ -239,8 +239,9 @@ HINTS: dict[str, list[str]] = {
     'tensor_mul': [
         ('for out = a * b: d out / d a = b and d out / d b = a, each times the gradient that '
          'arrives, out.grad; the product may have broadcast a or b to a bigger shape'),
-        ('a.grad += the unbroadcast of (out.grad * b.data) to a.shape, and the same for b with '
-         'a.data and b.shape; += (never =) so that a tensor used twice gets both contributions'),
+        ('a.grad += the unbroadcast (yours, or dl.autograd.unbroadcast) of out.grad * b.data to '
+         'a.shape, and the same for b with a.data and b.shape; += (never =) so that a tensor used '
+         'twice gets both contributions'),
     ],
     'topological_order': [
         ('a tensor used twice is reached along two paths: keep a set of id(node) for the tensors '
