@@ -15,27 +15,18 @@ lesson             check                             your function
 14_autograd        :func:`topological_order`         ``(root) -> [Tensor, ...]``, parents first
 =================  ================================  ========================================
 
-The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``basics.py``; the
+The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``; the
 reference engine is ``dlcourse/autograd.py``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
 from ..autograd import Tensor
-from .harness import ExerciseError, call, expect_close, expect_shape, fail, passed, to_array
+from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_unchanged, fail,
+                      gpu, passed, rng, shape_text, to_array)
 
 __all__ = ["unbroadcast", "tensor_mul", "topological_order"]
-
-
-def _rng(seed):
-    return np.random.default_rng([seed, 14])
-
-
-def _shape(shape) -> str:
-    shape = tuple(int(s) for s in shape)
-    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 # ======================================================================================
@@ -43,6 +34,7 @@ def _shape(shape) -> str:
 # ======================================================================================
 def _sum_to(grad, shape):
     """The reference, written independently of dlcourse.autograd.unbroadcast."""
+    __tracebackhide__ = True
     lead = grad.ndim - len(shape)
     out = grad.sum(axis=tuple(range(lead))) if lead else grad
     axes = tuple(i for i, n in enumerate(shape) if n == 1)
@@ -51,6 +43,7 @@ def _sum_to(grad, shape):
 
 def _shape_fix(got_shape, grad_shape, shape):
     """The likely mistake behind a result of the wrong shape."""
+    __tracebackhide__ = True
     if tuple(got_shape) == tuple(grad_shape):
         return ("you returned grad unchanged: a value broadcast in the forward pass was used "
                 "once per copy, so its gradient is the SUM over the copies, shaped like the value.")
@@ -69,7 +62,8 @@ def unbroadcast(fn):
     """Check ``fn(grad, shape)``: ``grad`` summed down to ``shape``, the backward pass of
     broadcasting. A bias (M,) added to (N, M) gets ``grad.sum(axis=0)``; a column (N, 1) gets
     ``grad.sum(axis=1, keepdims=True)``; a shape equal to grad's leaves it as it is."""
-    r = _rng(14)
+    __tracebackhide__ = True
+    r = rng(14)
     cases = [
         ("a bias: grad (4, 3), shape (3,) (b was added to each of 4 rows)",
          r.standard_normal((4, 3)), (3,)),
@@ -83,20 +77,18 @@ def unbroadcast(fn):
     for case, grad, shape in cases:
         given = grad.copy()
         got = to_array(call(fn, given, shape, case=case), fn, case, "the result")
+        expect_unchanged(fn, case, [("grad", grad, given)])
         expect_shape(got, shape, fn, case, "the result", _shape_fix(got.shape, grad.shape, shape))
         expect_close(got, _sum_to(grad, shape), fn, case, "the result", rtol=1e-10, atol=1e-10,
                      mistakes=[(lambda: _sum_to(grad, shape) / (grad.size // max(got.size, 1)),
                                 "you averaged; the gradient of a broadcast value is the SUM "
                                 "over its copies (each copy contributed to the loss).")])
-    cp = backend.require_cupy() if backend.gpu_available() else None
+    cp = gpu()
     if cp is not None:
         case, grad, shape = cases[0]
         case = f"{case}, on the GPU (a CuPy array)"
         out = call(fn, cp.asarray(grad), shape, case=case)
-        if backend.device_of(out) != "gpu":
-            fail(fn, case, "the result came back as a NumPy array for a CuPy (GPU) input.",
-                 "use grad's own methods (grad.sum(...)), not np.<function>, so the result stays "
-                 "where grad lives.")
+        expect_on_gpu(out, fn, case, "the result")
         expect_close(to_array(out, fn, case, "the result"), _sum_to(grad, shape), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
     passed(fn, len(cases) + (cp is not None), cp is not None)
@@ -106,21 +98,24 @@ def unbroadcast(fn):
 # tensor_mul(a, b)
 # ======================================================================================
 def _expect_tensor(out, fn, case):
+    __tracebackhide__ = True
     if not isinstance(out, Tensor):
         fail(fn, case, f"it returned a {type(out).__name__}, not a Tensor.",
-             "build the result as out = Tensor(a.data * b.data, (a, b)), give it its grad_fn, "
-             "and return out.")
+             "return the Tensor the function builds (out), with its parents and its grad_fn.")
     return out
 
 
 def _backward(loss, fn, case, fix):
     """loss.backward(), turning an error inside the learner's grad_fn into a named mistake."""
+    __tracebackhide__ = True
     try:
         loss.backward()
     except NotImplementedError as err:             # the student version of grad_fn
-        hint = str(err).strip() or "replace the `raise NotImplementedError` line with your code."
-        name = getattr(fn, "__name__", "your function")
-        raise ExerciseError(f"{name} is not implemented yet: {hint}") from None
+        def not_yet():                             # the usual "not implemented yet: <hint>"
+            __tracebackhide__ = True
+            raise err
+        not_yet.__name__ = getattr(fn, "__name__", "tensor_mul")
+        call(not_yet, case=case)
     except Exception as err:  # noqa: BLE001 - the learner's grad_fn may raise anything
         fail(fn, case, f"the backward pass raised {type(err).__name__} in your grad_fn: {err}", fix)
 
@@ -129,14 +124,16 @@ def tensor_mul(fn):
     """Check ``fn(a, b)`` -> a Tensor ``out`` with ``out.data = a.data * b.data`` (broadcasting
     allowed), parents ``(a, b)`` and a ``grad_fn`` that ADDS ``out.grad * b.data`` to ``a.grad``
     and ``out.grad * a.data`` to ``b.grad``, each summed back to its own shape."""
-    r = _rng(15)
-    unbroadcast_fix = ("b was broadcast over the rows of a in the forward pass: sum its gradient "
-                       "back to b's shape with unbroadcast(out.grad * a.data, b.shape) (and "
-                       "likewise for a).")
+    __tracebackhide__ = True
+    r = rng(15)
+    unbroadcast_fix = ("b was broadcast over the rows of a in the forward pass: sum each "
+                       "input's gradient back to that input's own shape with your unbroadcast "
+                       "(a's and b's alike).")
     n_cases = 0
 
     def run(case, a_val, b_val, build, expected):
         """Build the graph with fn, run backward, compare each named leaf's gradient."""
+        __tracebackhide__ = True
         nonlocal n_cases
         a, b = Tensor(a_val.copy()), Tensor(b_val.copy())
         loss, out = build(a, b)
@@ -170,9 +167,11 @@ def tensor_mul(fn):
         (a @ b, "the product is elementwise, a.data * b.data, not a matrix product.")])
 
     def plain(a_t, b_t):
+        __tracebackhide__ = True
         out = call(fn, a_t, b_t, case=case)
         return (out * c).sum() if isinstance(out, Tensor) else None, out
-    swapped = "each input's gradient is out.grad times the OTHER input: a.grad gets out.grad * b.data."
+    swapped = ("each input's gradient is out.grad times the OTHER input's data (the derivative "
+               "of a * b with respect to a is b).")
     no_chain = ("multiply by out.grad (the chain rule): the gradient arriving from the loss is "
                 "c here, not 1.")
     run(case, a, b, plain, {"a": (c * b, [(c * a, swapped), (b, no_chain)]),
@@ -183,6 +182,7 @@ def tensor_mul(fn):
     case = "the same tensor twice: tensor_mul(x, x).sum() for x of shape (4,): d/dx = 2x"
 
     def squared(a_t, _):
+        __tracebackhide__ = True
         out = call(fn, a_t, a_t, case=case)
         return out.sum() if isinstance(out, Tensor) else None, out
     overwrite = ("x is both parents, so its gradient must receive BOTH contributions: with "
@@ -195,6 +195,7 @@ def tensor_mul(fn):
             "gives a.grad 1 before the product's grad_fn runs")
 
     def reused(a_t, b_t):
+        __tracebackhide__ = True
         out = call(fn, a_t, b_t, case=case)
         return ((out + a_t).sum() if isinstance(out, Tensor) else None), out
     run(case, a, b, reused, {"a": (b + 1, [(b, "a.grad lost the 1 that a's other use had added: "
@@ -205,6 +206,7 @@ def tensor_mul(fn):
     case = "broadcasting: a (4, 3) times b (3,), loss = (tensor_mul(a, b) * c).sum(), c (4, 3)"
 
     def broadcast(a_t, b_t):
+        __tracebackhide__ = True
         out = call(fn, a_t, b_t, case=case, on_error=unbroadcast_fix)
         return ((out * C).sum() if isinstance(out, Tensor) else None), out
     run(case, A, bias, broadcast, {"a": (C * bias, []),
@@ -218,9 +220,11 @@ def tensor_mul(fn):
 # ======================================================================================
 def _graphs():
     """[(case, root)]: three small graphs; leaves carry their names in .op for the messages."""
-    r = _rng(16)
+    __tracebackhide__ = True
+    r = rng(16)
 
     def leaf(name, shape=(2,)):
+        __tracebackhide__ = True
         t = Tensor(r.standard_normal(shape))
         t.op = name
         return t
@@ -245,6 +249,7 @@ def _graphs():
 
 def _all_nodes(root):
     """Every tensor root depends on (a plain walk, to know what must be there)."""
+    __tracebackhide__ = True
     found, stack = {}, [root]
     while stack:
         node = stack.pop()
@@ -255,14 +260,16 @@ def _all_nodes(root):
 
 
 def _describe(node):
+    __tracebackhide__ = True
     made = f"leaf {node.op}" if not node.parents else f"the result of {node.op!r}"
-    return f"{made} (shape {_shape(node.shape)})"
+    return f"{made} (shape {shape_text(node.shape)})"
 
 
 def topological_order(fn):
     """Check ``fn(root)`` -> a list of every Tensor ``root`` depends on (``root`` included),
     each exactly once and after all of its parents, so ``root`` comes last. Any such order
     passes."""
+    __tracebackhide__ = True
     graphs = _graphs()
     for case, root in graphs:
         order = call(fn, root, case=case)

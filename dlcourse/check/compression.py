@@ -1,13 +1,21 @@
 """Checks for lessons 10-11: a loss-scaling step, symmetric int8 quantization, a pruning mask.
 
-Used in notebooks ``10_number_formats_and_mixed_precision`` and
-``11_quantization_and_pruning``, e.g. ``dl.check.loss_scale_step(loss_scale_step)``.
+- ``loss_scale_step(fn)`` (lesson 10): ``fn(scale, clean_steps, found_inf, growth_interval)
+  -> (scale, clean_steps, take_step)``, one step of dynamic loss scaling;
+- ``quantize_symmetric(fn)`` (lesson 11): ``fn(x) -> (q, scale)``, q int8 of x's shape;
+- ``magnitude_mask(fn)`` (lesson 11): ``fn(w, sparsity) -> mask``, boolean of w's shape.
+
+Each check runs your function on several cases and prints one line when all pass, or raises
+``ExerciseError`` naming the case, the problem and the likely mistake, e.g.
+``dl.check.loss_scale_step(loss_scale_step)``. The shared machinery (``call``, ``fail``,
+``expect_close``, ...) lives in ``harness.py``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .harness import rng as _rng, call, expect_close, expect_shape, expect_tuple, fail, passed, to_array, to_number
+from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unchanged, fail,
+                      passed, rng, to_array, to_number)
 
 __all__ = ["loss_scale_step", "quantize_symmetric", "magnitude_mask"]
 
@@ -16,6 +24,7 @@ __all__ = ["loss_scale_step", "quantize_symmetric", "magnitude_mask"]
 # Lesson 10: one step of dynamic loss scaling
 # ======================================================================================
 def _ref_loss_scale_step(scale, clean_steps, found_inf, growth_interval):
+    __tracebackhide__ = True
     if found_inf:
         return scale / 2, 0, False
     clean_steps += 1
@@ -26,6 +35,7 @@ def _ref_loss_scale_step(scale, clean_steps, found_inf, growth_interval):
 
 def loss_scale_step(fn):
     """``fn(scale, clean_steps, found_inf, growth_interval) -> (scale, clean_steps, take_step)``."""
+    __tracebackhide__ = True
     cases = [(1024.0, 0, False, 3), (1024.0, 1, False, 3), (1024.0, 2, False, 3),
              (1024.0, 2, True, 3), (65536.0, 0, True, 2000), (8.0, 1999, False, 2000)]
     fixes = {
@@ -62,13 +72,16 @@ def loss_scale_step(fn):
 # ======================================================================================
 def quantize_symmetric(fn):
     """``fn(x) -> (q, scale)``: scale = max|x| / 127, q = round(x / scale) as int8."""
-    rng = _rng(11)
+    __tracebackhide__ = True
+    gen = rng(11)
     cases = [("one row", np.array([-1.0, -0.5, 0.0, 0.26, 0.5], np.float32)),
              ("the largest magnitude is negative", np.array([0.3, -2.0, 0.7, 1.1], np.float32)),
-             ("a (4, 6) weight", rng.standard_normal((4, 6)).astype(np.float32))]
+             ("a (4, 6) weight", gen.standard_normal((4, 6)).astype(np.float32))]
     for name, x in cases:
         case = f"{name}, x of shape {x.shape}"
-        q, scale = expect_tuple(call(fn, x.copy(), case=case), 2, fn, case, "q, scale")
+        given = x.copy()
+        q, scale = expect_tuple(call(fn, given, case=case), 2, fn, case, "q, scale")
+        expect_unchanged(fn, case, [("x", x, given)])
         s = to_number(scale, fn, case, "scale", "one scale for the whole tensor: a number.")
         amax = float(np.abs(x).max())
         if not np.isclose(s, amax / 127, rtol=1e-5):
@@ -77,7 +90,7 @@ def quantize_symmetric(fn):
                    "int8 runs from -128 to 127; symmetric quantization uses -127..127, so the "
                    "scale is max|x| / 127 (not / 255, which is for 8 unsigned bits, or / 128)."
                    if any(np.isclose(s, amax / d, rtol=1e-5) for d in (255, 128, 256)) else
-                   "scale = max|x| / 127.")
+                   "one scale for the whole tensor: its largest magnitude maps onto 127.")
             fail(fn, case, f"scale is {s:.6g}, expected {amax / 127:.6g}.", fix)
         q_arr = to_array(q, fn, case, "q")
         expect_shape(q_arr, x.shape, fn, case, "q")
@@ -99,13 +112,16 @@ def quantize_symmetric(fn):
 def magnitude_mask(fn):
     """``fn(w, sparsity) -> mask``: boolean, False for the ``sparsity`` fraction of entries of
     smallest |w| (ties do not occur in the cases)."""
-    rng = _rng(12)
+    __tracebackhide__ = True
+    gen = rng(12)
     cases = [(np.array([0.5, -3.0, 0.1, 2.0, -0.2, 1.0, -0.05, 0.7], np.float32), 0.5),
-             (rng.standard_normal((6, 5)).astype(np.float32), 0.8),
-             (rng.standard_normal((3, 4)).astype(np.float32), 0.25)]
+             (gen.standard_normal((6, 5)).astype(np.float32), 0.8),
+             (gen.standard_normal((3, 4)).astype(np.float32), 0.25)]
     for w, sparsity in cases:
         case = f"w of shape {w.shape}, sparsity={sparsity}"
-        mask = to_array(call(fn, w.copy(), sparsity, case=case), fn, case, "mask")
+        given = w.copy()
+        mask = to_array(call(fn, given, sparsity, case=case), fn, case, "mask")
+        expect_unchanged(fn, case, [("w", w, given)])
         expect_shape(mask, w.shape, fn, case, "mask", "one True/False per weight: w's shape.")
         k = int(round(sparsity * w.size))
         want = _fraction_mask(w, sparsity) > 0
@@ -124,6 +140,7 @@ def magnitude_mask(fn):
 
 
 def _fraction_mask(w, sparsity):
+    __tracebackhide__ = True
     k = int(round(sparsity * w.size))
     keep = np.ones(w.size, bool)
     keep[np.argsort(np.abs(w), axis=None)[:k]] = False

@@ -9,14 +9,16 @@ check                       your function
 
 The ring is run on simulated ranks (``dl.distributed.simulate``: one thread per rank, real
 messages through queues), so the check needs no MPI; the lesson then runs the same function
-under ``mpiexec`` against MPI's Allreduce.
+under ``mpiexec`` against MPI's Allreduce. The shared machinery (``call``, ``fail``,
+``expect_close``, ...) lives in ``harness.py``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import distributed
-from .harness import ExerciseError, call, expect_close, expect_unchanged, fail, passed, to_array
+from .harness import (ExerciseError, call, expect_close, expect_tuple, expect_unchanged, fail,
+                      passed, to_array)
 
 __all__ = ["ring_all_reduce", "fit_alpha_beta", "ExerciseError"]
 
@@ -25,10 +27,12 @@ class _Counting(distributed.Communicator):
     """A simulated rank that counts what it sends and forbids shortcuts (all_reduce)."""
 
     def __init__(self, inner):
+        __tracebackhide__ = True
         self.inner, self.rank, self.world_size = inner, inner.rank, inner.world_size
         self.messages, self.sent = 0, 0
 
     def sendrecv(self, send, dest, recv, source):
+        __tracebackhide__ = True
         if not (0 <= dest < self.world_size and 0 <= source < self.world_size):
             raise ValueError(f"rank {self.rank} sent to {dest} / received from {source}: ranks "
                              f"are 0..{self.world_size - 1} (use % world_size).")
@@ -37,15 +41,19 @@ class _Counting(distributed.Communicator):
         self.inner.sendrecv(send, dest, recv, source)
 
     def all_reduce(self, x, op="sum"):
+        __tracebackhide__ = True
         raise RuntimeError("comm.all_reduce is what you are building: use comm.sendrecv only.")
 
     broadcast = all_reduce
 
 
 def _run(fn, inputs, case):
+    """Run ``fn`` on simulated ranks: (the result of each rank, each rank's counter)."""
+    __tracebackhide__ = True
     counters = {}
 
     def body(comm, x):
+        __tracebackhide__ = True
         counting = counters[comm.rank] = _Counting(comm)
         return fn(counting, x)
     try:
@@ -53,9 +61,11 @@ def _run(fn, inputs, case):
     except RuntimeError as err:
         cause = err.__cause__
         if isinstance(cause, NotImplementedError):
-            hint = str(cause).strip() or "replace the `raise NotImplementedError` line."
-            raise ExerciseError(f"{getattr(fn, '__name__', 'your function')} is not "
-                                f"implemented yet: {hint}") from None
+            def not_yet():                  # the usual "not implemented yet: <hint>" message
+                __tracebackhide__ = True
+                raise cause
+            not_yet.__name__ = getattr(fn, "__name__", "ring_all_reduce")
+            call(not_yet, case=case)
         stuck = "Empty" in repr(cause) or "did not finish" in str(err)
         fail(fn, case, f"it raised on the simulated ranks: {err}",
              "a rank waited for a message nobody sent: every rank must call sendrecv the same "
@@ -68,6 +78,7 @@ def ring_all_reduce(fn) -> None:
     """Check ``fn(comm, x)`` on 1 to 4 simulated ranks: every rank returns the sum of all
     ranks' x (same shape), leaves x unchanged, and sends 2(N-1) messages holding 2(N-1)/N of
     the buffer in all (a ring), through ``comm.sendrecv`` only."""
+    __tracebackhide__ = True
     n_cases = 0
     for N, shape, dtype in [(2, (8,), np.float64), (3, (10,), np.float64), (4, (5, 3), np.float32),
                             (1, (4,), np.float64), (3, (2,), np.float64)]:
@@ -112,16 +123,15 @@ def fit_alpha_beta(fn) -> None:
     """Check ``fn(nbytes, seconds)``: the least-squares fit of seconds = alpha + nbytes / beta
     on the relative error (each point weighted by 1 / seconds), returning ``(alpha, beta)``:
     alpha in seconds, beta in bytes per second."""
+    __tracebackhide__ = True
     n_cases = 0
     for alpha, beta, noise in [(2e-5, 5e9, 0.0), (1e-6, 2e10, 0.05), (5e-4, 1e8, 0.1)]:
         nbytes = np.array([8, 1e3, 1e4, 1e5, 1e6, 4e6])
         gen = np.random.default_rng(7)
         seconds = (alpha + nbytes / beta) * (1 + noise * gen.standard_normal(nbytes.size))
         case = f"alpha={alpha:g} s, beta={beta:g} B/s, {noise:.0%} noise"
-        got = call(fn, nbytes.copy(), seconds.copy(), case=case)
-        if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            fail(fn, case, f"it returned {type(got).__name__}, not a pair (alpha, beta).",
-                 "return alpha, beta")
+        got = expect_tuple(call(fn, nbytes.copy(), seconds.copy(), case=case), 2, fn, case,
+                           "alpha, beta")
         a, b = (to_array(v, fn, case, name) for v, name in zip(got, ("alpha", "beta")))
         slope, intercept = np.polyfit(nbytes, seconds, 1, w=1 / seconds)
         plain_slope, plain_intercept = np.polyfit(nbytes, seconds, 1)
@@ -131,8 +141,8 @@ def fit_alpha_beta(fn) -> None:
                      mistakes=[(slope, "beta is a bandwidth, bytes per second: the INVERSE of the "
                                        "fitted slope (seconds per byte)."),
                                (1 / plain_slope, unweighted)],
-                     fix="fit a straight line seconds = intercept + slope * nbytes with weights "
-                         "1/seconds; beta = 1 / slope.")
+                     fix="beta is the inverse of the slope of the weighted line (weights "
+                         "1/seconds) through the points (nbytes, seconds).")
         expect_close(a, intercept, fn, case, "alpha (seconds)", rtol=1e-3, atol=1e-12,
                      mistakes=[(plain_intercept, unweighted)],
                      fix="alpha is the intercept: the time of a message of zero bytes.")

@@ -9,7 +9,7 @@ check                       your function
 
 Each check runs your function on several cases and prints one line when all pass, or raises
 ``ExerciseError`` saying which case failed, what was expected and the likely mistake (the
-machinery is ``check/basics.py``'s).
+shared machinery is ``harness.py``).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def fold_batchnorm(fn) -> None:
     bias b (F,) of a convolution followed by BatchNorm2d in evaluation mode, folded into ONE
     convolution: with s = gamma / sqrt(var + eps) (F,), W' = W * s per output channel and
     b' = (b - mean) * s + beta. The inputs must be left as they were."""
+    __tracebackhide__ = True
     gen = np.random.default_rng(0)
     cases = [(2, 1, 1, 1e-5), (4, 3, 3, 1e-5), (3, 3, 1, 0.1), (5, 2, 3, 1e-3)]   # F, C, K, eps
     for F, C, K, eps in cases:
@@ -42,8 +43,8 @@ def fold_batchnorm(fn) -> None:
         W_got = to_array(W_got, fn, case, "W_folded")
         b_got = to_array(b_got, fn, case, "b_folded")
         s = gamma / np.sqrt(var + eps)
-        expect_shape(W_got, W.shape, fn, case, "W_folded", "W_folded has W's shape: scale each "
-                     "output channel's filter, W * s[:, None, None, None].")
+        expect_shape(W_got, W.shape, fn, case, "W_folded", "W_folded has W's shape (F, C, KH, "
+                     "KW): give the (F,) factors three axes of size 1 so they scale axis 0.")
         expect_close(W_got, W * s[:, None, None, None], fn, case, "W_folded", mistakes=[
             (lambda: W * (gamma / np.sqrt(var))[:, None, None, None],
              "add eps inside the square root: sqrt(var + eps)."),
@@ -51,13 +52,16 @@ def fold_batchnorm(fn) -> None:
              "divide by the standard deviation sqrt(var + eps), not by the variance."),
             (lambda: W * s[None, :, None, None],
              "s has one value per OUTPUT channel (axis 0 of W), not per input channel."),
-        ], fix="W_folded = W * s[:, None, None, None] with s = gamma / sqrt(var + eps).")
+        ], fix="each output channel's filter W[f] is scaled by its own factor, gamma[f] over "
+               "the standard deviation sqrt(var[f] + eps).")
         expect_shape(b_got, b.shape, fn, case, "b_folded")
         expect_close(b_got, (b - mean) * s + beta, fn, case, "b_folded", mistakes=[
-            (lambda: b * s + beta, "the running mean is subtracted too: (b - mean) * s + beta."),
-            (lambda: (b - mean) * s, "add beta at the end: (b - mean) * s + beta."),
-            (lambda: b - mean * s + beta, "the bias is scaled too: (b - mean) * s + beta."),
-        ], fix="b_folded = (b - mean) * s + beta.")
+            (lambda: b * s + beta, "subtract the running mean from b before scaling it."),
+            (lambda: (b - mean) * s, "add beta at the end, after scaling."),
+            (lambda: b - mean * s + beta, "scale the bias b too, not only the mean: BatchNorm "
+                                          "scales the whole convolution output."),
+        ], fix="the folded bias is the old bias minus the running mean, scaled by the same "
+               "factor as the filters, plus beta.")
     passed(fn, len(cases))
 
 
@@ -66,6 +70,7 @@ def validate_batch(fn) -> None:
     gives them), ``shape`` one sample's shape. It returns a float32 array (N, *shape), taking
     samples as they are or flat (N, prod(shape)); anything else raises ValueError: not numbers
     (strings, booleans), ragged rows, an empty batch, a wrong shape, NaN or infinity."""
+    __tracebackhide__ = True
     good = [([[0.0, 1.0, 2.0]], (3,), "one sample of 3"),
             ([[1, 2, 3], [4, 5, 6]], (3,), "two samples of 3 whole numbers"),
             ([[[[0.5] * 2] * 2]], (1, 2, 2), "one 1x2x2 image"),

@@ -177,6 +177,79 @@ HINTS: dict[str, list[str]] = {
     'mlp_parameter_count': [
         'a Linear(d_in, d_out) layer has d_in * d_out weights and d_out biases',
     ],
+    # lessons 10-11
+    'loss_scale_step': [
+        ('handle the overflow first and return at once; a clean step adds one to the count '
+         'BEFORE it is compared with growth_interval'),
+        ('with found_inf: the tuple (half the scale, 0, False); otherwise clean_steps + 1, and if '
+         'that equals growth_interval: (twice the scale, 0, True), else (scale, the new count, '
+         'True)'),
+    ],
+    'quantize_symmetric': [
+        ('the scale is max(|x|) / 127, a number; int8 holds -128..127 but the symmetric range '
+         'leaves -128 out, so that 0 stays exactly 0 and the range has no bias'),
+        ('np.abs(x).max() gives the largest magnitude; round with np.rint (a cast to int8 alone '
+         'cuts the fraction off), np.clip to -127..127, then .astype(np.int8)'),
+    ],
+    'magnitude_mask': [
+        ('k = the sparsity fraction of w.size, rounded to an integer, is the number of weights to '
+         'prune; np.argsort on the absolute values (flattened, axis=None) lists the smallest first'),
+        ('start from a flat boolean array of w.size Trues, set the entries at the first k indices '
+         'of the argsort of |w| to False, and reshape it to w.shape'),
+    ],
+    # lesson 12
+    'fold_batchnorm': [
+        ('write BatchNorm of the convolution output y as s * (y - mean) + beta with '
+         's = gamma / sqrt(var + eps); y = W * x + b is linear, so s can move into W and b'),
+        ('s has shape (F,): give it three axes of size 1 (s[:, None, None, None]) to scale the '
+         'filters of W along axis 0; the folded bias is (b - mean) times s, plus beta'),
+    ],
+    'validate_batch': [
+        ('np.asarray raises ValueError on ragged rows; x.dtype.kind tells integers (i, u) and '
+         'floats (f) from strings (U) and booleans (b); np.isfinite finds NaN and infinity'),
+        ('in order: x = np.asarray(inputs) (turn its ValueError into yours); refuse a dtype kind '
+         'outside "iuf"; if x is 2-D with int(np.prod(shape)) columns, reshape it to (N,) + shape; '
+         'refuse x.ndim == 0, len(x) == 0 or x.shape[1:] != shape; refuse non-finite values; '
+         'return x as float32'),
+    ],
+    # lesson 13
+    'ring_all_reduce': [
+        ('draw 3 ranks and 3 chunks on paper: in reduce-scatter step s, rank r sends chunk r - s '
+         'and receives chunk r - s - 1 (both modulo N); after N-1 steps rank r holds the full sum '
+         'of chunk r + 1 (modulo N)'),
+        ('reduce-scatter: for s in range(N - 1), receive into xp.empty_like of chunk '
+         '(r - s - 1) % N with comm.sendrecv(send, right, recv, left), then add it into that '
+         'chunk; all-gather: for s in range(N - 1), send chunk (r + 1 - s) % N and receive '
+         'straight into chunk (r - s) % N'),
+    ],
+    'fit_alpha_beta': [
+        ('np.polyfit(x, y, 1, w=...) fits a straight line and returns (slope, intercept); its '
+         'weights multiply each residual, so weights 1 / seconds fit the relative error'),
+        ('fit seconds against nbytes with degree 1 and weights 1 / seconds; alpha is the '
+         'intercept and beta is 1 divided by the slope'),
+    ],
+    # lesson 14
+    'unbroadcast': [
+        ('the number of added leading axes is grad.ndim - len(shape); after summing them away, '
+         'the axes to sum with keepdims=True are the indices i where shape[i] == 1'),
+        ('grad.sum(axis=tuple(range(extra))) removes the leading axes; then '
+         'grad.sum(axis=ones, keepdims=True) with ones the tuple of indices where shape has a 1 '
+         '(skip each sum when its tuple of axes is empty)'),
+    ],
+    'tensor_mul': [
+        ('for out = a * b: d out / d a = b and d out / d b = a, each times the gradient that '
+         'arrives, out.grad; the product may have broadcast a or b to a bigger shape'),
+        ('a.grad += the unbroadcast (yours, or dl.autograd.unbroadcast) of out.grad * b.data to '
+         'a.shape, and the same for b with a.data and b.shape; += (never =) so that a tensor used '
+         'twice gets both contributions'),
+    ],
+    'topological_order': [
+        ('a tensor used twice is reached along two paths: keep a set of id(node) for the tensors '
+         'already visited, and return at once for one of them'),
+        ('only when the id of node is not yet in visited: add it to visited, call visit on '
+         'every tensor in node.parents, then order.append(node) (after the parents, so the root '
+         'comes last)'),
+    ],
 }
 
 _shown: dict[str, int] = {}   # the deepest level shown so far in this session
