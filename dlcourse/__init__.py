@@ -18,7 +18,9 @@ from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReL
                      Sigmoid, Tanh)
 from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softmax, softmax
 from .models import CNN, MLP, Perceptron
-from .optim import SGD, Adam
+from .optim import SGD, Adagrad, Adam, AdamW, RMSprop
+from .stats import layer_stats
+from .schedules import constant, cosine_decay, linear_warmup, step_decay
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
 
@@ -39,8 +41,9 @@ __all__ = [
     "Conv2dReLU", "LinearReLU", "fuse", "use_kernels",
     "MSELoss", "SigmoidCrossEntropy", "SoftmaxCrossEntropy", "log_softmax", "softmax",
     "CNN", "MLP", "Perceptron",
-    "SGD", "Adam",
+    "SGD", "Adagrad", "RMSprop", "Adam", "AdamW",
     # training and checkpoints
+    "step_decay", "cosine_decay", "linear_warmup", "constant", "layer_stats",
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
 ]

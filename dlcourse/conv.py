@@ -5,8 +5,12 @@ Introduced in notebook ``06_convolution``; the GPU im2col kernels in ``08_cuda_k
 Shapes (the same letters in the code):
 
 * x: (N, C, H, W) input images, W: (F, C, KH, KW) filters, b: (F,) biases
-* OH = (H + 2*padding - KH) // stride + 1, OW = (W + 2*padding - KW) // stride + 1
+* stride = (sh, sw), padding = (ph, pw): one number per axis (an int means the same for both)
+* OH = (H + 2*ph - KH) // sh + 1, OW = (W + 2*pw - KW) // sw + 1
 * out: (N, F, OH, OW)
+
+A 1-D signal of length L is a 1×L image: ``Conv2d(1, 8, (1, 5), padding=(0, 2))`` slides a
+5-wide window along it.
 
 The ``*_naive`` functions loop over every output pixel: slow, obviously right, and the
 oracle the fast versions are tested against. The fast versions turn convolution into one
@@ -24,44 +28,33 @@ from ._validate import float_dtype, shape_str, whole_number
 from .backend import get_array_module, rng
 from .layers import Layer
 from .ops import matmul
-from .shapes import output_size
+from .shapes import as_pair, output_size
 
 __all__ = ["output_size", "conv2d_forward_naive", "conv2d_backward_naive", "maxpool_forward_naive",
            "maxpool_backward_naive", "im2col", "col2im", "unfold", "fold", "as_image", "as_matrix",
            "Conv2d", "MaxPool2d"]
 
 
-def _pair(v, name, layer):
-    """kernel_size: an int or a pair (h, w) of whole numbers >= 1."""
+def _pair(v, name, layer, minimum=0):
+    """kernel_size, stride, padding: an int (both axes) or a pair (h, w) of whole numbers."""
     if isinstance(v, (tuple, list)):
         if len(v) != 2:
-            raise ValueError(f"{name} must be an int or a pair (h, w), got {v!r}.")
-        return tuple(whole_number(a, f"{layer}({name}=...)", minimum=0) for a in v)
-    v = whole_number(v, f"{layer}({name}=...)", minimum=0)
+            raise ValueError(f"{layer}({name}=...) must be an int or a pair (h, w), got {v!r}.")
+        return tuple(whole_number(a, f"{layer}({name}=...)", minimum) for a in v)
+    v = whole_number(v, f"{layer}({name}=...)", minimum)
     return v, v
 
 
-def _single(v, name, layer, minimum):
-    """stride and padding are one number for both axes here (the kernels take one); a pair
-    of equal numbers is accepted as that number."""
-    what = f"{layer}({name}=...)"
-    if isinstance(v, (tuple, list)):
-        if len(v) == 2 and whole_number(v[0], what, minimum) == whole_number(v[1], what, minimum):
-            return int(v[0])
-        raise ValueError(f"{layer} takes one {name} for both height and width (an int), got "
-                         f"{name}={v!r}. Pass an int, e.g. {name}={int(v[0]) if v else 1}.")
-    return whole_number(v, what, minimum)
-
-
 def _pad(x, padding):
-    """Zero-pad the two spatial axes of x (N, C, H, W)."""
-    if padding == 0:
+    """Zero-pad the two spatial axes of x (N, C, H, W) by padding = (ph, pw) (or an int)."""
+    ph, pw = as_pair(padding)
+    if ph == pw == 0:
         return x
     xp = get_array_module(x)
     N, C, H, W = x.shape
     # zeros_like keeps x's memory layout (a conv output is channel-major): no transposing copy
-    out = xp.zeros_like(x, shape=(N, C, H + 2 * padding, W + 2 * padding))
-    out[:, :, padding:padding + H, padding:padding + W] = x
+    out = xp.zeros_like(x, shape=(N, C, H + 2 * ph, W + 2 * pw))
+    out[:, :, ph:ph + H, pw:pw + W] = x
     return out
 
 
@@ -69,10 +62,12 @@ def _pad(x, padding):
 # Naive loops: the definition, and the test oracle
 # ======================================================================================
 def conv2d_forward_naive(x, W, b, stride=1, padding=0):
-    """out[n, f, i, j] = sum over c, kh, kw of x_pad[n, c, i*s + kh, j*s + kw] * W[f, c, kh, kw] + b[f]."""
+    """out[n, f, i, j] = sum over c, kh, kw of x_pad[n, c, i*sh + kh, j*sw + kw] * W[f, c, kh, kw] + b[f]
+    (stride = (sh, sw), or an int for both axes; padding likewise)."""
     N, C, H, Wd = x.shape
     F, _, KH, KW = W.shape
     OH, OW = output_size(H, Wd, KH, KW, stride, padding)
+    sh, sw = as_pair(stride)
     xp = get_array_module(x)
     x_pad = _pad(x, padding)
     out = xp.zeros((N, F, OH, OW), dtype=x.dtype)
@@ -80,7 +75,7 @@ def conv2d_forward_naive(x, W, b, stride=1, padding=0):
         for f in range(F):
             for i in range(OH):
                 for j in range(OW):
-                    window = x_pad[n, :, i * stride:i * stride + KH, j * stride:j * stride + KW]
+                    window = x_pad[n, :, i * sh:i * sh + KH, j * sw:j * sw + KW]
                     out[n, f, i, j] = (window * W[f]).sum() + b[f]
     return out
 
@@ -91,6 +86,7 @@ def conv2d_backward_naive(dout, x, W, stride=1, padding=0):
     N, C, H, Wd = x.shape
     F, _, KH, KW = W.shape
     _, _, OH, OW = dout.shape
+    (sh, sw), (ph, pw) = as_pair(stride), as_pair(padding)
     xp = get_array_module(x)
     x_pad = _pad(x, padding)
     dx_pad = xp.zeros_like(x_pad)
@@ -100,21 +96,23 @@ def conv2d_backward_naive(dout, x, W, stride=1, padding=0):
         for f in range(F):
             for i in range(OH):
                 for j in range(OW):
-                    hs, ws = i * stride, j * stride
+                    hs, ws = i * sh, j * sw
                     dW[f] += x_pad[n, :, hs:hs + KH, ws:ws + KW] * dout[n, f, i, j]
                     dx_pad[n, :, hs:hs + KH, ws:ws + KW] += W[f] * dout[n, f, i, j]
-    dx = dx_pad[:, :, padding:padding + H, padding:padding + Wd]
+    dx = dx_pad[:, :, ph:ph + H, pw:pw + Wd]
     return dx, dW, db
 
 
 def maxpool_forward_naive(x, KH, KW, stride):
+    """out[n, c, i, j] = max of x[n, c, i*sh:i*sh + KH, j*sw:j*sw + KW] (stride (sh, sw) or an int)."""
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride)
+    sh, sw = as_pair(stride)
     xp = get_array_module(x)
     out = xp.zeros((N, C, OH, OW), dtype=x.dtype)
     for i in range(OH):
         for j in range(OW):
-            out[:, :, i, j] = x[:, :, i * stride:i * stride + KH, j * stride:j * stride + KW].max(axis=(2, 3))
+            out[:, :, i, j] = x[:, :, i * sh:i * sh + KH, j * sw:j * sw + KW].max(axis=(2, 3))
     return out
 
 
@@ -122,15 +120,16 @@ def maxpool_backward_naive(dout, x, KH, KW, stride):
     """Each window's gradient goes to its (first) maximum; overlapping windows add up."""
     N, C, H, W = x.shape
     _, _, OH, OW = dout.shape
+    sh, sw = as_pair(stride)
     xp = get_array_module(x)
     dx = xp.zeros_like(x)
     for n in range(N):
         for c in range(C):
             for i in range(OH):
                 for j in range(OW):
-                    window = x[n, c, i * stride:i * stride + KH, j * stride:j * stride + KW]
+                    window = x[n, c, i * sh:i * sh + KH, j * sw:j * sw + KW]
                     kh, kw = np.unravel_index(int(window.argmax()), window.shape)
-                    dx[n, c, i * stride + kh, j * stride + kw] += dout[n, c, i, j]
+                    dx[n, c, i * sh + kh, j * sw + kw] += dout[n, c, i, j]
     return dx
 
 
@@ -139,19 +138,21 @@ def maxpool_backward_naive(dout, x, KH, KW, stride):
 # ======================================================================================
 def _windows(x_pad, KH, KW, stride, OH, OW):
     """A strided *view* (no copy) of every KH×KW window of x_pad (N, C, Hp, Wp), of shape
-    (C, KH, KW, N, OH, OW): entry [c, kh, kw, n, i, j] is x_pad[n, c, i*stride + kh, j*stride + kw]."""
+    (C, KH, KW, N, OH, OW): entry [c, kh, kw, n, i, j] is x_pad[n, c, i*sh + kh, j*sw + kw]."""
     xp = get_array_module(x_pad)
     N, C = x_pad.shape[:2]
+    sh, sw = as_pair(stride)
     sN, sC, sH, sW = x_pad.strides
     return xp.lib.stride_tricks.as_strided(
-        x_pad, shape=(C, KH, KW, N, OH, OW), strides=(sC, sH, sW, sN, sH * stride, sW * stride))
+        x_pad, shape=(C, KH, KW, N, OH, OW), strides=(sC, sH, sW, sN, sH * sh, sW * sw))
 
 
 def im2col(x, KH, KW, stride=1, padding=0):
     """Unfold every window of x into a row.
 
     x: (N, C, H, W)  ->  cols: (N*OH*OW, C*KH*KW), with
-    cols[(n*OH + i)*OW + j, (c*KH + kh)*KW + kw] = x_pad[n, c, i*stride + kh, j*stride + kw].
+    cols[(n*OH + i)*OW + j, (c*KH + kh)*KW + kw] = x_pad[n, c, i*sh + kh, j*sw + kw]
+    (stride = (sh, sw) and padding = (ph, pw), or an int each for both axes).
 
     Then ``cols @ W.reshape(F, -1).T`` is the convolution. On the GPU this is one CUDA kernel
     (``dlcourse.kernels.im2col``); here it is a strided view and one copy.
@@ -168,13 +169,15 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
 def unfold(x, KH, KW, stride=1, padding=0, use_kernels=True):
     """im2col with one *column* per window: x (N, C, H, W) -> cols (C*KH*KW, N*OH*OW), the
     layout NumPy builds fastest, and the one ``W.reshape(F, -1) @ cols`` wants. On the GPU,
-    the one branch to the CUDA kernel (``kernels/im2col.cu``).
+    the one branch to the CUDA kernel (``kernels/im2col.cu``; it takes one stride and one
+    padding for both axes, so it is used only when they are).
     """
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
-    k = kernels.usable_for(x, use_kernels)
+    (sh, _), (ph, _) = as_pair(stride), as_pair(padding)
+    k = kernels.usable_for(x, use_kernels, same_per_axis=(stride, padding))
     if k is not None:
-        return k.im2col(x, KH, KW, stride, padding).T     # the kernel stores cols transposed
+        return k.im2col(x, KH, KW, sh, ph).T     # the kernel stores cols transposed
     windows = _windows(_pad(x, padding), KH, KW, stride, OH, OW)
     return windows.reshape(C * KH * KW, N * OH * OW)       # the one copy
 
@@ -184,18 +187,19 @@ def fold(cols, x_shape, KH, KW, stride=1, padding=0, use_kernels=True):
     each entry added back to the input pixel it came from."""
     N, C, H, W = x_shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
+    (sh, sw), (ph, pw) = as_pair(stride), as_pair(padding)
     xp = get_array_module(cols)
-    k = kernels.usable_for(cols, use_kernels)
+    k = kernels.usable_for(cols, use_kernels, same_per_axis=(stride, padding))
     if k is not None:   # reads cols in place, whatever its layout
-        return k.col2im(cols.T, x_shape, KH, KW, stride, padding)
+        return k.col2im(cols.T, x_shape, KH, KW, sh, ph)
     cols6 = cols.reshape(C, KH, KW, N, OH, OW)
     # Accumulate channel-major, (C, N, Hp, Wp), so that each add reads cols6 in memory order.
-    dx_pad = xp.zeros((C, N, H + 2 * padding, W + 2 * padding), dtype=cols.dtype)
+    dx_pad = xp.zeros((C, N, H + 2 * ph, W + 2 * pw), dtype=cols.dtype)
     for kh in range(KH):          # a loop over kernel offsets only: KH*KW strided adds
         for kw in range(KW):
-            dx_pad[:, :, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride] += cols6[:, kh, kw]
-    dx = dx_pad[:, :, padding:padding + H, padding:padding + W]
-    if padding:
+            dx_pad[:, :, kh:kh + sh * OH:sh, kw:kw + sw * OW:sw] += cols6[:, kh, kw]
+    dx = dx_pad[:, :, ph:ph + H, pw:pw + W]
+    if ph or pw:
         dx = dx.copy()            # compact, so the layer below reads it in one sweep
     return dx.transpose(1, 0, 2, 3)                                    # (N, C, H, W)
 
@@ -226,7 +230,9 @@ class Conv2d(Layer):
 
     x: (N, C, H, W) -> out: (N, F, OH, OW)
     params["W"]: (F, C, KH, KW), params["b"]: (F,)
-    OH = (H + 2*padding - KH) // stride + 1 (OW likewise).
+    kernel_size, stride, padding: an int, or a pair (h, w) per axis; the layer keeps pairs:
+    ``.kernel_size == (KH, KW)``, ``.stride == (sh, sw)``, ``.padding == (ph, pw)``.
+    OH = (H + 2*ph - KH) // sh + 1, OW = (W + 2*pw - KW) // sw + 1.
 
     Forward: cols = unfold(x) (C*KH*KW, N*OH*OW); out = W_mat @ cols + b, W_mat = W as (F, C*KH*KW).
     Backward: dW = dout_mat @ cols.T, db = dout_mat summed over its columns,
@@ -240,8 +246,8 @@ class Conv2d(Layer):
     input_shape, input_ndim = "(N, C_in, H, W)", 4
     use_kernels = True   # on the GPU: im2col/col2im by the hand-written kernels
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride: int = 1,
-                 padding: int = 0, dtype=np.float32, seed=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
+                 padding=0, dtype=np.float32, seed=None):
         super().__init__()
         self.in_channels = whole_number(in_channels, "Conv2d(in_channels=...)", minimum=0)
         self.out_channels = whole_number(out_channels, "Conv2d(out_channels=...)", minimum=0)
@@ -249,8 +255,8 @@ class Conv2d(Layer):
         if min(self.in_channels, self.out_channels, *self.kernel_size) < 1:
             raise ValueError(f"Conv2d needs in_channels, out_channels and kernel_size >= 1, got "
                              f"Conv2d({in_channels}, {out_channels}, kernel_size={kernel_size}).")
-        self.stride = _single(stride, "stride", "Conv2d", minimum=1)
-        self.padding = _single(padding, "padding", "Conv2d", minimum=0)
+        self.stride = _pair(stride, "stride", "Conv2d", minimum=1)
+        self.padding = _pair(padding, "padding", "Conv2d", minimum=0)
         KH, KW = self.kernel_size
         dtype = float_dtype(dtype)
         fan_in = self.in_channels * KH * KW
@@ -292,14 +298,16 @@ class Conv2d(Layer):
 
     def get_config(self):
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,
-                "kernel_size": list(self.kernel_size), "stride": self.stride, "padding": self.padding}
+                "kernel_size": list(self.kernel_size), "stride": list(self.stride),
+                "padding": list(self.padding)}
 
 
 class MaxPool2d(Layer):
-    """Max over each KH×KW window, slid by ``stride`` (default: the kernel size; one stride
-    serves both axes, so a KH×KW window with KH != KW needs it given).
+    """Max over each KH×KW window, slid by ``stride`` (default: the kernel size, so windows
+    tile the image). kernel_size and stride: an int, or a pair (h, w) per axis; the layer
+    keeps pairs: ``.kernel_size == (KH, KW)``, ``.stride == (sh, sw)``.
 
-    x: (N, C, H, W) -> out: (N, C, OH, OW), OH = (H - KH) // stride + 1.
+    x: (N, C, H, W) -> out: (N, C, OH, OW), OH = (H - KH) // sh + 1, OW = (W - KW) // sw + 1.
     Backward sends each window's gradient to its maximum; with overlapping windows
     (stride < kernel) a pixel can be the maximum of several and its gradients add up.
     On the GPU forward and backward are one CUDA kernel each (``kernels/maxpool.cu``) instead
@@ -313,35 +321,29 @@ class MaxPool2d(Layer):
     def __init__(self, kernel_size, stride=None):
         super().__init__()
         self.kernel_size = _pair(kernel_size, "kernel_size", "MaxPool2d")
-        KH, KW = self.kernel_size
-        if stride is None and KH != KW:
-            raise ValueError(f"MaxPool2d(kernel_size={kernel_size}) needs a stride: the default is "
-                             f"the kernel size, but a {KH}x{KW} window has two, and one stride "
-                             f"serves both axes here. Pass stride=, e.g. MaxPool2d({kernel_size}, "
-                             f"stride={min(KH, KW)}).")
-        self.stride = _single(KH if stride is None else stride, "stride", "MaxPool2d", minimum=0)
-        if self.stride < 1 or min(self.kernel_size) < 1:
+        self.stride = _pair(self.kernel_size if stride is None else stride, "stride", "MaxPool2d")
+        if min(*self.stride, *self.kernel_size) < 1:
             raise ValueError(f"MaxPool2d needs kernel_size and stride >= 1, got "
                              f"kernel_size={kernel_size}, stride={stride}.")
 
     def forward(self, x):
         """x: (N, C, H, W) -> out: (N, C, OH, OW), in x's memory layout."""
-        k = kernels.usable_for(x, self.use_kernels)
+        k = kernels.usable_for(x, self.use_kernels, same_per_axis=(self.stride,))
         if k is not None:
             return self._forward_kernel(k, x)
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
-        s = self.stride
-        OH, OW = output_size(H, W, KH, KW, s)
+        sh, sw = self.stride
+        OH, OW = output_size(H, W, KH, KW, self.stride)
         xp = get_array_module(x)
         # A running maximum over the KH*KW window offsets: each offset (kh, kw) is one strided
         # slice of x holding that position of every window, of the output's shape (N, C, OH, OW).
-        best = x[:, :, 0:s * OH:s, 0:s * OW:s].copy(order="K")   # in x's memory layout
+        best = x[:, :, 0:sh * OH:sh, 0:sw * OW:sw].copy(order="K")   # in x's memory layout
         itype = np.int8 if KH * KW <= 127 else np.int32
         idx = xp.zeros_like(best, dtype=itype)          # which offset holds the maximum
         for k in range(1, KH * KW):
             kh, kw = divmod(k, KW)
-            v = x[:, :, kh:kh + s * OH:s, kw:kw + s * OW:s]
+            v = x[:, :, kh:kh + sh * OH:sh, kw:kw + sw * OW:sw]
             better = v > best                             # strict: ties keep the first maximum
             xp.maximum(best, v, out=best)
             # "idx = k where better": k grows, so it is the larger of idx and k*better
@@ -356,15 +358,15 @@ class MaxPool2d(Layer):
             return self._backward_kernel(dout)
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
-        s = self.stride
+        sh, sw = self.stride
         _, _, OH, OW = dout.shape
         xp = get_array_module(dout)
         # Windows that tile x exactly (no overlap, nothing left over) write every pixel once.
-        tiles = s == KH == KW and s * OH == H and s * OW == W
+        tiles = (sh, sw) == (KH, KW) and sh * OH == H and sw * OW == W
         dx = (xp.empty_like if tiles else xp.zeros_like)(x, dtype=dout.dtype)   # x's layout
         for k in range(KH * KW):      # loop over window offsets only, never over pixels
             kh, kw = divmod(k, KW)
-            target = dx[:, :, kh:kh + s * OH:s, kw:kw + s * OW:s]
+            target = dx[:, :, kh:kh + sh * OH:sh, kw:kw + sw * OW:sw]
             if tiles:
                 xp.multiply(dout, idx == k, out=target)   # the gradient of the windows offset k won
             else:
@@ -373,14 +375,14 @@ class MaxPool2d(Layer):
 
     def _forward_kernel(self, k, x):
         """The GPU path: one launch makes the maxima and where they were (C-contiguous)."""
-        best, idx = k.maxpool_forward(x, *self.kernel_size, self.stride)
+        best, idx = k.maxpool_forward(x, *self.kernel_size, self.stride[0])   # sh == sw here
         self.cache = (x, idx, True)
         return best
 
     def _backward_kernel(self, dout):
         x, idx, _ = self.cache
         dx = get_array_module(dout).empty_like(x, dtype=dout.dtype)
-        return kernels.maxpool_backward(dout, idx, dx, *self.kernel_size, self.stride)
+        return kernels.maxpool_backward(dout, idx, dx, *self.kernel_size, self.stride[0])
 
     def get_config(self):
-        return {"kernel_size": list(self.kernel_size), "stride": self.stride}
+        return {"kernel_size": list(self.kernel_size), "stride": list(self.stride)}

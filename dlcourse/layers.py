@@ -201,17 +201,35 @@ class Linear(Layer):
     Backward: dW = x.T @ dout (in, out), db = dout summed over the batch (out,),
     dx = dout @ W.T (N, in).
 
-    Weights start as He-initialized normals (std = sqrt(2 / in_features)), biases at zero.
+    Weights start as normals of standard deviation ``std``, biases at zero; ``init`` picks it:
+
+    * ``"he"`` (default): std = sqrt(2 / in_features). Each output sums in_features products,
+      so Var(y) = in_features * Var(W) * E[x²]; ReLU zeroes half of its input, halving E[x²],
+      and Var(W) = 2 / in_features keeps the signal's size the same from layer to layer
+      (He et al., 2015).
+    * ``"xavier"``: std = sqrt(2 / (in_features + out_features)), the compromise between
+      keeping the forward signal (1 / in_features) and the backward gradient
+      (1 / out_features) the same size, for tanh or sigmoid (Glorot & Bengio, 2010).
+    * a positive number: that std itself, e.g. ``init=0.01`` (too small for a deep network:
+      the signal shrinks layer by layer) or ``init=1.0`` (too large: it grows).
     """
 
     input_shape, input_ndim = "(N, in_features)", 2
+    INITS = ("he", "xavier")
 
-    def __init__(self, in_features: int, out_features: int, dtype=np.float32, seed=None):
+    def __init__(self, in_features: int, out_features: int, dtype=np.float32, seed=None,
+                 init="he"):
         super().__init__()
         self.in_features = whole_number(in_features, "Linear(in_features=...)")
         self.out_features = whole_number(out_features, "Linear(out_features=...)")
         dtype = float_dtype(dtype)
-        std = np.sqrt(2.0 / self.in_features)
+        self.init = init_std = self._init(init)
+        if init_std == "he":
+            std = np.sqrt(2.0 / self.in_features)
+        elif init_std == "xavier":
+            std = np.sqrt(2.0 / (self.in_features + self.out_features))
+        else:
+            std = init_std
         W = rng(seed).standard_normal((self.in_features, self.out_features)) * std
         self.params = {"W": W.astype(dtype), "b": np.zeros(self.out_features, dtype=dtype)}
 
@@ -239,8 +257,21 @@ class Linear(Layer):
             raise ValueError(f"Linear(in_features={self.in_features}) got x of shape "
                              f"{shape_str(x.shape)}: the last axis must be {self.in_features}.{hint}")
 
+    @classmethod
+    def _init(cls, init):
+        """``init`` checked: "he", "xavier", or a positive std (a float)."""
+        if isinstance(init, str):
+            if init.lower() in cls.INITS:
+                return init.lower()
+            raise ValueError(f"Linear(init=...) must be 'he' (for ReLU), 'xavier' (for tanh or "
+                             f"sigmoid) or a positive number, the weights' standard deviation "
+                             f"(e.g. init=0.01); got {init!r}.")
+        return number(init, "Linear(init=...)", "init='he', init='xavier' or init=0.01", 0.0,
+                      None, low_open=True)
+
     def get_config(self):
-        return {"in_features": self.in_features, "out_features": self.out_features}
+        return {"in_features": self.in_features, "out_features": self.out_features,
+                "init": self.init}
 
 
 # ======================================================================================

@@ -83,11 +83,12 @@ class MLP(Sequential):
     """Multi-layer perceptron: Linear, activation, ..., Linear (the last without activation).
 
     sizes = [D, H1, ..., K]: x (N, D) -> logits (N, K).
-    ``dropout`` > 0 adds Dropout after each hidden activation.
+    ``dropout`` > 0 adds Dropout after each hidden activation. ``init`` is every Linear
+    layer's initialization: "he" (default), "xavier" or a std (see :class:`Linear`).
     """
 
     def __init__(self, sizes, activation: str = "relu", dropout: float = 0.0,
-                 dtype=np.float32, seed=None):
+                 dtype=np.float32, seed=None, init="he"):
         given = sizes
         sizes = None if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__") else list(given)
         if sizes is None or any(isinstance(s, bool) or not isinstance(s, numbers.Real)
@@ -102,54 +103,67 @@ class MLP(Sequential):
         gen = rng(seed) if seed is not None else None
         layers = []
         for i, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            layers.append(Linear(d_in, d_out, dtype=dtype, seed=_child_seed(gen)))
+            layers.append(Linear(d_in, d_out, dtype=dtype, seed=_child_seed(gen), init=init))
             if i < len(sizes) - 2:
                 layers.append(ACTIVATIONS[activation]())
                 if dropout:
                     layers.append(Dropout(dropout))
         super().__init__(*layers)
         self.sizes, self.activation, self.dropout = sizes, activation, float(dropout)
+        self.init = layers[0].init
 
     def get_config(self):
-        return {"sizes": self.sizes, "activation": self.activation, "dropout": self.dropout}
+        return {"sizes": self.sizes, "activation": self.activation, "dropout": self.dropout,
+                "init": self.init}
 
 
 class CNN(Sequential):
     """A small LeNet-style CNN for (C, H, W) images:
 
-    conv(C→c1, 3×3, pad 1) - [BatchNorm] - ReLU - maxpool 2 -
-    conv(c1→c2, 3×3, pad 1) - [BatchNorm] - ReLU - maxpool 2 - Flatten - Linear(c2·H/4·W/4 → K)
+    conv(C→c1, k, pad k//2) - [BatchNorm] - ReLU - maxpool p -
+    conv(c1→c2, k, pad k//2) - [BatchNorm] - ReLU - maxpool p - Flatten - Linear(c2·H'·W' → K)
 
+    with k = ``kernel_size`` (3: 3×3, odd sizes only, so the padding keeps the size), p = ``pool``
+    (2: 2×2), each an int or a pair (h, w), and H' = H // ph // ph, W' = W // pw // pw.
     x: (N, C, H, W) -> logits (N, K). With the defaults on 1×28×28 this is
-    conv(1→16)-ReLU-pool-conv(16→32)-ReLU-pool-Linear(32·7·7→10).
+    conv(1→16)-ReLU-pool-conv(16→32)-ReLU-pool-Linear(32·7·7→10). For a 1-D signal of length L
+    seen as a 1×L image (MNIST-1D): ``CNN(1, (1, 40), 10, kernel_size=(1, 5), pool=(1, 2))``.
     """
 
     def __init__(self, in_channels: int = 1, image_size=(28, 28), num_classes: int = 10,
                  channels=(16, 32), batchnorm: bool = False, dropout: float = 0.0,
-                 dtype=np.float32, seed=None):
-        sizes = (image_size, image_size) if np.isscalar(image_size) else tuple(image_size)
-        if len(sizes) != 2:
-            raise ValueError(f"CNN(image_size=...) takes a size or a pair (H, W), got {image_size!r}.")
-        H, W = (whole_number(v, "CNN(image_size=...)") for v in sizes)
-        if H < 4 or W < 4:
-            raise ValueError(f"CNN needs images of at least 4×4 (two 2×2 poolings), got {H}×{W}.")
+                 dtype=np.float32, seed=None, kernel_size=3, pool=2):
+        H, W = _pair_of_sizes(image_size, "image_size")
+        KH, KW = _pair_of_sizes(kernel_size, "kernel_size")
+        PH, PW = _pair_of_sizes(pool, "pool")
+        if KH % 2 == 0 or KW % 2 == 0:
+            raise ValueError(f"CNN(kernel_size=...) must be odd (padding k//2 keeps the size), got "
+                             f"{kernel_size!r}. E.g. kernel_size=3 or (1, 5).")
+        if H // PH // PH < 1 or W // PW // PW < 1:
+            raise ValueError(f"CNN needs images of at least {PH * PH}×{PW * PW} (two {PH}×{PW} "
+                             f"poolings), got {H}×{W}. For a 1-D signal use pool=(1, 2) and "
+                             f"kernel_size=(1, 5).")
         if len(tuple(channels)) != 2:
             raise ValueError(f"CNN(channels=...) takes two channel counts (c1, c2), got {channels!r}.")
         c1, c2 = (whole_number(c, "CNN(channels=...)") for c in channels)
         gen = rng(seed) if seed is not None else None
-        layers = [Conv2d(in_channels, c1, 3, padding=1, dtype=dtype, seed=_child_seed(gen))]
+        k, pad = (KH, KW), (KH // 2, KW // 2)
+        layers = [Conv2d(in_channels, c1, k, padding=pad, dtype=dtype, seed=_child_seed(gen))]
         if batchnorm:
             layers.append(BatchNorm2d(c1, dtype=dtype))
-        layers += [ReLU(), MaxPool2d(2), Conv2d(c1, c2, 3, padding=1, dtype=dtype, seed=_child_seed(gen))]
+        layers += [ReLU(), MaxPool2d((PH, PW)),
+                   Conv2d(c1, c2, k, padding=pad, dtype=dtype, seed=_child_seed(gen))]
         if batchnorm:
             layers.append(BatchNorm2d(c2, dtype=dtype))
-        layers += [ReLU(), MaxPool2d(2), Flatten()]
+        layers += [ReLU(), MaxPool2d((PH, PW)), Flatten()]
         if dropout:
             layers.append(Dropout(dropout))
-        layers.append(Linear(c2 * (H // 4) * (W // 4), num_classes, dtype=dtype, seed=_child_seed(gen)))
+        layers.append(Linear(c2 * (H // PH // PH) * (W // PW // PW), num_classes, dtype=dtype,
+                             seed=_child_seed(gen)))
         super().__init__(*layers)
         self.in_channels, self.image_size, self.num_classes = int(in_channels), [H, W], int(num_classes)
         self.channels, self.batchnorm, self.dropout = [c1, c2], bool(batchnorm), float(dropout)
+        self.kernel_size, self.pool = [KH, KW], [PH, PW]
 
     def forward(self, x):
         """x: (N, C, H, W) with (H, W) the image_size the CNN was built for -> logits (N, K)."""
@@ -164,7 +178,16 @@ class CNN(Sequential):
     def get_config(self):
         return {"in_channels": self.in_channels, "image_size": self.image_size,
                 "num_classes": self.num_classes, "channels": self.channels,
-                "batchnorm": self.batchnorm, "dropout": self.dropout}
+                "batchnorm": self.batchnorm, "dropout": self.dropout,
+                "kernel_size": self.kernel_size, "pool": self.pool}
+
+
+def _pair_of_sizes(v, name):
+    """An int or a pair (h, w) of whole numbers >= 1, as a pair (CNN's image_size, kernel_size, pool)."""
+    sizes = (v, v) if np.isscalar(v) else tuple(v)
+    if len(sizes) != 2:
+        raise ValueError(f"CNN({name}=...) takes a size or a pair (h, w), got {v!r}.")
+    return tuple(whole_number(s, f"CNN({name}=...)") for s in sizes)
 
 
 def _child_seed(gen):

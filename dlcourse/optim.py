@@ -1,9 +1,22 @@
 """Optimizers: one loop over ``(params[k], grads[k])``, updating in place.
 
-Introduced in notebook ``04_mlp_on_digits`` (SGD with momentum against Adam). On the GPU each
-parameter's update is one fused CUDA kernel (``kernels/optimizers.cu``, lesson
-``08_cuda_kernels``) instead of four (SGD) or twelve (Adam) array operations, each a kernel launch;
-``dl.use_kernels(optimizer, False)`` runs the array code, which is what the kernels must match.
+Introduced in notebook ``04_mlp_on_digits`` (SGD with momentum against Adam; Adagrad, RMSprop
+and AdamW beside them). On the GPU SGD's and Adam's update of a parameter is one fused CUDA
+kernel (``kernels/optimizers.cu``, lesson ``08_cuda_kernels``) instead of four (SGD) or twelve
+(Adam) array operations, each a kernel launch; ``dl.use_kernels(optimizer, False)`` runs the
+array code, which is what the kernels must match. Adagrad, RMSprop and AdamW have no kernel of
+their own: they run their array code everywhere.
+
+The road from SGD to Adam, one idea per step (g is the gradient, all operations elementwise):
+
+* SGD:      p -= lr * g
+* Momentum: v = mu v + g;  p -= lr * v                 (average the direction over steps)
+* Adagrad:  G += g²;  p -= lr * g / (sqrt(G) + eps)    (a step per coordinate, shrinking
+  where gradients have been large: sqrt(G) is the size of all past gradients together)
+* RMSprop:  v = a v + (1-a) g²;  p -= lr * g / (sqrt(v) + eps)   (Adagrad with a memory that
+  fades: v is a running mean of g², so the step stops shrinking forever)
+* Adam:     RMSprop's v with momentum's average m of g, both corrected for starting at 0
+* AdamW:    Adam, with weight decay taken out of the gradient and applied to p directly
 """
 from __future__ import annotations
 
@@ -16,6 +29,7 @@ from .backend import device_of, get_array_module, to_device
 
 class Optimizer:
     use_kernels = True   # on the GPU: one fused kernel per parameter update
+    kernel = None        # the name of that kernel in dlcourse.kernels; None: array code only
 
     def __init__(self, model, lr: float):
         name = type(self).__name__
@@ -51,17 +65,26 @@ class Optimizer:
             buf = self.state[key] = to_device(buf, device_of(p))
         return buf
 
-    def _fused(self, update, p, g, state, *scalars):
-        """Do this parameter's update as one fused kernel (``update`` names it in
+    def _fused(self, p, g, state, *scalars):
+        """Do this parameter's update as one fused kernel (``self.kernel`` names it in
         dlcourse.kernels) if it can take the arrays (:func:`dlcourse.kernels.usable_for`: p on
         the GPU, kernels on, p, g and the state of one float dtype, p and the state
         C-contiguous; g is copied if it is not: a convolution's dW is a transpose). Returns
-        whether it ran."""
-        k = kernels.usable_for(p, self.use_kernels, same_dtype=(g, *state), contiguous=(p, *state))
+        whether it ran: never for an optimizer without a kernel."""
+        k = kernels.usable_for(p, self.use_kernels and self.kernel is not None,
+                               same_dtype=(g, *state), contiguous=(p, *state))
         if k is None:
             return False
-        getattr(k, update)(p, get_array_module(g).ascontiguousarray(g), *state, *scalars)
+        getattr(k, self.kernel)(p, get_array_module(g).ascontiguousarray(g), *state, *scalars)
         return True
+
+    def _weight_decay(self, weight_decay):
+        name = type(self).__name__
+        return number(weight_decay, f"{name}(weight_decay=...)", "weight_decay=1e-4", 0.0)
+
+    def _eps(self, eps, example):
+        name = type(self).__name__
+        return number(eps, f"{name}(eps=...)", f"eps={example}", 0.0, None, low_open=True)
 
     def step(self):
         raise NotImplementedError
@@ -73,18 +96,19 @@ class SGD(Optimizer):
     g = grad + weight_decay * p;  v = momentum * v + g;  p -= lr * v
     """
 
+    kernel = "sgd_momentum_update"
+
     def __init__(self, model, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__(model, lr)
         self.momentum = number(momentum, "SGD(momentum=...)", "momentum=0.9", 0.0, 1.0)
-        self.weight_decay = number(weight_decay, "SGD(weight_decay=...)", "weight_decay=1e-4", 0.0)
+        self.weight_decay = self._weight_decay(weight_decay)
 
     def step(self):
         self.steps += 1
         for k, p, g in self._pairs():
             if self.momentum:
                 v = self._buffer(k, p)
-                if self._fused("sgd_momentum_update", p, g, [v], self.lr, self.momentum,
-                               self.weight_decay):
+                if self._fused(p, g, [v], self.lr, self.momentum, self.weight_decay):
                     continue                 # on the GPU: the lines below in one launch
             if self.weight_decay:
                 g = g + self.weight_decay * p
@@ -103,17 +127,23 @@ class Adam(Optimizer):
 
     The bias correction changes at every step and reaches the GPU kernel as a number, so a step
     captured in a CUDA graph would replay the captured step's correction (SGD's would not).
+
+    ``weight_decay`` here is L2 regularization: ``weight_decay * p`` is added to the gradient
+    before the moments, so it too is divided by sqrt(v̂) (see :class:`AdamW` for the other way).
     """
+
+    kernel = "adam_update"
 
     def __init__(self, model, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0):
         super().__init__(model, lr)
+        name = type(self).__name__
         if not (isinstance(betas, (tuple, list, np.ndarray)) and len(betas) == 2):
-            raise TypeError(f"Adam(betas=...) takes a pair (beta1, beta2), e.g. "
+            raise TypeError(f"{name}(betas=...) takes a pair (beta1, beta2), e.g. "
                             f"betas=(0.9, 0.999); got {betas!r}.")
-        self.b1, self.b2 = (number(b, "Adam(betas=...)", "betas=(0.9, 0.999)", 0.0, 1.0) for b in betas)
-        self.eps = number(eps, "Adam(eps=...)", "eps=1e-8", 0.0, None, low_open=True)
-        self.weight_decay = number(weight_decay, "Adam(weight_decay=...)", "weight_decay=1e-4", 0.0)
+        self.b1, self.b2 = (number(b, f"{name}(betas=...)", "betas=(0.9, 0.999)", 0.0, 1.0) for b in betas)
+        self.eps = self._eps(eps, "1e-8")
+        self.weight_decay = self._weight_decay(weight_decay)
 
     def step(self):
         self.steps += 1
@@ -123,12 +153,10 @@ class Adam(Optimizer):
         for k, p, g in self._pairs():
             m = self._buffer(k + "/m", p)
             v = self._buffer(k + "/v", p)
-            if self._fused("adam_update", p, g, [m, v], self.b1, self.b2, step_size, eps,
-                           self.weight_decay):
+            if self._fused(p, g, [m, v], self.b1, self.b2, step_size, eps, self.weight_decay):
                 continue                     # on the GPU: the lines below in one launch
             xp = get_array_module(p)
-            if self.weight_decay:
-                g = g + self.weight_decay * p
+            g = self._decay(p, g)
             m *= self.b1
             m += (1 - self.b1) * g
             v *= self.b2
@@ -136,3 +164,105 @@ class Adam(Optimizer):
             denom = xp.sqrt(v)
             denom += eps
             p -= step_size * (m / denom)
+
+    def _decay(self, p, g):
+        """L2 regularization: the gradient of (weight_decay / 2) * ||p||² joins g."""
+        return g + self.weight_decay * p if self.weight_decay else g
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay
+    Regularization", 2019):
+
+    p -= lr * weight_decay * p;  then Adam's step with the plain gradient g.
+
+    Why it differs from ``Adam(weight_decay=...)``: there the decay term ``wd * p`` is added to
+    g and then divided, like g, by sqrt(v̂): a weight whose gradients are large (large v̂) is
+    hardly decayed at all, one with small gradients strongly. AdamW shrinks every weight by the
+    same fraction ``lr * wd`` per step, whatever its gradients: the weight decay of SGD, which
+    is what L2 regularization was meant to give. (Only for plain SGD are the two the same.)
+    No CUDA kernel of its own: the array code runs on every device.
+    """
+
+    kernel = None
+
+    def __init__(self, model, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01):
+        super().__init__(model, lr, betas, eps, weight_decay)
+
+    def _decay(self, p, g):
+        if self.weight_decay:
+            p *= 1 - self.lr * self.weight_decay      # decoupled: p shrinks, g is untouched
+        return g
+
+
+class Adagrad(Optimizer):
+    """Adagrad (Duchi, Hazan & Singer, 2011): a learning rate per coordinate.
+
+    G = G + g²;  p -= lr * g / (sqrt(G) + eps)
+
+    Derivation: sqrt(G) is the size of every gradient this coordinate has seen, so a
+    coordinate with large or frequent gradients takes small steps and a rarely-moved one large
+    steps; dividing by it also makes the step independent of the gradient's scale (multiply the
+    loss by 10 and nothing changes). G only grows, so every step shrinks, like lr / sqrt(t) for
+    gradients of constant size: good for convex problems and sparse features, often too
+    early a stop for a deep network (RMSprop's fix: forget old gradients). The first step is
+    lr * g / |g| = lr * sign(g). ``weight_decay`` adds ``weight_decay * p`` to g (L2), as in
+    PyTorch. No CUDA kernel: the array code runs on every device.
+    """
+
+    def __init__(self, model, lr: float = 0.01, eps: float = 1e-10, weight_decay: float = 0.0):
+        super().__init__(model, lr)
+        self.eps = self._eps(eps, "1e-10")
+        self.weight_decay = self._weight_decay(weight_decay)
+
+    def step(self):
+        self.steps += 1
+        for k, p, g in self._pairs():
+            xp = get_array_module(p)
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            G = self._buffer(k + "/G", p)
+            G += g * g
+            p -= self.lr * g / (xp.sqrt(G) + self.eps)
+
+
+class RMSprop(Optimizer):
+    """RMSprop (Hinton, Coursera lecture 6e, 2012): Adagrad with a fading memory.
+
+    v = alpha v + (1 - alpha) g²;  p -= lr * g / (sqrt(v) + eps)
+    with momentum mu > 0:  b = mu b + g / (sqrt(v) + eps);  p -= lr * b
+
+    Derivation: replace Adagrad's sum of every g² by a running mean, so sqrt(v) is the
+    root-mean-square of the *recent* gradients (over about 1 / (1 - alpha) steps): the step
+    lr * g / rms(g) stays near lr in size instead of shrinking forever. Adam is this plus
+    momentum's average of g and a correction for v starting at 0 (without it, RMSprop's first
+    step is lr * sign(g) / sqrt(1 - alpha): ten times lr with alpha = 0.99). ``weight_decay``
+    adds ``weight_decay * p`` to g (L2), as in PyTorch. No CUDA kernel: the array code runs on
+    every device.
+    """
+
+    def __init__(self, model, lr: float = 0.01, alpha: float = 0.99, eps: float = 1e-8,
+                 momentum: float = 0.0, weight_decay: float = 0.0):
+        super().__init__(model, lr)
+        self.alpha = number(alpha, "RMSprop(alpha=...)", "alpha=0.99", 0.0, 1.0)
+        self.eps = self._eps(eps, "1e-8")
+        self.momentum = number(momentum, "RMSprop(momentum=...)", "momentum=0.9", 0.0, 1.0)
+        self.weight_decay = self._weight_decay(weight_decay)
+
+    def step(self):
+        self.steps += 1
+        for k, p, g in self._pairs():
+            xp = get_array_module(p)
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            v = self._buffer(k + "/v", p)
+            v *= self.alpha
+            v += (1 - self.alpha) * (g * g)
+            step = g / (xp.sqrt(v) + self.eps)
+            if self.momentum:
+                b = self._buffer(k + "/b", p)
+                b *= self.momentum
+                b += step
+                step = b
+            p -= self.lr * step

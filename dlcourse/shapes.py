@@ -6,7 +6,7 @@ nothing, so the layers (``dlcourse/conv.py``), the CUDA wrappers and their NumPy
 """
 from __future__ import annotations
 
-__all__ = ["output_size", "shape_str"]
+__all__ = ["output_size", "shape_str", "as_pair"]
 
 
 def shape_str(shape) -> str:
@@ -14,13 +14,20 @@ def shape_str(shape) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def as_pair(v):
+    """A per-axis setting as (h, w): ``2`` -> ``(2, 2)``, ``(1, 2)`` -> ``(1, 2)`` (as PyTorch
+    accepts kernel_size, stride and padding). Validation is the layer's job."""
+    return (v, v) if not isinstance(v, (tuple, list)) else tuple(v)
+
+
 def output_size(H, W, KH, KW, stride=1, padding=0):
-    """(OH, OW) of a KH×KW window slid with ``stride`` over an H×W input padded by ``padding``:
-    OH = (H + 2*padding - KH) // stride + 1, OW likewise."""
-    if stride < 1 or padding < 0:
+    """(OH, OW) of a KH×KW window slid with ``stride`` over an H×W input padded by ``padding``
+    (each an int, or a pair (h, w) per axis): OH = (H + 2*ph - KH) // sh + 1, OW likewise."""
+    (sh, sw), (ph, pw) = as_pair(stride), as_pair(padding)
+    if min(sh, sw) < 1 or min(ph, pw) < 0:
         raise ValueError(f"stride must be >= 1 and padding >= 0, got stride={stride}, padding={padding}.")
-    Hp, Wp = H + 2 * padding, W + 2 * padding
+    Hp, Wp = H + 2 * ph, W + 2 * pw
     if KH > Hp or KW > Wp:
         raise ValueError(f"A {KH}×{KW} window does not fit in the {H}×{W} input padded to {Hp}×{Wp}. "
                          f"Use a smaller kernel, more padding, or a larger image.")
-    return (Hp - KH) // stride + 1, (Wp - KW) // stride + 1
+    return (Hp - KH) // sh + 1, (Wp - KW) // sw + 1

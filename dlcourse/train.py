@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import backend
-from ._validate import check_labels, model_class_error, whole_number
+from ._validate import check_labels, model_class_error, number, whole_number
 from .backend import device_of, get_array_module, to_numpy
 from .layers import eval_mode
 
@@ -70,7 +70,9 @@ class History:
     parameters were still changing); ``train_accuracy[e]``: accuracy on those same batches;
     ``val_loss[e]``, ``val_accuracy[e]``: on the validation set at the end of epoch e
     (evaluation mode), empty lists without ``validation=``; ``epoch_time[e]``: seconds;
-    ``step_loss``: the loss of every step, for a fine-grained plot.
+    ``step_loss``: the loss of every step, for a fine-grained plot; ``lr[e]``: the learning
+    rate of epoch e's last step, ``step_lr``: of every step (``None`` for an optimizer
+    without ``lr``), as set by ``fit(..., lr_schedule=...)`` or left as the optimizer had it.
 
     ``stop_reason`` is ``None`` when every epoch ran, else ``"callback"``, ``"interrupted"``
     (Ctrl-C) or ``"diverged"``; ``interrupted`` is True after Ctrl-C.
@@ -83,6 +85,8 @@ class History:
     val_accuracy: list = field(default_factory=list)
     epoch_time: list = field(default_factory=list)
     step_loss: list = field(default_factory=list)
+    lr: list = field(default_factory=list)
+    step_lr: list = field(default_factory=list)
     stop_reason: str | None = None
     interrupted: bool = False
 
@@ -464,7 +468,7 @@ def _keep_going(result) -> bool:
 
 def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation=None, seed: int | None = None, progress: bool = True,
-        callback=None, on_step=None) -> History:
+        callback=None, on_step=None, lr_schedule=None) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
     Args:
@@ -487,6 +491,11 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             Returning ``False`` or raising :class:`StopTraining` ends training cleanly.
         on_step: ``on_step(step, loss)`` after each optimizer step (``step`` counts every
             step of the run from 1; ``loss`` is the batch's loss). Same way to stop.
+        lr_schedule: ``lr_schedule(epoch) -> lr``, called before every step with the training
+            time in epochs (0.0 at the first step, 1.5 halfway through the second epoch); its
+            value becomes ``optimizer.lr``. E.g. ``dl.cosine_decay(1e-3, epochs=10)``,
+            ``dl.step_decay(0.1, every=5)``, ``dl.linear_warmup(schedule, epochs=1)``
+            (``dlcourse/schedules.py``) or any function. ``history.lr`` shows the rates used.
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
@@ -501,8 +510,8 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             and names a row, instead of blaming the learning rate.
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
-    _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation)
-    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, seed, progress)
+    _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
+    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, seed, progress, lr_schedule)
     try:
         for epoch in range(1, epochs + 1):
             model.train()
@@ -512,6 +521,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 run.check_loss(value, xb, yb)         # inf or NaN: undo, and say why
                 model.backward(loss.backward())
                 with run.update():                    # a snapshot first, to undo it
+                    run.set_lr()                      # lr_schedule, if given
                     optimizer.step()
                 run.after_step(value, out, yb, on_step)
             run.end_epoch(validation, callback)
@@ -528,7 +538,15 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     return run.history
 
 
-def _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation):
+def _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation,
+                         lr_schedule=None):
+    if lr_schedule is not None and not callable(lr_schedule):
+        raise TypeError(f"fit(lr_schedule=...) takes a function of the epoch, e.g. "
+                        f"dl.cosine_decay(1e-3, epochs=10) or lambda epoch: 0.01; got "
+                        f"{type(lr_schedule).__name__}.")
+    if lr_schedule is not None and not hasattr(optimizer, "lr"):
+        raise TypeError(f"fit(lr_schedule=...) sets optimizer.lr, but {type(optimizer).__name__} "
+                        f"has no lr.")
     _check_model(model, "fit")
     _check_loss(loss, "fit")
     _check_optimizer(optimizer, model)
@@ -549,8 +567,10 @@ class _Run:
     NaN, the running loss and accuracy of the epoch, the History, the progress bar, and the
     hooks. Each method is one thing the loop does."""
 
-    def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, seed, progress):
+    def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, seed, progress,
+                 lr_schedule=None):
         self.model, self.loss, self.optimizer, self.X, self.y = model, loss, optimizer, X, y
+        self.lr_schedule = lr_schedule
         self.epochs, self.batch_size = epochs, int(batch_size)
         self.device, self.dtype = _model_device(model), _model_dtype(model)
         if seed is not None:
@@ -593,10 +613,19 @@ class _Run:
         yield
         self.in_update = False
 
+    def set_lr(self):
+        """optimizer.lr = lr_schedule(the training time in epochs), checked."""
+        if self.lr_schedule is None:
+            return
+        t = (self.epoch - 1) + (self.step - 1) / self.steps
+        self.optimizer.lr = number(self.lr_schedule(t), f"fit(lr_schedule=...) at epoch {t:g}",
+                                   "a learning rate such as 0.01", 0.0, None, low_open=True)
+
     def after_step(self, value, out, yb, on_step):
         self.loss_sum += value * len(yb)
         self.tally.add(out, yb)
         self.history.step_loss.append(value)
+        self.history.step_lr.append(getattr(self.optimizer, "lr", None))
         if self.bar is not None:
             seen = min(self.step * self.batch_size, len(self.X))
             self.bar.set_postfix_str(f"loss {self.loss_sum / seen:.4f}" + _val_text(self.history),
@@ -614,6 +643,7 @@ class _Run:
                             "a parameter became inf or NaN")
         history.train_loss.append(self.loss_sum / N)
         history.train_accuracy.append(self.tally.accuracy(N))
+        history.lr.append(getattr(self.optimizer, "lr", None))
         if validation is not None:
             result = evaluate(self.model, *validation, loss=self.loss, batch_size=self.batch_size)
             history.val_loss.append(result["loss"])

@@ -90,7 +90,7 @@ def test_the_file_holds_the_architecture_and_versions(tmp_path):
     from dlcourse import __version__
     assert meta["architecture"] == {"type": "MLP", "config": {"sizes": [2, 3, 2],
                                                               "activation": "relu",
-                                                              "dropout": 0.0}}
+                                                              "dropout": 0.0, "init": "he"}}
     assert meta["format_version"] == ckpt.FORMAT_VERSION
     assert meta["dlcourse_version"] == __version__
     assert len(meta["sha256"]) == 64

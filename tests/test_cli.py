@@ -107,6 +107,25 @@ def test_train_defaults_are_the_cnn_on_digits():
     assert settings["optimizer"] == "adam"
 
 
+def test_train_on_mnist1d_builds_a_cnn_for_1x40_signals(capsys):
+    args = cli.build_parser().parse_args(["train", "--dataset", "mnist1d"])
+    settings = cli._defaults(args)
+    assert settings["kernel_size"] == (1, 5) and settings["pool"] == (1, 2)
+    assert cli.main(["train", "--dataset", "mnist1d", "--epochs", "1", "--channels", "4,8",
+                     "--no-progress", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "1x5 kernels, dropout 0.1 on mnist1d (3500 train / 500 val / 1000 test)" in out
+    assert ACCURACY_LINE.match(last_line(out))
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "rmsprop", "adagrad"])
+def test_train_takes_the_new_optimizers(optimizer, capsys):
+    assert cli.main(["train", "--model", "mlp", "--dataset", "xor", "--epochs", "2",
+                     "--optimizer", optimizer, "--no-progress", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert f"{optimizer} lr" in out and ACCURACY_LINE.match(last_line(out))
+
+
 def test_train_follows_dlcourse_device_unless_device_is_given(monkeypatch, capsys):
     monkeypatch.setattr(backend, "_requested", None)             # as in a fresh `dlcourse train`
     monkeypatch.setattr(backend, "_probe_result", (None, "No GPU here (test)."))

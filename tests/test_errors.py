@@ -59,19 +59,24 @@ def test_bad_layer_arguments():
 @pytest.mark.parametrize("make,words", [
     (lambda: dl.Conv2d(1, 4, 0), r"kernel_size >= 1, got Conv2d\(1, 4, kernel_size=0\)"),
     (lambda: dl.Conv2d(0, 4, 3), r"in_channels, out_channels and kernel_size >= 1"),
-    (lambda: dl.Conv2d(1, 4, 3, stride=(1, 2)), r"one stride for both height and width"),
-    (lambda: dl.MaxPool2d((2, 3)), r"needs a stride.*MaxPool2d\(\(2, 3\), stride=2\)"),
-    (lambda: dl.MaxPool2d(2, stride=(2, 1)), r"one stride for both height and width"),
+    (lambda: dl.Conv2d(1, 4, 3, stride=(1, 2, 3)), r"Conv2d\(stride=...\) must be an int or a pair \(h, w\)"),
+    (lambda: dl.Conv2d(1, 4, 3, padding=(1, -1)), r"Conv2d\(padding=...\) must be a whole number >= 0"),
+    (lambda: dl.MaxPool2d(2, stride=(2, 0)), r"MaxPool2d needs kernel_size and stride >= 1"),
+    (lambda: dl.CNN(1, (1, 40), kernel_size=(1, 4)), r"CNN\(kernel_size=...\) must be odd"),
+    (lambda: dl.CNN(1, (1, 40)), r"at least 4×4 \(two 2×2 poolings\), got 1×40.*pool=\(1, 2\)"),
 ])
 def test_conv_and_pool_sizes_say_what_is_wrong(make, words):
     with pytest.raises(ValueError, match=words):
         make()
 
 
-def test_a_pair_of_equal_strides_is_that_stride():
-    assert dl.Conv2d(1, 2, 3, stride=(2, 2), padding=[1, 1]).get_config()["stride"] == 2
-    assert dl.MaxPool2d((2, 2), stride=(2, 2)).stride == 2
-    assert dl.MaxPool2d((3, 3)).stride == 3
+def test_stride_and_padding_are_kept_per_axis():
+    conv = dl.Conv2d(1, 2, (1, 5), stride=(1, 2), padding=[0, 2])
+    assert (conv.kernel_size, conv.stride, conv.padding) == ((1, 5), (1, 2), (0, 2))
+    assert conv.get_config()["stride"] == [1, 2] and conv.get_config()["padding"] == [0, 2]
+    assert dl.Conv2d(1, 2, 3, stride=2, padding=1).stride == (2, 2)
+    assert dl.MaxPool2d((2, 2), stride=(2, 1)).stride == (2, 1)
+    assert dl.MaxPool2d((1, 3)).stride == (1, 3)          # the default: the kernel size
 
 
 @pytest.mark.parametrize("labels,words", [

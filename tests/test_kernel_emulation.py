@@ -544,3 +544,21 @@ def test_lesson_08_counts_the_launches_of_a_training_step_right(emulated_gpu):
         step()
         counted.append(EmuArray.launches - before)
     assert counted == [int(n) for n in stated[0]]
+
+
+def test_emulated_per_axis_stride_or_padding_runs_the_array_code(emulated_gpu):
+    """The image kernels take one stride and one padding for both axes: kernels.usable_for says
+    no to anything else, and the layers then run their array code (the same numbers as the
+    naive loops), as a 1-D signal seen as a 1xL image needs."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 1, 12))
+    assert K.usable_for(x, same_per_axis=((1, 2),)) is None
+    assert K.usable_for(x, same_per_axis=((2, 2), 1)) is K
+    conv = dl.Conv2d(3, 4, (1, 5), stride=(1, 2), padding=(0, 2), dtype=np.float64, seed=0)
+    out = conv.forward(x)
+    W, b = conv.params["W"], conv.params["b"]
+    np.testing.assert_allclose(out, dl.conv.conv2d_forward_naive(x, W, b, (1, 2), (0, 2)), atol=1e-12)
+    dout = np.random.default_rng(1).standard_normal(out.shape)
+    np.testing.assert_allclose(conv.backward(dout),
+                               dl.conv.conv2d_backward_naive(dout, x, W, (1, 2), (0, 2))[0], atol=1e-12)
+    pool = dl.MaxPool2d((1, 3), stride=(1, 2))
+    np.testing.assert_array_equal(pool.forward(x), dl.conv.maxpool_forward_naive(x, 1, 3, (1, 2)))

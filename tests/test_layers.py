@@ -30,13 +30,19 @@ LAYER_CASES = {
     "conv_stride_pad": (lambda: dl.Conv2d(2, 3, 3, stride=2, padding=1), (2, 2, 7, 9)),
     "conv_rect_kernel": (lambda: dl.Conv2d(2, 2, (2, 3), stride=1, padding=2), (1, 2, 5, 4)),
     "conv_1x1": (lambda: dl.Conv2d(3, 2, 1), (2, 3, 4, 5)),
+    "conv_per_axis": (lambda: dl.Conv2d(2, 3, (2, 3), stride=(1, 2), padding=(2, 1)), (2, 2, 5, 7)),
+    "conv_1d": (lambda: dl.Conv2d(2, 3, (1, 5), stride=(1, 2), padding=(0, 2)), (2, 2, 1, 11)),
     "maxpool_2": (lambda: dl.MaxPool2d(2), (2, 3, 6, 8)),
     "maxpool_overlap": (lambda: dl.MaxPool2d(3, stride=1), (2, 2, 6, 5)),
     "maxpool_overlap_s2": (lambda: dl.MaxPool2d(3, stride=2), (2, 2, 7, 9)),
     "maxpool_rect": (lambda: dl.MaxPool2d((2, 3), stride=1), (1, 2, 5, 6)),
     "maxpool_leftover": (lambda: dl.MaxPool2d(2), (1, 2, 5, 7)),
+    "maxpool_per_axis": (lambda: dl.MaxPool2d((2, 3), stride=(1, 2)), (1, 2, 5, 8)),
+    "maxpool_1d": (lambda: dl.MaxPool2d((1, 2)), (2, 3, 1, 9)),
     "mlp": (lambda: dl.MLP([6, 5, 4, 3], activation="tanh", dropout=0.2), (4, 6)),
     "cnn_bn": (lambda: dl.CNN(1, (8, 8), 5, channels=(3, 4), batchnorm=True), (3, 1, 8, 8)),
+    "cnn_1d": (lambda: dl.CNN(1, (1, 12), 3, channels=(2, 3), batchnorm=True, kernel_size=(1, 3),
+                              pool=(1, 2)), (3, 1, 1, 12)),
 }
 
 
@@ -81,6 +87,8 @@ CONV_GEOMETRIES = [  # (N, C, H, W, F, KH, KW, stride, padding)
     (1, 2, 6, 5, 3, 2, 4, 1, 2),
     (3, 1, 8, 8, 2, 5, 5, 3, 2),
     (2, 2, 4, 4, 3, 4, 4, 1, 0),
+    (2, 3, 6, 9, 2, 3, 2, (2, 1), (1, 0)),      # per-axis stride and padding
+    (3, 2, 1, 12, 4, 1, 5, (1, 2), (0, 2)),     # a 1-D signal as a 1xL image
 ]
 
 
@@ -103,7 +111,8 @@ def test_conv_im2col_matches_naive(geom, to_dev, xp):
     assert xp.allclose(layer.grads["b"], rdb, atol=1e-12)
 
 
-@pytest.mark.parametrize("kernel,stride", [(2, None), (3, 1), (3, 2), ((2, 3), 1), (2, 3)])
+@pytest.mark.parametrize("kernel,stride", [(2, None), (3, 1), (3, 2), ((2, 3), 1), (2, 3),
+                                           ((2, 3), None), ((3, 2), (1, 2)), ((1, 2), (1, 1))])
 def test_maxpool_matches_naive(kernel, stride, to_dev, xp):
     x = to_dev(randn(2, 3, 8, 7, seed=4))
     pool = dl.MaxPool2d(kernel, stride)
@@ -121,12 +130,13 @@ def test_maxpool_ties_send_the_gradient_to_one_place(to_dev, xp):
     assert float(dx.sum()) == 4.0 and float(dx[0, 0, 0, 0]) == 1.0
 
 
-def test_im2col_col2im_are_adjoint(to_dev, xp):
+@pytest.mark.parametrize("stride,padding", [(2, 1), ((2, 1), (0, 1))])
+def test_im2col_col2im_are_adjoint(stride, padding, to_dev, xp):
     x = to_dev(randn(2, 3, 6, 5))
-    cols = dl.im2col(x, 3, 2, stride=2, padding=1)
+    cols = dl.im2col(x, 3, 2, stride=stride, padding=padding)
     c = to_dev(randn(*cols.shape, seed=1))
     lhs = float((cols * c).sum())
-    rhs = float((x * dl.col2im(c, x.shape, 3, 2, stride=2, padding=1)).sum())
+    rhs = float((x * dl.col2im(c, x.shape, 3, 2, stride=stride, padding=padding)).sum())
     assert abs(lhs - rhs) < 1e-9 * max(1.0, abs(lhs))
 
 
@@ -311,6 +321,32 @@ def test_optimizers_reduce_a_quadratic(device, to_dev):
         assert crit.forward(model.forward(x), y) < 0.01 * first
 
 
+def test_linear_init_sets_the_weights_std():
+    """"he" is the default and draws the same weights as before init= existed; "xavier" and a
+    number set the std; MLP passes init to every Linear and keeps it in its config."""
+    he = dl.Linear(400, 300, seed=3).params["W"]
+    expected = np.random.default_rng(3).standard_normal((400, 300)) * np.sqrt(2 / 400)
+    np.testing.assert_array_equal(he, expected.astype(np.float32))
+    assert np.array_equal(dl.Linear(400, 300, seed=3, init="he").params["W"], he)
+    assert dl.Linear(400, 300, init="xavier", seed=0).params["W"].std() == pytest.approx(
+        np.sqrt(2 / 700), rel=0.02)
+    assert dl.Linear(400, 300, init=0.01, seed=0).params["W"].std() == pytest.approx(0.01, rel=0.02)
+    mlp = dl.MLP([5, 4, 3], init="xavier", seed=0)
+    assert mlp[0].init == mlp[2].init == "xavier" and mlp.get_config()["init"] == "xavier"
+    assert dl.Linear(2, 2, init="He").get_config()["init"] == "he"
+
+
+@pytest.mark.parametrize("init,error,words", [
+    ("kaiming", ValueError, r"Linear\(init=...\) must be 'he' \(for ReLU\), 'xavier'.*got 'kaiming'"),
+    (0, ValueError, r"Linear\(init=...\) must be a finite number in \(0, inf\), got 0"),
+    (float("inf"), ValueError, r"Linear\(init=...\) must be a finite number"),
+    (None, TypeError, r"Linear\(init=...\) expects a number, e.g. init='he'"),
+])
+def test_linear_init_says_what_is_wrong(init, error, words):
+    with pytest.raises(error, match=words):
+        dl.MLP([3, 2], init=init)
+
+
 def test_sgd_matches_the_formula():
     model = dl.Linear(2, 1).astype(np.float64)
     W0 = model.params["W"].copy()
@@ -378,3 +414,28 @@ def test_model_construction_and_input_mistakes():
         dl.MLP([4, 3]).load_state_dict("model.npz")
     with pytest.raises(ValueError, match=r"That is a column: flatten it with labels\.ravel\(\)"):
         dl.SoftmaxCrossEntropy().forward(np.zeros((3, 4), np.float32), np.zeros((3, 1), np.int64))
+
+
+def test_layer_stats_show_vanishing_signals_and_dead_units(device, to_dev):
+    """Through a deep ReLU MLP the activations' std shrinks by about sqrt(2 * 100) * 0.01 per
+    layer with init=0.01, and holds with He; a ReLU behind a very negative bias is all dead;
+    the gradients are those backward computes."""
+    X = to_dev(randn(64, 100).astype(np.float32))
+    y = to_dev(np.arange(64) % 10)
+    small = dl.layer_stats(dl.MLP([100] * 6 + [10], init=0.01, seed=0).to(device), X, y)
+    he = dl.layer_stats(dl.MLP([100] * 6 + [10], seed=0).to(device), X, y)
+    relu_std = lambda rows: [r["std"] for r in rows if r["layer"].endswith("ReLU")]
+    assert relu_std(small)[-1] < 1e-4 * relu_std(small)[0]
+    assert 0.3 < relu_std(he)[-1] / relu_std(he)[0] < 3
+    assert [r["layer"] for r in he[:3]] == ["0 Linear", "1 ReLU", "2 Linear"]
+    assert he[0]["dead"] == 0.0 and small[-1]["grad_std"] > 0
+    model = dl.MLP([100, 20, 10], seed=0).to(device)
+    model[0].params["b"][:] = -100.0
+    rows = dl.layer_stats(model, X, y)
+    assert rows[1]["dead"] == 1.0 and rows[1]["grad_std"] is not None
+    assert dl.layer_stats(model, X)[1]["grad_std"] is None
+
+
+def test_layer_stats_wants_a_sequential():
+    with pytest.raises(TypeError, match="layer_stats takes a Sequential model"):
+        dl.layer_stats(dl.Linear(2, 2), np.zeros((1, 2), np.float32))

@@ -69,18 +69,22 @@ def available() -> bool:
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def usable_for(x, enabled=True, *, same_dtype=(), contiguous=()):
+def usable_for(x, enabled=True, *, same_dtype=(), contiguous=(), same_per_axis=()):
     """This package, when a hand-written kernel can take ``x``; else None, and the caller runs
     its array code (NumPy or CuPy). The one place that decides it, for every layer, loss and
     optimizer: ``enabled`` (the owner's ``use_kernels`` switch) is on, ``x`` is on the GPU and
     the kernels can run there, ``x`` is float32 or float64 and the arrays in ``same_dtype``
-    have its dtype, and the arrays in ``contiguous`` are C-contiguous (a kernel that needs
-    its input so and copies it when not is not asked: it takes any layout)."""
+    have its dtype, the arrays in ``contiguous`` are C-contiguous (a kernel that needs
+    its input so and copies it when not is not asked: it takes any layout), and each (h, w)
+    setting in ``same_per_axis`` (a stride, a padding; an int counts as equal) is the same for
+    both axes: the image kernels take one number for both, so a per-axis one runs the array code."""
     if not enabled or device_of(x) != "gpu" or not gpu_available():
         return None
     if x.dtype not in FLOAT_DTYPES or any(a.dtype != x.dtype for a in same_dtype):
         return None
     if not all(a.flags.c_contiguous for a in contiguous):
+        return None
+    if any(isinstance(v, (tuple, list)) and v[0] != v[1] for v in same_per_axis):
         return None
     return sys.modules[__name__]
 

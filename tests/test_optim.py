@@ -1,0 +1,210 @@
+"""Optimizers and learning-rate schedules: each update rule against a straightforward
+reference written from its formula, hand-computed first steps, AdamW against L2-in-Adam,
+the schedules' values and their use from fit. Each test runs on NumPy and (where a GPU is
+present) CuPy."""
+import math
+
+import numpy as np
+import pytest
+
+import dlcourse as dl
+
+
+def reference_run(rule, p, grads, **h):
+    """The update rules as written in the docstrings, one coordinate array at a time, in
+    float64 NumPy: returns p after one step per gradient in ``grads``."""
+    p, state, t = p.copy(), {}, 0
+    for g in grads:
+        t += 1
+        if rule == "adagrad":
+            g = g + h["weight_decay"] * p
+            state["G"] = state.get("G", 0) + g * g
+            p = p - h["lr"] * g / (np.sqrt(state["G"]) + h["eps"])
+        elif rule == "rmsprop":
+            g = g + h["weight_decay"] * p
+            state["v"] = h["alpha"] * state.get("v", 0) + (1 - h["alpha"]) * g * g
+            step = g / (np.sqrt(state["v"]) + h["eps"])
+            if h["momentum"]:
+                state["b"] = h["momentum"] * state.get("b", 0) + step
+                step = state["b"]
+            p = p - h["lr"] * step
+        else:                                   # "adam" (L2 in the gradient) or "adamw"
+            b1, b2 = h["betas"]
+            if rule == "adamw":
+                p = p - h["lr"] * h["weight_decay"] * p
+            else:
+                g = g + h["weight_decay"] * p
+            state["m"] = b1 * state.get("m", 0) + (1 - b1) * g
+            state["v"] = b2 * state.get("v", 0) + (1 - b2) * g * g
+            m_hat, v_hat = state["m"] / (1 - b1 ** t), state["v"] / (1 - b2 ** t)
+            p = p - h["lr"] * m_hat / (np.sqrt(v_hat) + h["eps"])
+    return p
+
+
+CASES = {
+    "adagrad": (dl.Adagrad, dict(lr=0.1, eps=1e-10, weight_decay=0.0)),
+    "adagrad_wd": (dl.Adagrad, dict(lr=0.05, eps=1e-6, weight_decay=0.1)),
+    "rmsprop": (dl.RMSprop, dict(lr=0.01, alpha=0.99, eps=1e-8, momentum=0.0, weight_decay=0.0)),
+    "rmsprop_momentum_wd": (dl.RMSprop, dict(lr=0.01, alpha=0.9, eps=1e-8, momentum=0.9,
+                                             weight_decay=0.01)),
+    "adam_l2": (dl.Adam, dict(lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)),
+    "adamw": (dl.AdamW, dict(lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_optimizer_matches_its_formula(case, device, to_dev):
+    cls, h = CASES[case]
+    rule = case.split("_")[0]
+    rng = np.random.default_rng(0)
+    model = dl.Linear(3, 2, seed=0).astype(np.float64).to(device)
+    start = {k: dl.to_numpy(v).copy() for k, v in model.params.items()}
+    grads = [{k: rng.standard_normal(v.shape) for k, v in start.items()} for _ in range(4)]
+    opt = cls(model, **h)
+    for g in grads:
+        model.grads = {k: to_dev(v) for k, v in g.items()}
+        opt.step()
+    for k in start:
+        want = reference_run(rule, start[k], [g[k] for g in grads], **h)
+        np.testing.assert_allclose(dl.to_numpy(model.params[k]), want, rtol=1e-12, atol=1e-14,
+                                   err_msg=f"{case}: {k}")
+
+
+def _one_step(make, g, device, to_dev):
+    model = dl.Linear(1, 2, seed=0).astype(np.float64).to(device)
+    p0 = dl.to_numpy(model.params["W"]).copy()
+    model.grads = {"W": to_dev(np.array([g])), "b": to_dev(np.zeros(2))}
+    make(model).step()
+    return dl.to_numpy(model.params["W"]) - p0
+
+
+def test_first_steps_are_the_ones_derived(device, to_dev):
+    """Adagrad's and Adam's first step is lr * sign(g) whatever the size of g; RMSprop's is
+    lr * sign(g) / sqrt(1 - alpha) (no bias correction); AdamW shrinks p by lr * wd first."""
+    g = [3.0, -1e-3]
+    sign = np.sign([g])
+    step = _one_step(lambda m: dl.Adagrad(m, lr=0.1, eps=1e-300), g, device, to_dev)
+    np.testing.assert_allclose(step, -0.1 * sign, rtol=1e-9)
+    step = _one_step(lambda m: dl.RMSprop(m, lr=0.01, alpha=0.99, eps=1e-300), g, device, to_dev)
+    np.testing.assert_allclose(step, -0.01 * sign / math.sqrt(0.01), rtol=1e-9)
+    step = _one_step(lambda m: dl.Adam(m, lr=0.01, eps=1e-300), g, device, to_dev)
+    np.testing.assert_allclose(step, -0.01 * sign, rtol=1e-9)
+
+
+def test_adamw_decouples_weight_decay_from_the_gradient(device, to_dev):
+    """With zero gradients Adam's L2 term, divided by its own size, moves every weight by
+    about lr whatever its value; AdamW shrinks each by the same fraction lr * wd. With
+    weight_decay=0 the two are Adam."""
+    def run(make, grad_scale):
+        model = dl.Linear(4, 3, seed=1).astype(np.float64).to(device)
+        W0 = dl.to_numpy(model.params["W"]).copy()
+        opt = make(model)
+        for _ in range(3):
+            model.grads = {k: v * grad_scale for k, v in
+                           ((k, dl.get_array_module(v).ones_like(v)) for k, v in model.params.items())}
+            opt.step()
+        return W0, dl.to_numpy(model.params["W"])
+    W0, adamw = run(lambda m: dl.AdamW(m, lr=0.01, weight_decay=0.5), 0.0)
+    np.testing.assert_allclose(adamw, W0 * (1 - 0.01 * 0.5) ** 3, rtol=1e-12)
+    _, adam_l2 = run(lambda m: dl.Adam(m, lr=0.01, weight_decay=0.5), 0.0)
+    moved = np.abs(W0 - adam_l2)                   # about lr per step, whatever the weight
+    assert moved.min() > 0.02 and moved.max() < 0.0301, moved
+    assert not np.allclose(adamw, adam_l2)
+    _, plain = run(lambda m: dl.Adam(m, lr=0.01), 1.0)
+    _, adamw0 = run(lambda m: dl.AdamW(m, lr=0.01, weight_decay=0.0), 1.0)
+    np.testing.assert_array_equal(plain, adamw0)
+
+
+@pytest.mark.parametrize("make", [lambda m: dl.Adagrad(m, lr=0.5), lambda m: dl.RMSprop(m, lr=0.02),
+                                  lambda m: dl.RMSprop(m, lr=0.01, momentum=0.9),
+                                  lambda m: dl.AdamW(m, lr=0.05)], ids=["adagrad", "rmsprop",
+                                                                        "rmsprop-momentum", "adamw"])
+def test_new_optimizers_reduce_a_quadratic(make, device, to_dev):
+    model = dl.Linear(3, 1, seed=0).to(device).astype(np.float64)
+    x = to_dev(np.random.default_rng(0).standard_normal((32, 3)))
+    y = x @ to_dev(np.array([[1.0], [-2.0], [0.5]]))
+    crit, opt = dl.MSELoss(), make(model)
+    first = crit.forward(model.forward(x), y)
+    for _ in range(300):
+        crit.forward(model.forward(x), y)
+        model.backward(crit.backward())
+        opt.step()
+    assert crit.forward(model.forward(x), y) < 0.05 * first
+
+
+def test_only_sgd_and_adam_have_a_kernel():
+    """The new optimizers run their array code on the GPU too: kernels.usable_for is asked
+    with the switch off, whatever dl.use_kernels says."""
+    model = dl.Linear(2, 2)
+    assert dl.SGD(model).kernel == "sgd_momentum_update" and dl.Adam(model).kernel == "adam_update"
+    for opt in (dl.Adagrad(model), dl.RMSprop(model), dl.AdamW(model)):
+        assert dl.use_kernels(opt, True).kernel is None
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda m: dl.Adagrad(m, lr=-1), r"learning rate must be a finite number > 0"),
+    (lambda m: dl.Adagrad(m, eps=0), r"Adagrad\(eps=\.\.\.\) must be a finite number in \(0, inf\)"),
+    (lambda m: dl.RMSprop(m, alpha=1.5), r"RMSprop\(alpha=\.\.\.\) must be a finite number in \[0, 1\)"),
+    (lambda m: dl.RMSprop(m, momentum=float("nan")), r"RMSprop\(momentum=\.\.\.\)"),
+    (lambda m: dl.RMSprop(m, weight_decay=-1), r"RMSprop\(weight_decay=\.\.\.\)"),
+    (lambda m: dl.AdamW(m, betas=(0.9,)), r"AdamW\(betas=\.\.\.\) takes a pair"),
+    (lambda m: dl.AdamW(m, weight_decay="0.1"), r"AdamW\(weight_decay=\.\.\.\) expects a number"),
+])
+def test_new_optimizers_say_what_is_wrong(make, words):
+    with pytest.raises((TypeError, ValueError), match=words):
+        make(dl.Linear(2, 2))
+
+
+# --------------------------------------------------------------------------------------
+# Schedules
+# --------------------------------------------------------------------------------------
+def test_schedules_follow_their_formulas():
+    step = dl.step_decay(0.1, every=10, gamma=0.5)
+    assert [step(e) for e in (0, 9.99, 10, 25)] == [0.1, 0.1, 0.05, 0.025]
+    cos = dl.cosine_decay(1.0, epochs=4, min_lr=0.2)
+    assert cos(0) == 1.0 and cos(2) == pytest.approx(0.6) and cos(4) == pytest.approx(0.2)
+    assert cos(9) == pytest.approx(0.2)                       # after the end: min_lr
+    warm = dl.linear_warmup(cos, epochs=2, start=0.1)
+    assert warm(0) == pytest.approx(0.1) and warm(1) == pytest.approx(0.55 * cos(1))
+    assert warm(3) == cos(3)
+    assert dl.linear_warmup(0.01, epochs=1)(5) == 0.01        # a number is a constant rate
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda: dl.step_decay(0.1, every=0), r"step_decay\(every=\.\.\.\)"),
+    (lambda: dl.step_decay(0.1, every=5, gamma=2), r"step_decay\(gamma=\.\.\.\) must be .* \(0, 1\]"),
+    (lambda: dl.cosine_decay(-1, epochs=5), r"cosine_decay\(lr=\.\.\.\)"),
+    (lambda: dl.cosine_decay(0.1, epochs=5, min_lr=0.5), r"cosine_decay\(min_lr=\.\.\.\)"),
+    (lambda: dl.linear_warmup(0.1, epochs=float("inf")), r"linear_warmup\(epochs=\.\.\.\)"),
+])
+def test_schedules_say_what_is_wrong(make, words):
+    with pytest.raises((TypeError, ValueError), match=words):
+        make()
+
+
+def test_fit_follows_the_schedule_and_records_the_rates(device):
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 3)).astype(np.float32), rng.integers(0, 2, 40)
+    model = dl.MLP([3, 4, 2], seed=0).to(device)
+    opt = dl.SGD(model, lr=1.0)
+    history = dl.fit(model, dl.SoftmaxCrossEntropy(), opt, X, y, epochs=3, batch_size=10,
+                     progress=False, seed=0, lr_schedule=lambda epoch: 0.1 * (1 + epoch))
+    assert history.step_lr == pytest.approx([0.1 * (1 + s / 4) for s in range(12)])
+    assert history.lr == pytest.approx([0.1 * (1 + e + 0.75) for e in range(3)])
+    assert opt.lr == history.step_lr[-1]
+    plain = dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.05), X, y, epochs=1,
+                   progress=False)
+    assert plain.lr == [0.05] and set(plain.step_lr) == {0.05}
+
+
+@pytest.mark.parametrize("schedule,error,words", [
+    (0.01, TypeError, r"fit\(lr_schedule=\.\.\.\) takes a function of the epoch.*got float"),
+    (lambda epoch: float("nan"), ValueError, r"fit\(lr_schedule=\.\.\.\) at epoch 0 must be a finite"),
+    (lambda epoch: -0.1 * epoch, ValueError, r"at epoch 0 must be a finite number in \(0, inf\)"),
+])
+def test_fit_refuses_a_bad_schedule(schedule, error, words):
+    model = dl.MLP([3, 2], seed=0)
+    X, y = np.zeros((4, 3), np.float32), np.array([0, 1, 0, 1])
+    with pytest.raises(error, match=words):
+        dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.1), X, y, epochs=1,
+               progress=False, lr_schedule=schedule)
