@@ -20,7 +20,7 @@ from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softm
 from .models import CNN, MLP, Perceptron
 from .optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from .stats import layer_stats
-from .schedules import constant, cosine_decay, linear_warmup, step_decay
+from .schedules import cosine_decay, linear_warmup, step_decay
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
 
@@ -43,7 +43,7 @@ __all__ = [
     "CNN", "MLP", "Perceptron",
     "SGD", "Adagrad", "RMSprop", "Adam", "AdamW",
     # training and checkpoints
-    "step_decay", "cosine_decay", "linear_warmup", "constant", "layer_stats",
+    "step_decay", "cosine_decay", "linear_warmup", "layer_stats",
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
 ]

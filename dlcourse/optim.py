@@ -78,6 +78,10 @@ class Optimizer:
         getattr(k, self.kernel)(p, get_array_module(g).ascontiguousarray(g), *state, *scalars)
         return True
 
+    def _l2(self, p, g):
+        """L2 regularization: the gradient of (weight_decay / 2) * ||p||² joins g."""
+        return g + self.weight_decay * p if self.weight_decay else g
+
     def _weight_decay(self, weight_decay):
         name = type(self).__name__
         return number(weight_decay, f"{name}(weight_decay=...)", "weight_decay=1e-4", 0.0)
@@ -110,8 +114,7 @@ class SGD(Optimizer):
                 v = self._buffer(k, p)
                 if self._fused(p, g, [v], self.lr, self.momentum, self.weight_decay):
                     continue                 # on the GPU: the lines below in one launch
-            if self.weight_decay:
-                g = g + self.weight_decay * p
+            g = self._l2(p, g)
             if self.momentum:
                 v *= self.momentum
                 v += g
@@ -156,7 +159,7 @@ class Adam(Optimizer):
             if self._fused(p, g, [m, v], self.b1, self.b2, step_size, eps, self.weight_decay):
                 continue                     # on the GPU: the lines below in one launch
             xp = get_array_module(p)
-            g = self._decay(p, g)
+            g = self._decay(p, g)           # L2 here; AdamW decays p instead
             m *= self.b1
             m += (1 - self.b1) * g
             v *= self.b2
@@ -166,8 +169,8 @@ class Adam(Optimizer):
             p -= step_size * (m / denom)
 
     def _decay(self, p, g):
-        """L2 regularization: the gradient of (weight_decay / 2) * ||p||² joins g."""
-        return g + self.weight_decay * p if self.weight_decay else g
+        """Adam's weight decay is L2: it joins the gradient (AdamW's shrinks p instead)."""
+        return self._l2(p, g)
 
 
 class AdamW(Adam):
@@ -219,12 +222,10 @@ class Adagrad(Optimizer):
     def step(self):
         self.steps += 1
         for k, p, g in self._pairs():
-            xp = get_array_module(p)
-            if self.weight_decay:
-                g = g + self.weight_decay * p
+            g = self._l2(p, g)
             G = self._buffer(k + "/G", p)
             G += g * g
-            p -= self.lr * g / (xp.sqrt(G) + self.eps)
+            p -= self.lr * g / (get_array_module(p).sqrt(G) + self.eps)
 
 
 class RMSprop(Optimizer):
@@ -253,13 +254,11 @@ class RMSprop(Optimizer):
     def step(self):
         self.steps += 1
         for k, p, g in self._pairs():
-            xp = get_array_module(p)
-            if self.weight_decay:
-                g = g + self.weight_decay * p
+            g = self._l2(p, g)
             v = self._buffer(k + "/v", p)
             v *= self.alpha
             v += (1 - self.alpha) * (g * g)
-            step = g / (xp.sqrt(v) + self.eps)
+            step = g / (get_array_module(p).sqrt(v) + self.eps)
             if self.momentum:
                 b = self._buffer(k + "/b", p)
                 b *= self.momentum

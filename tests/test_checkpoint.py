@@ -65,6 +65,22 @@ def test_plain_sequential_and_float64_round_trip(tmp_path):
     assert_same_state(model, loaded)
 
 
+def test_per_axis_settings_and_init_round_trip(tmp_path):
+    """Per-axis stride, padding, kernel and pool sizes and Linear's init are in the config:
+    a 1-D CNN and a hand-built Sequential come back as they were saved."""
+    from dlcourse.conv import Conv2d, MaxPool2d
+    from dlcourse.layers import Flatten
+    x = np.random.default_rng(2).standard_normal((3, 1, 1, 12)).astype(np.float32)
+    for model in (CNN(1, (1, 12), 3, channels=(2, 3), kernel_size=(1, 3), pool=(1, 2), seed=0),
+                  Sequential(Conv2d(1, 2, (1, 5), stride=(1, 2), padding=(0, 2), seed=0),
+                             MaxPool2d((1, 2), stride=(1, 1)), Flatten(), Linear(10, 3, init=0.05))):
+        loaded = load(save(model, tmp_path / "m.npz"))
+        assert [l.get_config() for l in loaded.layers] == [l.get_config() for l in model.layers]
+        assert loaded.get_config() == model.get_config()
+        assert np.array_equal(model.eval().forward(x), loaded.eval().forward(x))
+    assert loaded[0].stride == (1, 2) and loaded[1].stride == (1, 1) and loaded[3].init == 0.05
+
+
 @pytest.mark.skipif(os.name != "posix", reason="file modes and the umask are POSIX")
 def test_a_saved_file_gets_the_usual_permissions(tmp_path):
     """The atomic write must not leave a private (0600) file where a plain write would not."""

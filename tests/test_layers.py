@@ -308,7 +308,9 @@ def test_perceptron_learns_separable_data_and_fails_on_xor():
 
 def test_optimizers_reduce_a_quadratic(device, to_dev):
     for make in (lambda m: dl.SGD(m, lr=0.1), lambda m: dl.SGD(m, lr=0.05, momentum=0.9, weight_decay=1e-4),
-                 lambda m: dl.Adam(m, lr=0.05)):
+                 lambda m: dl.Adam(m, lr=0.05), lambda m: dl.AdamW(m, lr=0.05),
+                 lambda m: dl.Adagrad(m, lr=0.5), lambda m: dl.RMSprop(m, lr=0.02),
+                 lambda m: dl.RMSprop(m, lr=0.01, momentum=0.9)):
         model = dl.Linear(3, 1).to(device).astype(np.float64)
         x = to_dev(randn(32, 3))
         y = x @ to_dev(np.array([[1.0], [-2.0], [0.5]]))
