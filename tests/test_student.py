@@ -343,6 +343,16 @@ def _relu_backward_writes_cache(dout, cache):
      ["changed its input dout in place", "dx = dout * (x > 0)"]),
     ("relu_backward", _relu_backward_writes_cache,
      ["changed its input x (the cache) in place", "read the cache"]),
+    ("init_std", lambda fan_in, fan_out, scheme: 2.0 / fan_in if scheme == "he" else
+     2.0 / (fan_in + fan_out), ["that is the VARIANCE", "its square root"]),
+    ("init_std", lambda fan_in, fan_out, scheme: float(np.sqrt(2.0 / fan_out)),
+     ["init_std(40, 256, 'he')", "uses fan_out", "each output sums fan_in products"]),
+    ("init_std", lambda fan_in, fan_out, scheme: float(np.sqrt(1.0 / fan_in)),
+     ["LeCun's 1 / fan_in", "ReLU zeroes half"]),
+    ("init_std", lambda fan_in, fan_out, scheme: float(np.sqrt(6.0 / (fan_in + fan_out))),
+     ["bound a of Glorot's UNIFORM(-a, a)"]),
+    ("init_std", lambda fan_in, fan_out, scheme: float(np.sqrt(2.0 / fan_in)),
+     ["init_std(256, 256, 'xavier')", "uses fan_in AND fan_out"]),
 ])
 def test_checks_name_the_mistake(checker, wrong, expected):
     with np.errstate(all="ignore"), pytest.raises(ExerciseError) as info:

@@ -15,8 +15,8 @@ from .basics import (cross_entropy, linear_backward, linear_forward,  # lessons 
                      sigmoid_ce_grad, softmax, softmax_ce_grad)
 from .cnn import (accuracy, batchnorm_backward, batchnorm_forward,  # lessons 04-07
                   conv2d_backward, conv2d_naive, conv_output_size, conv_params, dropout_backward,
-                  dropout_forward, im2col_simple, iterate_minibatches, maxpool_backward,
-                  mlp_forward_batched, sgd_momentum_step)
+                  dropout_forward, im2col_simple, init_std, iterate_minibatches,
+                  maxpool_backward, mlp_forward_batched, sgd_momentum_step)
 from .cuda import (arithmetic_intensity, global_index, grid_size,  # lesson 08
                    tiled_matmul, warp_transactions)
 from .harness import ExerciseError
@@ -35,7 +35,7 @@ __all__ = [
     "softmax_ce_grad", "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",
     # lessons 04-07
     "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward",
-    "dropout_backward", "mlp_forward_batched",
+    "dropout_backward", "init_std", "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
     "conv_params", "batchnorm_forward", "batchnorm_backward",
     # lesson 08

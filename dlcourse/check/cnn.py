@@ -13,6 +13,7 @@ lesson                 check                            your function
 04_mlp_on_digits       :func:`iterate_minibatches`      ``(X, y, batch_size, shuffle, seed)``
 04_mlp_on_digits       :func:`accuracy`                 ``(logits, y) -> float``
 04_mlp_on_digits       :func:`sgd_momentum_step`        ``(params, grads, velocity, lr, momentum)``
+04b_initialization     :func:`init_std`                 ``(fan_in, fan_out, scheme) -> float``
 05_gpu_batching        :func:`mlp_forward_batched`      ``(X, W1, b1, W2, b2) -> logits``
 06_convolution         :func:`conv_output_size`         ``(H, K, stride, padding) -> int``
 06_convolution         :func:`conv2d_naive`             ``(x, W, b, stride, padding) -> out``
@@ -35,7 +36,7 @@ from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unc
 
 __all__ = [
     "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward", "dropout_backward",
-    "mlp_forward_batched",
+    "init_std", "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
     "conv_params", "batchnorm_forward", "batchnorm_backward",
 ]
@@ -313,6 +314,60 @@ def dropout_backward(fn) -> None:
                                            "(1 - p): dx = dout * mask."),
         ])
         expect_unchanged(fn, case, [("dout", dout, given["dout"]), ("mask", mask, given["mask"])])
+    passed(fn, len(cases))
+
+
+# ======================================================================================
+# 04b_initialization
+# ======================================================================================
+def _init_std_mistakes(fan_in, fan_out, scheme):
+    """(a wrong std, what it is) for the usual mistakes; the first match names the fix."""
+    __tracebackhide__ = True
+    he = scheme == "he"
+    fans = fan_in if he else (fan_in + fan_out) / 2
+    return [
+        (2.0 / fan_in if he else 2.0 / (fan_in + fan_out),
+         "that is the VARIANCE; the weights are drawn with a standard deviation, its square root."),
+        (np.sqrt(2.0 / fan_out), "that uses fan_out, the layer's outputs; He's argument keeps the "
+                                 "forward signal steady, and each output sums fan_in products."
+         if he else "Xavier averages the two fans: it uses fan_in AND fan_out."),
+        (np.sqrt(1.0 / fan_in), "that is LeCun's 1 / fan_in, right for a linear or tanh layer; "
+                                "ReLU zeroes half of its input, which halves E[x²]: He doubles "
+                                "the variance to make up for it." if he else
+         "that keeps only the forward signal steady; Xavier averages fan_in and fan_out."),
+        (np.sqrt(6.0 / (fan_in + fan_out)), "that is the bound a of Glorot's UNIFORM(-a, a) "
+                                            "distribution (its variance is a² / 3), not the "
+                                            "standard deviation of a normal."),
+        (1.0 / fans, "the variance is 1 / (the fans' average) here but the std is its square "
+                     "root." if not he else "the standard deviation is a square root."),
+    ]
+
+
+def init_std(fn) -> None:
+    """Check ``fn(fan_in, fan_out, scheme)`` -> the standard deviation of the normal
+    distribution a ``Linear(fan_in, fan_out)`` layer's weights are drawn from, for ``scheme``
+    ``"he"`` (keeps the signal's size through ReLU layers) or ``"xavier"`` (the compromise
+    between the forward and the backward signal, for tanh or sigmoid). Layers with
+    fan_in != fan_out tell which fan was used; the reference value is never printed."""
+    __tracebackhide__ = True
+    cases = [(256, 256, "he"), (40, 256, "he"), (256, 10, "he"),
+             (256, 256, "xavier"), (40, 256, "xavier"), (300, 100, "xavier")]
+    for fan_in, fan_out, scheme in cases:
+        case = f"init_std({fan_in}, {fan_out}, {scheme!r})"
+        got = to_number(call(fn, fan_in, fan_out, scheme, case=case), fn, case, "the std",
+                        "return one positive number, the standard deviation.")
+        expected = (np.sqrt(2.0 / fan_in) if scheme == "he"
+                    else np.sqrt(2.0 / (fan_in + fan_out)))
+        if np.isclose(got, expected, rtol=1e-6, atol=0):
+            continue
+        fix = next((why for wrong, why in _init_std_mistakes(fan_in, fan_out, scheme)
+                    if np.isclose(got, wrong, rtol=1e-6, atol=0)),
+                   "redo the variance argument: each output sums fan_in products w·x, so "
+                   "Var(out) = fan_in · Var(w) · E[x²]; choose Var(w) to keep that steady, "
+                   "then take the square root.")
+        fail(fn, case, f"it returned {got:.6g}, which is not the standard deviation that keeps "
+                       f"the signal's size steady for a {scheme!r} layer with fan_in={fan_in} "
+                       f"and fan_out={fan_out}.", fix)
     passed(fn, len(cases))
 
 

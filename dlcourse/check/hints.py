@@ -94,6 +94,13 @@ HINTS: dict[str, list[str]] = {
     'dropout_backward': [
         "dx is dout times the mask the forward returned (the scaled one)",
     ],
+    'init_std': [
+        ('write Var(out) = fan_in * Var(w) * E[x²] for one output; after a ReLU E[x²] is half the '
+         'variance of its input, so He picks Var(w) = 2 / fan_in; Xavier asks the same of the '
+         'backward pass (fan_out) and takes the harmonic compromise 2 / (fan_in + fan_out)'),
+        ('the function returns a standard deviation: the square root of that variance, with '
+         'np.sqrt, for the scheme asked'),
+    ],
     'mlp_forward_batched': [
         "use xp's maximum against 0 for the ReLU, so the same code runs on NumPy and CuPy",
         'hidden = xp.maximum(X @ W1 + b1, 0) is (N, H); the logits are hidden @ W2 + b2 (N, K)',
