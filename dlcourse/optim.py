@@ -2,7 +2,8 @@
 
 Introduced in notebook ``04_mlp_on_digits`` (SGD with momentum against Adam). On the GPU each
 parameter's update is one fused CUDA kernel (``kernels/optimizers.cu``, lesson
-``08_cuda_kernels``) instead of four (SGD) or twelve (Adam) array operations, each a kernel launch;
+``08c_fusion_and_graphs``) instead of four (SGD) or twelve (Adam) array operations, each a
+kernel launch;
 ``dl.use_kernels(optimizer, False)`` runs the array code, which is what the kernels must match.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import backend
 from ..autograd import Tensor
-from .basics import ExerciseError, call, expect_close, expect_shape, fail, passed, to_array
+from .harness import ExerciseError, call, expect_close, expect_shape, fail, passed, to_array
 
 __all__ = ["unbroadcast", "tensor_mul", "topological_order"]
 
