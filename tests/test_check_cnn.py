@@ -789,10 +789,12 @@ def brb_in_place(dout, y):
     return dout, dout.sum(axis=0)
 
 
-def test_bias_relu_backward():
+def test_bias_relu_backward_passes_the_right_answer():
     C.bias_relu_backward(brb_good)
-    expect_fail(C.bias_relu_backward, brb_mask_from_dout, "OUTPUT y")
-    expect_fail(C.bias_relu_backward, brb_unmasked_db, "MASKED gradient")
-    expect_fail(C.bias_relu_backward, brb_mean, "SUM over")
-    expect_fail(C.bias_relu_backward, brb_in_place, "in place")
-    expect_fail(C.bias_relu_backward, lambda dout, y: dout * (y > 0), "2 values")
+
+
+@pytest.mark.parametrize("fn, words", [
+    (brb_mask_from_dout, "OUTPUT y"), (brb_unmasked_db, "MASKED gradient"), (brb_mean, "SUM over"),
+    (brb_in_place, "in place"), (lambda dout, y: dout * (y > 0), "2 values")])
+def test_bias_relu_backward_names_the_mistake(fn, words):
+    expect_fail(C.bias_relu_backward, fn, words)
