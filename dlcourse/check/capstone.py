@@ -30,6 +30,7 @@ __all__ = ["unbroadcast", "tensor_mul", "topological_order"]
 
 
 def _rng(seed):
+    __tracebackhide__ = True
     return np.random.default_rng([seed, 14])
 
 
