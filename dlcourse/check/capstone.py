@@ -35,6 +35,7 @@ def _rng(seed):
 
 
 def _shape(shape) -> str:
+    __tracebackhide__ = True
     shape = tuple(int(s) for s in shape)
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
@@ -44,6 +45,7 @@ def _shape(shape) -> str:
 # ======================================================================================
 def _sum_to(grad, shape):
     """The reference, written independently of dlcourse.autograd.unbroadcast."""
+    __tracebackhide__ = True
     lead = grad.ndim - len(shape)
     out = grad.sum(axis=tuple(range(lead))) if lead else grad
     axes = tuple(i for i, n in enumerate(shape) if n == 1)
@@ -52,6 +54,7 @@ def _sum_to(grad, shape):
 
 def _shape_fix(got_shape, grad_shape, shape):
     """The likely mistake behind a result of the wrong shape."""
+    __tracebackhide__ = True
     if tuple(got_shape) == tuple(grad_shape):
         return ("you returned grad unchanged: a value broadcast in the forward pass was used "
                 "once per copy, so its gradient is the SUM over the copies, shaped like the value.")
@@ -70,6 +73,7 @@ def unbroadcast(fn):
     """Check ``fn(grad, shape)``: ``grad`` summed down to ``shape``, the backward pass of
     broadcasting. A bias (M,) added to (N, M) gets ``grad.sum(axis=0)``; a column (N, 1) gets
     ``grad.sum(axis=1, keepdims=True)``; a shape equal to grad's leaves it as it is."""
+    __tracebackhide__ = True
     r = _rng(14)
     cases = [
         ("a bias: grad (4, 3), shape (3,) (b was added to each of 4 rows)",
@@ -107,6 +111,7 @@ def unbroadcast(fn):
 # tensor_mul(a, b)
 # ======================================================================================
 def _expect_tensor(out, fn, case):
+    __tracebackhide__ = True
     if not isinstance(out, Tensor):
         fail(fn, case, f"it returned a {type(out).__name__}, not a Tensor.",
              "build the result as out = Tensor(a.data * b.data, (a, b)), give it its grad_fn, "
@@ -116,6 +121,7 @@ def _expect_tensor(out, fn, case):
 
 def _backward(loss, fn, case, fix):
     """loss.backward(), turning an error inside the learner's grad_fn into a named mistake."""
+    __tracebackhide__ = True
     try:
         loss.backward()
     except NotImplementedError as err:             # the student version of grad_fn
@@ -130,6 +136,7 @@ def tensor_mul(fn):
     """Check ``fn(a, b)`` -> a Tensor ``out`` with ``out.data = a.data * b.data`` (broadcasting
     allowed), parents ``(a, b)`` and a ``grad_fn`` that ADDS ``out.grad * b.data`` to ``a.grad``
     and ``out.grad * a.data`` to ``b.grad``, each summed back to its own shape."""
+    __tracebackhide__ = True
     r = _rng(15)
     unbroadcast_fix = ("b was broadcast over the rows of a in the forward pass: sum its gradient "
                        "back to b's shape with unbroadcast(out.grad * a.data, b.shape) (and "
@@ -138,6 +145,7 @@ def tensor_mul(fn):
 
     def run(case, a_val, b_val, build, expected):
         """Build the graph with fn, run backward, compare each named leaf's gradient."""
+        __tracebackhide__ = True
         nonlocal n_cases
         a, b = Tensor(a_val.copy()), Tensor(b_val.copy())
         loss, out = build(a, b)
@@ -171,6 +179,7 @@ def tensor_mul(fn):
         (a @ b, "the product is elementwise, a.data * b.data, not a matrix product.")])
 
     def plain(a_t, b_t):
+        __tracebackhide__ = True
         out = call(fn, a_t, b_t, case=case)
         return (out * c).sum() if isinstance(out, Tensor) else None, out
     swapped = "each input's gradient is out.grad times the OTHER input: a.grad gets out.grad * b.data."
@@ -184,6 +193,7 @@ def tensor_mul(fn):
     case = "the same tensor twice: tensor_mul(x, x).sum() for x of shape (4,): d/dx = 2x"
 
     def squared(a_t, _):
+        __tracebackhide__ = True
         out = call(fn, a_t, a_t, case=case)
         return out.sum() if isinstance(out, Tensor) else None, out
     overwrite = ("x is both parents, so its gradient must receive BOTH contributions: with "
@@ -196,6 +206,7 @@ def tensor_mul(fn):
             "gives a.grad 1 before the product's grad_fn runs")
 
     def reused(a_t, b_t):
+        __tracebackhide__ = True
         out = call(fn, a_t, b_t, case=case)
         return ((out + a_t).sum() if isinstance(out, Tensor) else None), out
     run(case, a, b, reused, {"a": (b + 1, [(b, "a.grad lost the 1 that a's other use had added: "
@@ -206,6 +217,7 @@ def tensor_mul(fn):
     case = "broadcasting: a (4, 3) times b (3,), loss = (tensor_mul(a, b) * c).sum(), c (4, 3)"
 
     def broadcast(a_t, b_t):
+        __tracebackhide__ = True
         out = call(fn, a_t, b_t, case=case, on_error=unbroadcast_fix)
         return ((out * C).sum() if isinstance(out, Tensor) else None), out
     run(case, A, bias, broadcast, {"a": (C * bias, []),
@@ -219,9 +231,11 @@ def tensor_mul(fn):
 # ======================================================================================
 def _graphs():
     """[(case, root)]: three small graphs; leaves carry their names in .op for the messages."""
+    __tracebackhide__ = True
     r = _rng(16)
 
     def leaf(name, shape=(2,)):
+        __tracebackhide__ = True
         t = Tensor(r.standard_normal(shape))
         t.op = name
         return t
@@ -246,6 +260,7 @@ def _graphs():
 
 def _all_nodes(root):
     """Every tensor root depends on (a plain walk, to know what must be there)."""
+    __tracebackhide__ = True
     found, stack = {}, [root]
     while stack:
         node = stack.pop()
@@ -256,6 +271,7 @@ def _all_nodes(root):
 
 
 def _describe(node):
+    __tracebackhide__ = True
     made = f"leaf {node.op}" if not node.parents else f"the result of {node.op!r}"
     return f"{made} (shape {_shape(node.shape)})"
 
@@ -264,6 +280,7 @@ def topological_order(fn):
     """Check ``fn(root)`` -> a list of every Tensor ``root`` depends on (``root`` included),
     each exactly once and after all of its parents, so ``root`` comes last. Any such order
     passes."""
+    __tracebackhide__ = True
     graphs = _graphs()
     for case, root in graphs:
         order = call(fn, root, case=case)
