@@ -28,6 +28,7 @@ from .prune import prune, sparsity
 from .quantize import QuantConv2d, QuantLinear, quantize
 from . import inference                      # lesson 12: from checkpoint to service
 from .export import ExportError, export_onnx  # (onnx itself is imported on first use)
+from .timing import timeit
 
 __version__ = "0.1.0"
 
@@ -36,13 +37,15 @@ __all__ = [
     "DeviceError", "describe_device", "device_info", "device_of", "get_array_module",
     "get_device", "gpu_available", "manual_seed", "set_device", "synchronize", "to_device",
     "to_numpy",
+    # timing (lesson 00's rule: warm up, repeat, median, synchronize)
+    "timeit",
     # submodules
     "check", "data", "distributed", "plots", "recorded",
     # layers, losses, models, optimizers
     "Conv2d", "MaxPool2d", "col2im", "im2col", "gradcheck",
     "BatchNorm2d", "Dropout", "Flatten", "Identity", "Layer", "Linear", "ReLU", "Sequential",
     "Sigmoid", "Tanh",
-    # fused layers (lesson 08)
+    # fused layers (lesson 08c)
     "Conv2dReLU", "LinearReLU", "fuse", "use_kernels",
     "MSELoss", "SigmoidCrossEntropy", "SoftmaxCrossEntropy", "log_softmax", "softmax",
     "CNN", "MLP", "Perceptron",

@@ -1,6 +1,6 @@
 """Convolution and max pooling: naive loops beside the fast im2col versions.
 
-Introduced in notebook ``06_convolution``; the GPU im2col kernels in ``08_cuda_kernels``.
+Introduced in notebook ``06_convolution``; the GPU im2col kernels in ``08c_fusion_and_graphs``.
 
 Shapes (the same letters in the code):
 
@@ -15,7 +15,7 @@ A 1-D signal of length L is a 1×L image: ``Conv2d(1, 8, (1, 5), padding=(0, 2))
 The ``*_naive`` functions loop over every output pixel: slow, obviously right, and the
 oracle the fast versions are tested against. The fast versions turn convolution into one
 matrix product (im2col) and loop only over the KH*KW kernel offsets, never over pixels
-or over the batch. The fused ``Conv2dReLU`` of lesson ``08_cuda_kernels``
+or over the batch. The fused ``Conv2dReLU`` of lesson ``08c_fusion_and_graphs``
 (``dlcourse/fusion.py``) is built from the same functions: :func:`unfold`, :func:`fold`,
 :func:`as_image`, :func:`as_matrix`.
 """
@@ -238,7 +238,7 @@ class Conv2d(Layer):
     Backward: dW = dout_mat @ cols.T, db = dout_mat summed over its columns,
     dcols = W_mat.T @ dout_mat, dx = fold(dcols).
 
-    On the GPU, unfold and fold run the CUDA kernels of ``dlcourse.kernels`` (lesson 08);
+    On the GPU, unfold and fold run the CUDA kernels of ``dlcourse.kernels`` (lesson 08c);
     set ``layer.use_kernels = False`` (or ``dl.use_kernels(model, False)``) to time the plain
     CuPy version instead.
     """

@@ -1,6 +1,6 @@
 """Fused layers: a Linear or Conv2d and the ReLU after it, done as one layer.
 
-Introduced in notebook ``08_cuda_kernels``. Adding a bias and applying ReLU are elementwise:
+Introduced in notebook ``08c_fusion_and_graphs``. Adding a bias and applying ReLU are elementwise:
 a flop or two per number moved, so memory bandwidth sets their speed. As two layers they read
 and write the whole activation twice (``z + b``, then ``max(., 0)``); as one they read and
 write it once. On the GPU the fused pass is one CUDA kernel (``bias_relu.cu``, forward and

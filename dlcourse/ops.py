@@ -1,7 +1,7 @@
 """The matrix product every layer uses, in one place.
 
 Introduced in notebook ``03_backpropagation`` (``Linear``: ``x @ W``); ``06_convolution``
-(``Conv2d``: one matrix product after im2col) and ``08_cuda_kernels`` (the fused layers) use it
+(``Conv2d``: one matrix product after im2col) and ``08c_fusion_and_graphs`` (the fused layers) use it
 too. Every matrix product of ``Linear``, ``Conv2d``, ``LinearReLU`` and ``Conv2dReLU``, forward
 and backward, goes through :func:`matmul`, so a change of how products are computed is made
 here once: ``dl.autocast("bf16")`` (``precision.py``, lesson 10) sets :func:`round_inputs` so

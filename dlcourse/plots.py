@@ -1,13 +1,13 @@
 """Two plots the notebooks draw again and again: a training history and a confusion matrix.
 
-Used from notebook ``04_mlp_on_digits`` on. matplotlib is imported only when a plot is drawn,
+Used from notebook ``04_mlp_on_digits`` on; ``plot_ladder`` in the GPU lessons ``08a``-``08c``. matplotlib is imported only when a plot is drawn,
 so ``import dlcourse`` stays fast and works without it.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_history", "plot_confusion_matrix"]
+__all__ = ["plot_history", "plot_confusion_matrix", "plot_ladder"]
 
 
 def _pyplot():
@@ -79,5 +79,33 @@ def plot_confusion_matrix(cm, classes=None, ax=None, normalize: bool = False):
             text = f"{values[i, j]:.2f}" if normalize else f"{int(values[i, j])}"
             ax.text(j, i, text, ha="center", va="center", fontsize=8,
                     color="white" if values[i, j] > threshold else "black")
+    fig.tight_layout()
+    return fig
+
+
+def plot_ladder(values, title: str, ax=None, percent_of: str | None = None,
+                published: bool = False, unit: str = "GFLOP/s"):
+    """Bars of a matmul ladder, ``values = {rung: number}``, each labelled with its value (and
+    its share of ``values[percent_of]`` when given). ``published=True`` draws grey hatched bars:
+    for someone else's figures, which the title must then name. Returns the figure."""
+    plt = _pyplot()
+    if not values:
+        raise ValueError("plot_ladder got no values to draw: check that something was measured "
+                         "or recorded before plotting it.")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 3.8))
+    else:
+        fig = ax.figure
+    names = list(values)
+    base = values.get(percent_of) if percent_of else None
+    style = (dict(color="#d9d9d9", edgecolor="#636363", hatch="//") if published else
+             dict(color=["#3182bd" if n.startswith("cuBLAS") else "#9ecae1" for n in names]))
+    bars = ax.bar([n.replace(", ", "\n").replace(" ", "\n", 1) if len(n) > 12 else n
+                   for n in names], [values[n] for n in names], **style)
+    ax.bar_label(bars, fontsize=8, labels=[
+        f"{values[n]:,.4g}" + (f"\n({values[n] / base:.0%})" if base else "") for n in names])
+    ax.set(ylabel=unit, title=title)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.margins(y=0.2)
     fig.tight_layout()
     return fig

@@ -1,5 +1,5 @@
 """GPU results recorded by ``benchmarks/gpu_suite.py``, read back for the lessons that show them
-(00, 05 and 08) on any machine, with or without a GPU.
+(00, 05 and 08a-08c) on any machine, with or without a GPU.
 
 The suite writes one ``benchmarks/results/<device>.json`` per GPU it ran on, naming the device
 under ``environment.device`` and the date under ``date``. Each figure a lesson shows from these
@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-__all__ = ["Recorded", "results_folder", "gpu_results", "lookup"]
+__all__ = ["Recorded", "results_folder", "gpu_results", "lookup", "PUBLISHED_SGEMM",
+           "matmul_ladder", "kernel_report"]
 
 
 class Recorded(NamedTuple):
@@ -90,3 +91,74 @@ def lookup(d: Any, *keys: str) -> Any:
 def _tell(say, message):
     if say is not None:
         say(message)
+
+
+# --------------------------------------------------------------------------------------
+# What the GPU lessons (08a-08c) read from a results file, and the one published figure they
+# show when nothing is recorded.
+
+PUBLISHED_SGEMM = {
+    "source": "S. Boehm, \"How to optimize a CUDA matmul kernel for cuBLAS-like performance\" "
+              "(siboehm.com, 2022)",
+    "device": "NVIDIA A6000",
+    "problem": "FP32 C = A @ B at 4096³",
+    # percent of cuBLAS, as he reports them: his kernels, his GPU, his timings
+    "percent_of_cublas": {"naive": 1.3, "coalesced": 8.5, "shared-memory tiled": 12.8,
+                          "1-D block tiling": 36.5, "2-D block tiling": 68.7,
+                          "vectorized": 78.4, "warp tiling": 93.7, "cuBLAS": 100.0},
+}
+"""Someone else's measurement on another GPU, never dlcourse's: show it labelled as such."""
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def matmul_ladder(results: dict) -> tuple[dict, Any]:
+    """``({rung: GFLOP/s}, n)`` from a results file's ``matmul`` section: the four rungs, the
+    fastest other build of regblock (the suite times each as ``"regblock, BK=..."``), cuBLAS
+    FP32 and TF32 (labelled ``"cuBLAS FP32"``, ``"cuBLAS TF32"``), at size ``n``³. Entries
+    without a number are left out; an empty dictionary means no ladder was recorded."""
+    mm = lookup(results, "matmul") or {}
+    kernels = mm.get("kernels") if isinstance(mm.get("kernels"), dict) else {}
+    ladder = {name: 1e3 * k["tflops"] for name, k in kernels.items()
+              if isinstance(k, dict) and _number(k.get("tflops"))}
+    tuned = {name: ladder.pop(name) for name in list(ladder) if name.startswith("regblock,")}
+    if tuned:
+        best = max(tuned, key=tuned.get)
+        ladder[best] = tuned[best]
+    for key, label in (("cublas_fp32", "cuBLAS FP32"), ("cublas_tf32", "cuBLAS TF32")):
+        tflops = lookup(mm, key, "tflops")
+        if _number(tflops):
+            ladder[label] = 1e3 * tflops
+    return ladder, mm.get("n")
+
+
+def kernel_report(results: dict) -> list[str]:
+    """Lines that say what a results file recorded for the fused kernels, the training steps
+    (without our kernels, with them, ``dl.fuse``'d, PyTorch), the launch overhead and the
+    CUDA graph: the figures of lesson ``08c_fusion_and_graphs``. Missing figures are left out."""
+    lines = []
+    kernels = lookup(results, "elementwise", "kernels") or {}
+    for kernel, entry in kernels.items():
+        # gpu_suite.py stores fused_speedup = unfused time / fused time
+        if isinstance(entry, dict) and "(fused)" in kernel and _number(entry.get("fused_speedup")):
+            lines.append(f"{kernel:34s} {entry['fused_speedup']:.2f}x faster than unfused")
+    labels = (("dlcourse_plain", "no kernels of ours"), ("dlcourse", "dlcourse"),
+              ("dlcourse_fused", "dl.fuse'd"), ("torch", "PyTorch"))
+    for case, entry in (lookup(results, "training", "cases") or {}).items():
+        times = [f"{label} {lookup(entry, key, 'median_ms'):.3f} ms" for key, label in labels
+                 if _number(lookup(entry, key, "median_ms"))]
+        if times:
+            lines.append(f"training step {case:10s} " + ", ".join(times))
+    us = lookup(results, "training", "launch_overhead", "us_per_launch")
+    if _number(us):
+        lines.append(f"launch overhead: {us:.1f} µs of host time per tiny kernel launch")
+    graph = lookup(results, "training", "cuda_graph") or {}
+    eager, replay = lookup(graph, "eager_fused_loss", "median_ms"), lookup(graph, "graph", "median_ms")
+    if _number(eager) and _number(replay):
+        lines.append(f"MLP step batch {graph.get('batch')}: eager {eager:.3f} ms, as a CUDA graph "
+                     f"{replay:.3f} ms ({eager / replay:.2f}x)")
+    elif isinstance(graph, dict) and graph.get("error"):
+        lines.append(f"CUDA graph: not measured ({graph['error']})")
+    return lines

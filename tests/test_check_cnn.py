@@ -558,7 +558,7 @@ def sgd_cs(params, grads, velocity, lr, momentum):
         params[k] += velocity[k]
 
 
-# ---- lesson 08 (08_cuda_kernels)
+# ---- lessons 08a and 08b (08a_gpu_execution_and_memory, 08b_tiling_and_occupancy)
 def gs_good(n, block):
     return (n + block - 1) // block
 
@@ -762,3 +762,39 @@ def test_batchnorm_backward():
     expect_fail(C.batchnorm_backward, bnb_no_mean_path, "mean's path is missing")
     expect_fail(C.batchnorm_backward, bnb_image_axes, "axes (2, 3) only")
     expect_fail(C.batchnorm_backward, bnb_dgamma_without_x_hat, "x_hat")
+
+
+# ---- lesson 08c (08c_fusion_and_graphs)
+def brb_good(dout, y):
+    dx = dout * (y > 0)
+    return dx, dx.sum(axis=0)
+
+
+def brb_mask_from_dout(dout, y):
+    dx = dout * (dout > 0)
+    return dx, dx.sum(axis=0)
+
+
+def brb_unmasked_db(dout, y):
+    return dout * (y > 0), dout.sum(axis=0)
+
+
+def brb_mean(dout, y):
+    dx = dout * (y > 0)
+    return dx, dx.mean(axis=0)
+
+
+def brb_in_place(dout, y):
+    dout[y <= 0] = 0
+    return dout, dout.sum(axis=0)
+
+
+def test_bias_relu_backward_passes_the_right_answer():
+    C.bias_relu_backward(brb_good)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (brb_mask_from_dout, "OUTPUT y"), (brb_unmasked_db, "MASKED gradient"), (brb_mean, "SUM over"),
+    (brb_in_place, "in place"), (lambda dout, y: dout * (y > 0), "2 values")])
+def test_bias_relu_backward_names_the_mistake(fn, words):
+    expect_fail(C.bias_relu_backward, fn, words)

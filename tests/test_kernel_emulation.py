@@ -513,15 +513,15 @@ def test_emulated_loss_kernel_names_a_bad_label(emulated_gpu):
         np.testing.assert_allclose(loss.backward()[-1], [-2 / 12, 1 / 12, 1 / 12])
 
 
-def test_lesson_08_counts_the_launches_of_a_training_step_right(emulated_gpu):
-    """Lesson 08 (section 10) reads off the code how many kernels one training step of the MLP
+def test_lesson_08c_counts_the_launches_of_a_training_step_right(emulated_gpu):
+    """Lesson 08c (section 4) reads off the code how many kernels one training step of the MLP
     784-512-512-10 launches on the GPU, with SGD's fused update and with the update as array
     code; nbval checks that output. Count them here: with the arrays standing in for CuPy ones,
     every array operation and every launch of our kernels (the count does not depend on the
     layer sizes, so a small MLP will do)."""
     import json
     from pathlib import Path
-    path = Path(__file__).parents[1] / "notebooks" / "08_cuda_kernels.ipynb"
+    path = Path(__file__).parents[1] / "notebooks" / "08c_fusion_and_graphs.ipynb"
     text = "".join("".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
                    for o in c.get("outputs", []))
     stated = re.findall(r"(\d+) kernel launches per training step.*\((\d+) with SGD's update as "

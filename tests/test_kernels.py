@@ -721,3 +721,18 @@ def test_use_kernels_switches_every_owner_of_a_kernel():
     assert not any(o.use_kernels for o in owners) and not loss.use_kernels and not opt.use_kernels
     dl.use_kernels(model)
     assert all(o.use_kernels for o in owners)
+
+
+def test_source_from_a_line_on():
+    text = K.source("matmul_tiled.cu", start="#define TILE")
+    assert text.startswith("#define TILE") and text in K.source("matmul_tiled.cu")
+    with pytest.raises(ValueError, match="no line containing"):
+        K.source("matmul_tiled.cu", start="no such text")
+
+
+def test_max_relative_error(xp):
+    ref = xp.asarray([1.0, -4.0, 2.0])
+    assert K.max_relative_error(xp.asarray([1.0, -4.0, 2.0], dtype=xp.float32), ref) == 0.0
+    assert K.max_relative_error(xp.asarray([1.0, -3.0, 2.0]), ref) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="one shape"):
+        K.max_relative_error(ref[:2], ref)

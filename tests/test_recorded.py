@@ -140,3 +140,59 @@ def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop
     assert all(results[s]["measured"] == s for s in suite.SECTIONS)
     (rec,) = gpu_results(tmp_path, say=None)
     assert rec.results["environment"]["device"] == device
+
+
+# ---- what the GPU lessons 08a-08c read from a results file
+from dlcourse.recorded import PUBLISHED_SGEMM, kernel_report, matmul_ladder  # noqa: E402
+
+SUITE = {
+    "matmul": {"n": 4096, "kernels": {
+        "naive": {"tflops": 0.5}, "coalesced": {"tflops": 2.0}, "tiled": {"tflops": 4.0},
+        "regblock": {"tflops": 20.0}, "regblock, BK=16": {"tflops": 25.0},
+        "regblock, BK=16, PREFETCH": {"tflops": 24.0}, "broken": {"error": "no"}},
+        "cublas_fp32": {"tflops": 40.0}, "cublas_tf32": {"tflops": "n/a"}},
+    "elementwise": {"kernels": {"bias + ReLU forward (fused)": {"fused_speedup": 1.9},
+                                "bias + ReLU forward (unfused)": {"median_ms": 1.0}}},
+    "training": {"cases": {"cnn_b256": {"dlcourse": {"median_ms": 3.0}, "torch": {"median_ms": 2.0},
+                                        "dlcourse_plain": {"oops": 1}}},
+                 "launch_overhead": {"us_per_launch": 6.25},
+                 "cuda_graph": {"batch": 64, "eager_fused_loss": {"median_ms": 1.0},
+                                "graph": {"median_ms": 0.25}}},
+}
+
+
+def test_matmul_ladder_keeps_the_rungs_the_fastest_tuning_and_cublas_in_gflops():
+    ladder, n = matmul_ladder(SUITE)
+    assert n == 4096
+    assert ladder == {"naive": 500.0, "coalesced": 2000.0, "tiled": 4000.0, "regblock": 20000.0,
+                      "regblock, BK=16": 25000.0, "cuBLAS FP32": 40000.0}
+    assert matmul_ladder({}) == ({}, None)
+    assert matmul_ladder({"matmul": {"kernels": "garbage"}}) == ({}, None)
+
+
+def test_kernel_report_says_only_what_was_recorded():
+    lines = kernel_report(SUITE)
+    assert lines[0].startswith("bias + ReLU forward (fused)") and "1.90x faster" in lines[0]
+    assert "dlcourse 3.000 ms, PyTorch 2.000 ms" in lines[1] and "no kernels" not in lines[1]
+    assert lines[2] == "launch overhead: 6.2 µs of host time per tiny kernel launch"
+    assert lines[3] == "MLP step batch 64: eager 1.000 ms, as a CUDA graph 0.250 ms (4.00x)"
+    assert kernel_report({}) == []
+    assert kernel_report({"training": {"cuda_graph": {"error": "capture failed"}}}) == [
+        "CUDA graph: not measured (capture failed)"]
+
+
+def test_the_published_figures_name_their_source_and_device():
+    assert "Boehm" in PUBLISHED_SGEMM["source"] and PUBLISHED_SGEMM["device"] == "NVIDIA A6000"
+    share = PUBLISHED_SGEMM["percent_of_cublas"]
+    assert share["naive"] == 1.3 and share["warp tiling"] == 93.7 and share["cuBLAS"] == 100.0
+
+
+def test_plot_ladder_labels_every_bar_and_refuses_nothing_to_draw():
+    import matplotlib
+    matplotlib.use("Agg")
+    import dlcourse as dl
+    fig = dl.plots.plot_ladder({"naive": 1.0, "cuBLAS FP32": 4.0}, "t", percent_of="cuBLAS FP32")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "1\n(25%)" in texts and "4\n(100%)" in texts
+    with pytest.raises(ValueError, match="no values"):
+        dl.plots.plot_ladder({}, "t")

@@ -8,7 +8,7 @@ next hint, one level at a time; ``dl.check.solution("linear_backward")`` shows t
 solution, only when you ask for it.
 
 The machinery the checks share is ``harness.py``; the checks of each lesson sit beside it
-(``basics.py`` 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08, ``playground.py`` 09).
+(``basics.py`` 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08a-08b, ``playground.py`` 09).
 """
 from .basics import (cross_entropy, linear_backward, linear_forward,  # lessons 00-03
                      normalize_rows, perceptron_predict, perceptron_update, relu_backward,
@@ -17,8 +17,8 @@ from .cnn import (accuracy, batchnorm_backward, batchnorm_forward,  # lessons 04
                   conv2d_backward, conv2d_naive, conv_output_size, conv_params, dropout_backward,
                   dropout_forward, im2col_simple, init_std, iterate_minibatches,
                   maxpool_backward, mlp_forward_batched, sgd_momentum_step)
-from .cuda import (arithmetic_intensity, global_index, grid_size,  # lesson 08
-                   tiled_matmul, warp_transactions)
+from .cuda import (arithmetic_intensity, bias_relu_backward, global_index,  # lessons 08a-08c
+                   grid_size, tiled_matmul, warp_transactions)
 from .harness import ExerciseError
 from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
@@ -38,8 +38,10 @@ __all__ = [
     "dropout_backward", "init_std", "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
     "conv_params", "batchnorm_forward", "batchnorm_backward",
-    # lesson 08
+    # lessons 08a (global_index, grid_size, warp_transactions), 08b (tiled_matmul,
+    # arithmetic_intensity), 08c (bias_relu_backward)
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
+    "bias_relu_backward",
     # lesson 09
     "decision_grid", "early_stop", "mlp_parameter_count",
     # lessons 10-11

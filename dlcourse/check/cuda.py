@@ -1,6 +1,8 @@
-"""Checks for lesson 08 (CUDA kernels): the index arithmetic and memory counting behind them.
+"""Checks for the GPU lessons 08a-08c: the index arithmetic and memory counting behind kernels.
 
-Used in notebook ``08_cuda_kernels``. Every exercise there is a small NumPy function that
+Used in notebooks ``08a_gpu_execution_and_memory`` (``global_index``, ``grid_size``,
+``warp_transactions``), ``08b_tiling_and_occupancy`` (``tiled_matmul``,
+``arithmetic_intensity``) and ``08c_fusion_and_graphs`` (``bias_relu_backward``). Every exercise there is a small NumPy function that
 reasons about a kernel without a GPU; each check runs it on several cases and either prints
 one line saying that all pass, or raises :class:`ExerciseError` naming the case, what was
 expected, what your function gave and, for the common mistakes, the likely fix::
@@ -14,7 +16,9 @@ expected, what your function gave and, for the common mistakes, the likely fix::
   the memory segments one warp's 32 addresses fall into;
 - :func:`tiled_matmul` checks ``tiled_matmul(A, B, tile) -> C``: matmul_tiled.cu in NumPy;
 - :func:`arithmetic_intensity` checks ``arithmetic_intensity(tile_m, tile_n, K, itemsize=4)``:
-  FLOPs per byte loaded from global memory.
+  FLOPs per byte loaded from global memory;
+- :func:`bias_relu_backward` checks ``bias_relu_backward(dout, y) -> (dx, db)``: the fused
+  backward of ``y = max(x + b, 0)`` that ``bias_relu.cu`` computes in one pass (lesson 08c).
 
 The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
 """
@@ -24,11 +28,11 @@ import numbers
 
 import numpy as np
 
-from .harness import (call, expect_close, expect_shape, expect_unchanged, fail, passed,
-                      rng, to_array, to_number)
+from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unchanged, fail,
+                      passed, rng, to_array, to_number)
 
 __all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
-           "arithmetic_intensity"]
+           "arithmetic_intensity", "bias_relu_backward"]
 
 
 def _integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
@@ -321,4 +325,42 @@ def arithmetic_intensity(fn) -> None:
             fix = "that is bytes per FLOP: divide FLOPs by bytes, not bytes by FLOPs."
         fail(fn, case, f"the intensity is {got:.6g} FLOP/byte; expected {flops} FLOPs / "
                        f"{nbytes} bytes = {expected:.6g}.", fix)
+    passed(fn, len(cases))
+
+
+def bias_relu_backward(fn) -> None:
+    """Check ``fn(dout, y) -> (dx, db)`` for ``y = max(x + b, 0)``: ``dx = dout`` where ``y > 0``
+    and 0 elsewhere, ``db = dx`` summed over the batch axis; dout, y: (N, F), dx: (N, F), db: (F,)."""
+    __tracebackhide__ = True
+    r = rng(16)
+    y0 = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, 0.5]])
+    cases = [("dout = [[1, 2, 3], [4, 5, 6]], y = [[0, 1.5, 0], [2, 0, 0.5]] (note the zeros in y)",
+              np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), y0),
+             ("dout, y of shape (6, 4), random (y >= 0, as a ReLU gives it)",
+              r.standard_normal((6, 4)), np.maximum(r.standard_normal((6, 4)), 0)),
+             ("dout, y of shape (1, 5): a batch of one", r.standard_normal((1, 5)),
+              np.maximum(r.standard_normal((1, 5)), 0))]
+    for case, dout, y in cases:
+        dx_ref = dout * (y > 0)
+        dout_given, y_given = dout.copy(), y.copy()
+        got = expect_tuple(call(fn, dout_given, y_given, case=case), 2, fn, case, "dx, db")
+        dx, db = (to_array(g, fn, case, w) for g, w in zip(got, ("dx", "db")))
+        expect_shape(dx, dout.shape, fn, case, "dx", "dx has the shape of dout, (N, F).")
+        expect_close(dx, dx_ref, fn, case, "dx", rtol=1e-12, atol=1e-12, mistakes=[
+            (dout * (dout > 0), "the mask must come from the OUTPUT y (where the ReLU let the "
+                                "signal through), not from dout."),
+            (dout * (y >= 0), "where y == 0 the ReLU was off: use y > 0, not y >= 0."),
+            (dout * y, "multiply dout by the 0/1 mask (y > 0), not by y itself."),
+        ])
+        expect_shape(db, dout.shape[1:], fn, case, "db",
+                     "db has one number per feature, (F,): sum over the batch axis (axis=0).")
+        expect_close(db, dx_ref.sum(axis=0), fn, case, "db", rtol=1e-12, atol=1e-12, mistakes=[
+            (dout.sum(axis=0), "db sums the MASKED gradient dx, not dout: the bias gets no "
+                               "gradient where the ReLU was off."),
+            (dx_ref.mean(axis=0), "the bias is added to every row, so its gradient is the SUM over "
+                                  "the batch, not the mean."),
+        ])
+        expect_unchanged(fn, case, [("dout", dout, dout_given), ("y", y, y_given)],
+                         "return new arrays: zeroing dout in place changes the gradient the "
+                         "next layer handed back.")
     passed(fn, len(cases))

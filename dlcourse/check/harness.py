@@ -1,5 +1,5 @@
 """The machinery every exercise check shares (the per-lesson checks live beside it:
-``basics.py`` for lessons 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08, ``playground.py`` 09).
+``basics.py`` for lessons 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08a-08b, ``playground.py`` 09).
 
 A check calls the learner's function through :func:`call`, compares what came back with the
 library's reference through the ``expect_*`` helpers, and raises :class:`ExerciseError` through

@@ -171,6 +171,12 @@ HINTS: dict[str, list[str]] = {
     'arithmetic_intensity': [
         'flops = 2 * tile_m * tile_n * K; bytes_loaded = itemsize * (tile_m * K + K * tile_n)',
     ],
+    'bias_relu_backward': [
+        ('x + b > 0 exactly where y > 0, so y alone gives the mask; the bias is added to every row, '
+         'so its gradient adds up over the rows'),
+        ('dx is dout masked by (y > 0), shape (N, F); db is dx summed over axis 0, shape (F,); '
+         'return both'),
+    ],
     'decision_grid': [
         ("the grid's first axis runs over the second coordinate (as meshgrid gives it); put the "
          'model back in training mode afterwards'),

@@ -1,7 +1,7 @@
 """Hand-written CUDA kernels, each beside the NumPy reference it must match.
 
-Introduced in notebook ``08_cuda_kernels``. The CUDA sources are the ``.cu`` files in this
-folder — read them: every one explains its idea (threads, blocks and grids; coalescing; shared
+Introduced in notebook ``08a_gpu_execution_and_memory``, grown in ``08b_tiling_and_occupancy``
+and ``08c_fusion_and_graphs``. The CUDA sources are the ``.cu`` files in this folder — read them: every one explains its idea (threads, blocks and grids; coalescing; shared
 memory; tiling; register blocking; fusion) in its header. The Python wrappers are small: they
 check their inputs, name the launch geometry, and launch.
 
@@ -38,7 +38,7 @@ import sys
 
 import numpy as np
 
-from ..backend import device_of, gpu_available
+from ..backend import device_of, get_array_module, gpu_available
 from . import reference
 from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, define_options,
                      get_kernel, launch_config, list_kernels, source)
@@ -49,7 +49,7 @@ from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_
 from .unfold import col2im, im2col, maxpool_backward, maxpool_forward
 
 __all__ = [
-    "available", "usable_for", "use_kernels", "FLOAT_DTYPES", "get_kernel", "define_options",
+    "max_relative_error", "available", "usable_for", "use_kernels", "FLOAT_DTYPES", "get_kernel", "define_options",
     "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
@@ -58,6 +58,18 @@ __all__ = [
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
     "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",
 ]
+
+
+def max_relative_error(a, ref) -> float:
+    """``max |a - ref| / max |ref|`` as a Python float: how far a kernel's output ``a`` is from
+    its reference ``ref`` (same shape; NumPy or CuPy, ``a`` cast to ``ref``'s dtype first)."""
+    if a.shape != ref.shape:
+        raise ValueError(f"max_relative_error compares arrays of one shape, got {a.shape} and "
+                         f"{ref.shape}: did the kernel write the output transposed?")
+    xp = get_array_module(ref)
+    scale = float(xp.abs(ref).max()) if ref.size else 0.0
+    diff = float(xp.abs(a.astype(ref.dtype) - ref).max()) if ref.size else 0.0
+    return diff / scale if scale else diff
 
 
 def available() -> bool:

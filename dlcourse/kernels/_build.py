@@ -85,11 +85,18 @@ def list_kernels() -> list[str]:
     return [k for s in SOURCES.values() for k in s.kernels]
 
 
-def source(file: str) -> str:
-    """The CUDA source text of one file, e.g. ``source("matmul_tiled.cu")``."""
+def source(file: str, start: str | None = None) -> str:
+    """The CUDA source text of one file, e.g. ``source("matmul_tiled.cu")``; with ``start``,
+    from the line that contains ``start`` on (``source("matmul_tiled.cu", "#define TILE")``)."""
     if file not in SOURCES:
         raise KeyError(f"No kernel source {file!r}. The sources are: {', '.join(SOURCES)}.")
-    return SOURCES[file].path.read_text()
+    text = SOURCES[file].path.read_text()
+    if start is None:
+        return text
+    if start not in text:
+        raise ValueError(f"{file} has no line containing {start!r}: give a piece of text that "
+                         "the file contains, or start=None for the whole file.")
+    return text[text.rfind("\n", 0, text.index(start)) + 1:]
 
 
 @functools.lru_cache(maxsize=None)

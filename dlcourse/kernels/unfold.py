@@ -1,7 +1,7 @@
 """The kernels over image windows: im2col and col2im (convolution as a matrix product) and max
 pooling, on the GPU.
 
-Introduced in notebook ``08_cuda_kernels``; sources ``im2col.cu`` and ``maxpool.cu``.
+Introduced in notebook ``08c_fusion_and_graphs``; sources ``im2col.cu`` and ``maxpool.cu``.
 ``dlcourse.conv`` calls these when its input is a CuPy array (``Conv2d``: im2col/col2im;
 ``MaxPool2d``: maxpool_forward/_backward) and uses NumPy otherwise. im2col and col2im follow
 one contract::
