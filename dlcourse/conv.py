@@ -310,6 +310,8 @@ class MaxPool2d(Layer):
     x: (N, C, H, W) -> out: (N, C, OH, OW), OH = (H - KH) // sh + 1, OW = (W - KW) // sw + 1.
     Backward sends each window's gradient to its maximum; with overlapping windows
     (stride < kernel) a pixel can be the maximum of several and its gradients add up.
+    In evaluation mode forward keeps only the maxima (less than half the work of also
+    recording where they were); backward, if asked, finds where from the cached x.
     On the GPU forward and backward are one CUDA kernel each (``kernels/maxpool.cu``) instead
     of a few array operations per window position; ``dl.use_kernels(model, False)`` runs the
     array code below.
