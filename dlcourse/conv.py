@@ -310,6 +310,8 @@ class MaxPool2d(Layer):
     x: (N, C, H, W) -> out: (N, C, OH, OW), OH = (H - KH) // sh + 1, OW = (W - KW) // sw + 1.
     Backward sends each window's gradient to its maximum; with overlapping windows
     (stride < kernel) a pixel can be the maximum of several and its gradients add up.
+    In evaluation mode forward keeps only the maxima (less than half the work of also
+    recording where they were); backward, if asked, finds where from the cached x.
     On the GPU forward and backward are one CUDA kernel each (``kernels/maxpool.cu``) instead
     of a few array operations per window position; ``dl.use_kernels(model, False)`` runs the
     array code below.
@@ -331,6 +333,15 @@ class MaxPool2d(Layer):
         k = kernels.usable_for(x, self.use_kernels, same_per_axis=(self.stride,))
         if k is not None:
             return self._forward_kernel(k, x)
+        # Only backward needs where each maximum was: in evaluation mode forward skips it,
+        # and a backward after it (a saliency map, say) finds it again from x.
+        best, idx = self._max_and_where(x, where=self.training)
+        self.cache = (x, idx, False)          # False: the array code made idx (or will)
+        return best
+
+    def _max_and_where(self, x, where=True):
+        """The maxima (N, C, OH, OW) of x's windows and, if ``where``, which window offset
+        k = kh*KW + kw holds each (an int array of the same shape; else None)."""
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         sh, sw = self.stride
@@ -340,22 +351,24 @@ class MaxPool2d(Layer):
         # slice of x holding that position of every window, of the output's shape (N, C, OH, OW).
         best = x[:, :, 0:sh * OH:sh, 0:sw * OW:sw].copy(order="K")   # in x's memory layout
         itype = np.int8 if KH * KW <= 127 else np.int32
-        idx = xp.zeros_like(best, dtype=itype)          # which offset holds the maximum
+        idx = xp.zeros_like(best, dtype=itype) if where else None   # which offset holds the max
         for k in range(1, KH * KW):
             kh, kw = divmod(k, KW)
             v = x[:, :, kh:kh + sh * OH:sh, kw:kw + sw * OW:sw]
-            better = v > best                             # strict: ties keep the first maximum
+            if where:
+                better = v > best                         # strict: ties keep the first maximum
+                # "idx = k where better": k grows, so it is the larger of idx and k*better
+                xp.maximum(idx, better.astype(itype) * itype(k), out=idx)
             xp.maximum(best, v, out=best)
-            # "idx = k where better": k grows, so it is the larger of idx and k*better
-            xp.maximum(idx, better.astype(itype) * itype(k), out=idx)
-        self.cache = (x, idx, False)          # False: the array code made idx
-        return best
+        return best, idx
 
     def backward(self, dout):
         """dout: (N, C, OH, OW) -> dx: (N, C, H, W), in x's memory layout."""
         x, idx, kernel_made_idx = self.cache
         if kernel_made_idx:          # forward ran the kernel: so does backward
             return self._backward_kernel(dout)
+        if idx is None:              # forward ran in evaluation mode
+            _, idx = self._max_and_where(x)
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         sh, sw = self.stride

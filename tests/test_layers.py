@@ -39,6 +39,7 @@ LAYER_CASES = {
     "maxpool_leftover": (lambda: dl.MaxPool2d(2), (1, 2, 5, 7)),
     "maxpool_per_axis": (lambda: dl.MaxPool2d((2, 3), stride=(1, 2)), (1, 2, 5, 8)),
     "maxpool_1d": (lambda: dl.MaxPool2d((1, 2)), (2, 3, 1, 9)),
+    "maxpool_eval": (lambda: dl.MaxPool2d(3, stride=2).eval(), (2, 2, 7, 9)),
     "mlp": (lambda: dl.MLP([6, 5, 4, 3], activation="tanh", dropout=0.2), (4, 6)),
     "cnn_bn": (lambda: dl.CNN(1, (8, 8), 5, channels=(3, 4), batchnorm=True), (3, 1, 8, 8)),
     "cnn_1d": (lambda: dl.CNN(1, (1, 12), 3, channels=(2, 3), batchnorm=True, kernel_size=(1, 3),
@@ -113,9 +114,11 @@ def test_conv_im2col_matches_naive(geom, to_dev, xp):
 
 @pytest.mark.parametrize("kernel,stride", [(2, None), (3, 1), (3, 2), ((2, 3), 1), (2, 3),
                                            ((2, 3), None), ((3, 2), (1, 2)), ((1, 2), (1, 1))])
-def test_maxpool_matches_naive(kernel, stride, to_dev, xp):
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_maxpool_matches_naive(kernel, stride, training, to_dev, xp):
+    """In evaluation mode forward skips where the maxima are; backward still finds them."""
     x = to_dev(randn(2, 3, 8, 7, seed=4))
-    pool = dl.MaxPool2d(kernel, stride)
+    pool = dl.MaxPool2d(kernel, stride).train(training)
     KH, KW = pool.kernel_size
     out = pool.forward(x)
     assert xp.array_equal(out, conv.maxpool_forward_naive(x, KH, KW, pool.stride))
