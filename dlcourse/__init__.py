@@ -24,7 +24,7 @@ from .schedules import cosine_decay, linear_warmup, step_decay
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
 from .precision import LossScaler, autocast
-from .prune import prune, sparsity
+from .prune import prune, prune_gradually, pruning_schedule, sparsity
 from .quantize import QuantConv2d, QuantLinear, quantize
 from . import inference                      # lesson 12: from checkpoint to service
 from .export import ExportError, export_onnx  # (onnx itself is imported on first use)
@@ -55,7 +55,8 @@ __all__ = [
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
     # smaller and faster models (lessons 10-11)
-    "LossScaler", "autocast", "prune", "sparsity", "QuantConv2d", "QuantLinear", "quantize",
+    "LossScaler", "autocast", "prune", "prune_gradually", "pruning_schedule", "sparsity",
+    "QuantConv2d", "QuantLinear", "quantize",
     # from checkpoint to service (lesson 12)
     "inference", "ExportError", "export_onnx",
 ]

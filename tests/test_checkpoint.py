@@ -1,6 +1,8 @@
 """dl.save / dl.load: round trips, damaged and altered files, no pickle, atomic writes."""
 import json
 import os
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,7 +103,7 @@ def test_npz_is_added_when_the_path_has_no_suffix(tmp_path):
 def test_the_file_holds_the_architecture_and_versions(tmp_path):
     path = save(MLP([2, 3, 2], seed=0), tmp_path / "m.npz")
     with np.load(path, allow_pickle=False) as npz:
-        meta = json.loads(str(npz[ckpt.META_KEY]))
+        meta = json.loads(npz[ckpt.META_KEY].tobytes().decode("utf-8"))
         names = set(npz.files)
     from dlcourse import __version__
     assert meta["architecture"] == {"type": "MLP", "config": {"sizes": [2, 3, 2],
@@ -110,20 +112,79 @@ def test_the_file_holds_the_architecture_and_versions(tmp_path):
     assert meta["format_version"] == ckpt.FORMAT_VERSION
     assert meta["dlcourse_version"] == __version__
     assert len(meta["sha256"]) == 64
-    assert names == {ckpt.META_KEY, "0.W", "0.b", "2.W", "2.b"}
+    assert names == {ckpt.META_KEY, ckpt.ARRAYS_KEY}           # two entries, compressed
+    assert [entry[:2] for entry in meta["arrays"]] == [["0.W", "<f4"], ["0.b", "<f4"],
+                                                       ["2.W", "<f4"], ["2.b", "<f4"]]
+    with zipfile.ZipFile(path) as archive:
+        assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_DEFLATED}
+    assert save(MLP([2, 3, 2], seed=0), tmp_path / "again.npz").read_bytes() == path.read_bytes()
+
+
+def _save_format_1(model, path):
+    """Write ``model`` as dlcourse wrote checkpoints before issue 19 (format 1): one .npy
+    entry per array, the JSON as a NumPy unicode string, not compressed."""
+    arrays = {k: backend.to_numpy(a) for k, a in model.state_dict().items()}
+    architecture = {"type": type(model).__name__, "config": model.get_config()}
+    meta = {"format": ckpt.FORMAT_NAME, "format_version": 1, "dlcourse_version": "0.1.0",
+            "architecture": architecture, "sha256": ckpt._digest(architecture, arrays)}
+    np.savez(path, **{ckpt.META_KEY: np.array(json.dumps(meta))}, **arrays)
+    return path
+
+
+def test_a_checkpoint_in_the_old_layout_still_loads(tmp_path, trained_cnn):
+    for model in (MLP([4, 8, 3], seed=0), trained_cnn[0]):
+        old = _save_format_1(model, tmp_path / "old.npz")
+        assert_same_state(load(old), model)
+        new = save(model, tmp_path / "new.npz")
+        assert new.stat().st_size < old.stat().st_size
+        assert_same_state(load(new), model)
+    arrays = ckpt._read(old)[1]
+    arrays["0.W"] = arrays["0.W"] + 1                    # and its digest is still checked
+    meta = json.loads(str(np.load(old)[ckpt.META_KEY]))
+    np.savez(old, **{ckpt.META_KEY: np.array(json.dumps(meta))}, **arrays)
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load(old)
+
+
+def test_a_small_int8_model_file_is_about_the_size_of_its_arrays(tmp_path):
+    """The fixed part (metadata, zip entries) stays small: a quantized digits-size MLP's file
+    is under 30 % of the float32 one (issue 19's target)."""
+    import dlcourse as dl
+    model = MLP([64, 128, 10], seed=0)
+    X = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+    q = dl.quantize(model, X)
+    fp32 = save(model, tmp_path / "f.npz").stat().st_size
+    int8 = save(q, tmp_path / "q.npz").stat().st_size
+    assert int8 < 0.30 * fp32, (int8, fp32)
+    np.testing.assert_array_equal(dl.to_numpy(load(tmp_path / "q.npz").forward(X)),
+                                  dl.to_numpy(q.forward(X)))
+
+
+def test_a_malformed_index_is_refused_before_copying(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    meta, arrays = ckpt._read(path)
+    blob = ckpt._pack(meta, arrays)[ckpt.ARRAYS_KEY]
+    for index, message in ((None, "malformed"), ([["0.W", "<f4", [10 ** 12]]], "declares"),
+                           ([["0.W", "|O", [1]]], "real numbers"), ([["0.W", "<c8", [1]]], "real numbers"),
+                           ([["__x", "<f4", [1]]], "reserved"), ([["0.W", "<f4", [-1]]], "shape"),
+                           ([["0.W", "<f4", [2, 2]], ["0.b", "<f4", [3]]], "declares")):
+        bad = {**meta, "arrays": index}
+        text = np.frombuffer(json.dumps(bad).encode(), np.uint8)
+        np.savez_compressed(path, **{ckpt.META_KEY: text, ckpt.ARRAYS_KEY: blob})
+        with pytest.raises(CheckpointError, match=message):
+            load(path)
 
 
 # ======================================================================================
 # Damaged, altered and unsafe files
 # ======================================================================================
 def _rewrite(path, arrays=None, meta=None, **extra):
-    """Write an .npz like save() does, but with whatever arrays and metadata we choose."""
-    with np.load(path, allow_pickle=False) as npz:
-        old_meta = json.loads(str(npz[ckpt.META_KEY]))
-        old = {k: npz[k] for k in npz.files if k != ckpt.META_KEY}
+    """Write an .npz like save() does, but with whatever arrays and metadata we choose (and
+    ``extra`` entries beside its two)."""
+    old_meta, old = ckpt._read(Path(path))
     arrays = old if arrays is None else arrays
     meta = old_meta if meta is None else meta
-    np.savez(path, **{ckpt.META_KEY: np.array(json.dumps(meta))}, **arrays, **extra)
+    np.savez(path, **ckpt._pack(meta, arrays), **extra)
     return old_meta, old
 
 
@@ -131,9 +192,12 @@ def test_a_flipped_byte_is_detected(tmp_path):
     model = MLP([4, 8, 3], seed=0)
     path = save(model, tmp_path / "m.npz")
     raw = bytearray(path.read_bytes())
-    at = raw.find(model.params["0.W"].tobytes()[:32])
-    assert at > 0
-    raw[at + 5] ^= 0x01
+    with zipfile.ZipFile(path) as archive:                 # the middle of the arrays' data
+        info = archive.getinfo(ckpt.ARRAYS_KEY + ".npy")
+    local = info.header_offset                             # its local header: 30 bytes, name, extra
+    name_len, extra_len = (int.from_bytes(raw[local + k:local + k + 2], "little") for k in (26, 28))
+    at = local + 30 + name_len + extra_len + info.compress_size // 2
+    raw[at] ^= 0x01
     path.write_bytes(bytes(raw))
     with pytest.raises(CheckpointError, match="damaged"):
         load(path)
@@ -243,11 +307,11 @@ def test_a_failed_save_leaves_the_old_file_untouched(tmp_path, monkeypatch):
     path = save(MLP([4, 8, 3], seed=0), tmp_path / "m.npz")
     original = path.read_bytes()
 
-    def savez_then_fail(file, **arrays):
+    def write_then_fail(file, entries):
         file.write(b"PK\x03\x04 half a zip file")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt.np, "savez", savez_then_fail)
+    monkeypatch.setattr(ckpt, "_write_npz", write_then_fail)
     with pytest.raises(OSError, match="No space left"):
         save(MLP([4, 16, 3], seed=1), path)
     assert path.read_bytes() == original

@@ -1,6 +1,7 @@
 """Lessons 10-11: number formats and mixed precision (dl.autocast, fit(precision=...),
 dl.LossScaler), int8 post-training quantization (dl.quantize) and magnitude pruning (dl.prune)."""
 import functools
+import json
 
 import ml_dtypes
 import numpy as np
@@ -230,8 +231,9 @@ def test_quantized_model_keeps_accuracy_saves_int8_and_loads(kind, tmp_path):
         qacc = dl.evaluate(qmodel, Xt, yt)["accuracy"]
         assert abs(qacc - acc) <= 0.02, (acc, qacc)
     path = dl.save(qmodel, tmp_path / "q.npz")
-    with np.load(path, allow_pickle=False) as npz:
-        assert npz[f"{len(qmodel) - 1}.W_q"].dtype == np.int8
+    with np.load(path, allow_pickle=False) as npz:      # the file's index: the weights are int8
+        index = json.loads(npz["__dlcourse__"].tobytes().decode("utf-8"))["arrays"]
+    assert [f"{len(qmodel) - 1}.W_q", "|i1"] in [entry[:2] for entry in index]
     back = dl.load(path)
     np.testing.assert_array_equal(back.forward(Xt[:20]), qmodel.forward(Xt[:20]))
     assert back.layers[-1].buffers["W_q"].dtype == np.int8
@@ -295,6 +297,36 @@ def test_fit_keeps_pruned_weights_at_zero(optimizer, device):
         W = dl.to_numpy(model.params[k])
         assert (W[z] == 0).all() and (W[~z] != 0).mean() > 0.99
     assert dl.sparsity(model)["total"] == pytest.approx(0.7, abs=1e-3)
+
+
+def test_pruning_schedule_is_cubic_and_ends_at_the_target():
+    assert dl.pruning_schedule(0.8, 4) == pytest.approx([0.4625, 0.7, 0.7875, 0.8])
+    assert dl.pruning_schedule(0.9, 1) == [0.9]
+    with pytest.raises(ValueError, match="steps"):
+        dl.pruning_schedule(0.8, 0)
+
+
+def test_prune_gradually_reaches_the_sparsity_and_pruned_weights_stay_zero(device):
+    X, y = dl.data.load_digits("train")
+    model = dl.MLP([64, 32, 10], seed=0).to(device)
+    seen, zeros = [], {}
+
+    def fine_tune(m, step):
+        now = {k: dl.to_numpy(p) == 0 for k, p in m.params.items() if k.endswith("W")}
+        for k, z in zeros.items():                    # what an earlier cut pruned is still zero
+            assert (now[k] >= z).all()
+        zeros.update(now)
+        seen.append(dl.sparsity(m)["total"])
+        dl.fit(m, dl.SoftmaxCrossEntropy(), dl.Adam(m, lr=1e-2), X[:300], y[:300], epochs=1,
+               seed=step, progress=False)
+        for k, z in now.items():                      # and fit kept this cut's zeros
+            assert (dl.to_numpy(m.params[k])[z] == 0).all()
+
+    assert dl.prune_gradually(model, 0.8, fine_tune, steps=3) is model
+    assert seen == pytest.approx(dl.pruning_schedule(0.8, 3), abs=1e-3)
+    assert dl.sparsity(model)["total"] == pytest.approx(0.8, abs=1e-3)
+    with pytest.raises(TypeError, match="fine_tune"):
+        dl.prune_gradually(model, 0.9, fine_tune=None)
 
 
 # ======================================================================================
