@@ -599,9 +599,9 @@ class _Run:
     hooks. Each method is one thing the loop does."""
 
     def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, seed, progress,
-                 lr_schedule=None, dp=None):
+                 lr_schedule, dp):
         self.model, self.loss, self.optimizer, self.X, self.y = model, loss, optimizer, X, y
-        self.lr_schedule, self.dp = lr_schedule, dp or DataParallel(None, model, seed)
+        self.lr_schedule, self.dp = lr_schedule, dp
         self.epochs, self.batch_size = epochs, int(batch_size)
         self.device, self.dtype = _model_device(model), _model_dtype(model)
         if seed is not None:
