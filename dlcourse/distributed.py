@@ -41,7 +41,7 @@ from .backend import device_of, get_array_module, to_device, to_numpy
 
 __all__ = ["Communicator", "SingleProcess", "MPICommunicator", "NCCLCommunicator", "init",
            "ring_all_reduce", "shard", "shards", "flatten", "unflatten", "buckets",
-           "broadcast_parameters", "average_gradients", "DataParallel", "mpiexec_command",
+           "broadcast_parameters", "gradient_buffers", "average_gradients", "DataParallel", "mpiexec_command",
            "launch_env", "relaunch", "under_mpiexec", "mpiexec_path", "MPIEXEC_ARGS", "ring_cost", "BUCKET_BYTES", "simulate", "ThreadRank"]
 
 OPS = ("sum", "mean")
@@ -61,7 +61,8 @@ class Communicator:
     and ``sendrecv`` (the point-to-point step a ring all-reduce is built from).
 
     ``all_reduce(x, op)`` returns a new array on x's device: the elementwise sum (or mean)
-    of x over all ranks. ``broadcast(x, root)`` returns root's x on every rank (a new array
+    of x over all ranks; ``all_reduce_in_place(buf)`` sums into ``buf`` itself.
+    ``broadcast(x, root)`` returns root's x on every rank (a new array
     of x's shape, dtype and device). ``sendrecv(send, dest, recv, source)`` sends ``send`` to
     rank ``dest`` and fills ``recv`` (contiguous, in place) from rank ``source``, at once.
     """
@@ -72,6 +73,11 @@ class Communicator:
 
     def all_reduce(self, x, op: str = "sum"):
         raise NotImplementedError
+
+    def all_reduce_in_place(self, buf) -> None:
+        """``buf`` (contiguous) replaced by its sum over all ranks, with no new array: what
+        training does every step. MPI and NCCL reduce into the buffer itself."""
+        buf[...] = self.all_reduce(buf, "sum")
 
     def broadcast(self, x, root: int = 0):
         raise NotImplementedError
@@ -97,6 +103,9 @@ class SingleProcess(Communicator):
     def all_reduce(self, x, op: str = "sum"):
         _check_op(op)
         return x.copy()
+
+    def all_reduce_in_place(self, buf) -> None:
+        pass                      # the sum over one rank is buf itself
 
     def broadcast(self, x, root: int = 0):
         return x.copy()
@@ -132,6 +141,11 @@ class MPICommunicator(Communicator):
         if op == "mean":
             out /= self.world_size
         return to_device(out, device_of(x))
+
+    def all_reduce_in_place(self, buf) -> None:
+        if device_of(buf) != "cpu" or not buf.flags.c_contiguous:
+            return super().all_reduce_in_place(buf)       # through a host copy
+        self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
 
     def broadcast(self, x, root: int = 0):
         buf = self._host(x).copy()
@@ -195,6 +209,11 @@ class NCCLCommunicator(Communicator):
         if op == "mean":
             out /= self.world_size
         return out if device_of(x) == "gpu" else to_numpy(out)
+
+    def all_reduce_in_place(self, buf) -> None:
+        if device_of(buf) != "gpu" or not buf.flags.c_contiguous:
+            return super().all_reduce_in_place(buf)
+        self.nccl.all_reduce(buf, buf, "sum")           # NCCL reduces in place
 
     def broadcast(self, x, root: int = 0):
         buf = self._gpu(x).copy()
@@ -432,17 +451,32 @@ def shards(order, batch_size: int, rank: int, world_size: int, drop_last: bool =
 # ======================================================================================
 # Flat buffers and buckets
 # ======================================================================================
-def flatten(arrays, xp=None):
-    """One 1-D buffer holding every array of the list, one after another."""
+def flatten(arrays, xp=None, out=None, scale=None):
+    """One 1-D buffer holding every array of the list, one after another (times ``scale``
+    if given). ``out``: a buffer to fill, at least as long, instead of a new one."""
     xp = xp or get_array_module(*arrays)
-    return xp.concatenate([a.reshape(-1) for a in arrays]) if arrays else xp.zeros(0)
-
-
-def unflatten(buffer, arrays) -> None:
-    """Copy ``buffer`` back into ``arrays`` (in place), in the order :func:`flatten` used."""
+    if out is None:
+        flat = xp.concatenate([a.reshape(-1) for a in arrays]) if arrays else xp.zeros(0)
+        return flat if scale is None else flat * scale
     offset = 0
     for a in arrays:
-        a[...] = buffer[offset:offset + a.size].reshape(a.shape)
+        part = out[offset:offset + a.size].reshape(a.shape)
+        xp.multiply(a, 1 if scale is None else scale, out=part)   # one pass: copy and scale
+        offset += a.size
+    return out
+
+
+def unflatten(buffer, arrays, divisor=None) -> None:
+    """Copy ``buffer`` back into ``arrays`` (in place, divided by ``divisor`` if given), in
+    the order :func:`flatten` used."""
+    xp = get_array_module(buffer)
+    offset = 0
+    for a in arrays:
+        part = buffer[offset:offset + a.size].reshape(a.shape)
+        if divisor is None:
+            a[...] = part
+        else:
+            xp.divide(part, divisor, out=a)
         offset += a.size
 
 
@@ -474,32 +508,44 @@ def broadcast_parameters(model, comm: Communicator) -> None:
         unflatten(comm.broadcast(flatten(group), root=0), group)
 
 
+def gradient_buffers(model, bucket_bytes: int = BUCKET_BYTES) -> list:
+    """One flat buffer per bucket of the model's gradients, the last with two more entries
+    (the loss and the sample count ride along). Made once and reused every step: a fresh
+    2.7 MB array each step costs more than the all-reduce itself (the OS maps new memory
+    page by page), and the copies into it are the only other work."""
+    grads = list(model.grads.values())
+    xp = get_array_module(*grads)
+    groups = buckets(grads, bucket_bytes)
+    return [xp.empty(sum(g.size for g in group) + 2 * (k == len(groups) - 1), dtype=group[0].dtype)
+            for k, group in enumerate(groups)]
+
+
 def average_gradients(model, comm: Communicator, count: int, loss: float = 0.0,
-                      bucket_bytes: int = BUCKET_BYTES) -> tuple[float, int]:
+                      bucket_bytes: int = BUCKET_BYTES, buffers=None) -> tuple[float, int]:
     """Replace every rank's gradients by their average over the global batch; in place.
 
     Each rank computed the mean gradient over its own ``count`` samples. The global mean is
     sum_r(count_r * g_r) / sum_r(count_r): equal to one process's gradient on the whole
     global batch even when the shards differ in size. The counts and the ranks' losses ride
     in the last bucket, so one step costs one all-reduce per bucket and nothing more.
+    ``buffers``: from :func:`gradient_buffers`, reused step after step (``None``: new ones).
 
     Returns ``(global mean loss, global batch size)``.
     """
     if comm.world_size == 1:
         return loss, count
     grads = list(model.grads.values())
-    xp = get_array_module(*grads)
     groups = buckets(grads, bucket_bytes)
-    totals = []
-    for k, group in enumerate(groups):
-        buf = flatten(group, xp) * count
-        if k == len(groups) - 1:                  # + [loss * count, count]
-            buf = xp.concatenate([buf, xp.asarray([loss * count, count], dtype=buf.dtype)])
-        totals.append(comm.all_reduce(buf, "sum"))
-    loss_sum, n = (float(v) for v in to_numpy(totals[-1][-2:]))
-    totals[-1] = totals[-1][:-2]
-    for group, total in zip(groups, totals):
-        unflatten(total / n, group)
+    buffers = gradient_buffers(model, bucket_bytes) if buffers is None else buffers
+    for group, buf in zip(groups, buffers):
+        flatten(group, out=buf, scale=count)          # buf = [count * g for g in group]
+    last = buffers[-1]
+    last[-2:] = last.dtype.type(loss * count), count  # the last bucket: + [loss * count, count]
+    for buf in buffers:
+        comm.all_reduce_in_place(buf)                  # the sum over ranks
+    loss_sum, n = (float(v) for v in to_numpy(last[-2:]))
+    for group, buf in zip(groups, buffers):
+        unflatten(buf, group, divisor=n)               # g = sum_r(count_r * g_r) / n
     return loss_sum / n, int(round(n))
 
 
@@ -515,6 +561,7 @@ class DataParallel:
             raise TypeError(f"fit(comm=...) takes a communicator from dl.distributed.init(), "
                             f"got {type(comm).__name__}.")
         self.model = model
+        self.buffers = None          # the gradients' flat buffers, made at the first step
         broadcast_parameters(model, self.comm)
         self.seed = self._shared_seed(seed)
 
@@ -546,7 +593,9 @@ class DataParallel:
         return len(shards(np.arange(N), batch_size, 0, W))
 
     def average_gradients(self, loss: float, count: int) -> tuple[float, int]:
-        return average_gradients(self.model, self.comm, count, loss)
+        if self.buffers is None and self.comm.world_size > 1:
+            self.buffers = gradient_buffers(self.model)          # once per fit
+        return average_gradients(self.model, self.comm, count, loss, buffers=self.buffers)
 
     def total(self, value):
         """A count summed over ranks (e.g. the right predictions of an epoch)."""

@@ -99,6 +99,57 @@ def test_average_gradients_weights_uneven_shards():
         assert n == 4 and loss == pytest.approx((3 * 1 + 1 * 2) / 4)
 
 
+def test_average_gradients_reuses_its_buffers():
+    """fit's path: the flat buffers are made once and each step sums into them in place."""
+    grads = [np.array([1.0, 2.0, 3.0]), np.array([5.0, 6.0, 7.0])]
+
+    class Model:
+        def __init__(self, g):
+            self.grads = {"W": g.reshape(3, 1).copy(), "b": g[:2].copy()}
+
+    def body(comm, r):
+        model = Model(grads[r])
+        buffers = distributed.gradient_buffers(model)
+        assert [b.size for b in buffers] == [3 + 2 + 2]      # + loss and count
+        seen = [id(b) for b in buffers]
+        for step in range(2):                                  # a second step, same buffers
+            model.grads = {"W": grads[r].reshape(3, 1) * (step + 1), "b": grads[r][:2].copy()}
+            loss, n = distributed.average_gradients(model, comm, 2, loss=1.0, buffers=buffers)
+        assert [id(b) for b in buffers] == seen
+        return model.grads, n
+    for g, n in distributed.simulate(body, [0, 1]):
+        np.testing.assert_array_equal(g["W"].ravel(), (grads[0] + grads[1]) * 2 / 2)
+        np.testing.assert_array_equal(g["b"], (grads[0][:2] + grads[1][:2]) / 2)
+        assert n == 4
+
+
+def test_all_reduce_in_place_single_process_leaves_the_buffer():
+    buf = np.arange(4.0)
+    distributed.SingleProcess().all_reduce_in_place(buf)
+    np.testing.assert_array_equal(buf, np.arange(4.0))
+
+
+def test_all_reduce_in_place_sums_into_the_buffer():
+    def body(comm, r):
+        buf = np.arange(4.0) * (r + 1)
+        comm.all_reduce_in_place(buf)       # the interface's default: through all_reduce
+        return buf
+    for got in distributed.simulate(body, [0, 1, 2]):
+        np.testing.assert_array_equal(got, np.arange(4.0) * 6)
+
+
+def test_flatten_into_a_buffer_and_back_with_scales():
+    arrays = [np.arange(6.0).reshape(2, 3), np.arange(4.0)]
+    buf = np.full(12, -1.0)
+    assert distributed.flatten(arrays, out=buf, scale=3) is buf
+    np.testing.assert_array_equal(buf[:10], np.concatenate([a.ravel() for a in arrays]) * 3)
+    assert (buf[10:] == -1).all()                     # the rest untouched
+    copies = [np.zeros_like(a) for a in arrays]
+    distributed.unflatten(buf, copies, divisor=3)
+    for a, c in zip(arrays, copies):
+        np.testing.assert_array_equal(a, c)
+
+
 def test_buckets_flatten_unflatten_roundtrip():
     arrays = [np.arange(6.0).reshape(2, 3), np.arange(4.0), np.arange(100.0)]
     groups = distributed.buckets(arrays, max_bytes=80)
@@ -223,7 +274,9 @@ def test_mpi_takes_gpu_arrays_through_the_host():
         "import numpy as np, dlcourse as dl; from dlcourse import distributed as d; "
         "c = d.init(); x = dl.to_device(np.arange(6.0) * (c.rank + 1), 'gpu'); "
         "s = c.all_reduce(x, 'mean'); r = d.ring_all_reduce(c, x); b = c.broadcast(x); "
-        "assert all(dl.device_of(a) == 'gpu' for a in (s, r, b)); "
+        "i = x.copy(); c.all_reduce_in_place(i); "
+        "assert all(dl.device_of(a) == 'gpu' for a in (s, r, b, i)); "
+        "assert np.allclose(dl.to_numpy(i), np.arange(6.0) * 3); "
         "assert np.allclose(dl.to_numpy(s), np.arange(6.0) * 1.5); "
         "assert np.allclose(dl.to_numpy(r), np.arange(6.0) * 3); "
         "assert np.allclose(dl.to_numpy(b), np.arange(6.0))")])
