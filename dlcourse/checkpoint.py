@@ -3,19 +3,21 @@
 Introduced in notebook ``04_mlp_on_digits`` (save the trained MLP) and used again in
 ``07_training_a_cnn``.
 
-A checkpoint is one ``.npz`` file (a zip of ``.npy`` arrays, deflated) holding two entries:
+A checkpoint is one ``.npz`` file, a zip archive (deflated) of two entries:
 
-* ``"__dlcourse__"``: the metadata, JSON as UTF-8 bytes (a uint8 array): the architecture
+* ``__dlcourse__.json``: the metadata, UTF-8 JSON: the architecture
   (``{"type": "MLP", "config": model.get_config()}``), the dlcourse version, the format
   version, a SHA-256 digest, and the index of the arrays (``[name, dtype, shape]`` each);
-* ``"__arrays__"``: every parameter and buffer, under the model's ``state_dict()`` names
-  (``"0.W"``, ...), their bytes one after the other in the index's order (a uint8 array),
-  always from NumPy arrays, so a model saved from the GPU loads on a CPU-only machine.
+* ``__arrays__.bin``: every parameter and buffer, under the model's ``state_dict()`` names
+  (``"0.W"``, ...), their bytes one after the other in the index's order (little-endian,
+  C order), always from NumPy arrays, so a model saved from the GPU loads on a CPU-only
+  machine.
 
-Two entries and compression keep the fixed part small, so a small model's file is about the
-size of its arrays (an int8 model's file is about a quarter of its float32 one's). Format
-version 1 (dlcourse before issue 19: one ``.npy`` entry per array and the JSON as a NumPy
-unicode string) still loads.
+Any zip tool lists it and ``unzip -p model.npz __dlcourse__.json`` prints what it holds. Two
+entries and no per-entry headers keep the fixed part small, so a small model's file is about
+the size of its arrays (an int8 model's file under 30 % of its float32 one's). Older formats
+still load: 2 (the same two parts, each wrapped as a ``.npy`` uint8 array) and 1 (dlcourse
+before issue 19: one ``.npy`` entry per array and the JSON as a NumPy unicode string).
 
 Why this format:
 
@@ -26,10 +28,11 @@ Why this format:
 * **Atomic.** The file is written to a temporary file in the same folder, then moved over the
   old one with ``os.replace``: a crash or a full disk never leaves half a checkpoint, and the
   previous file stays as it was; a file saved again keeps its permissions.
-* **Bounded.** Before anything is inflated or allocated, every array's ``.npy`` header is
-  read and checked against the size its zip entry declares (at most ``MAX_CHECKPOINT_BYTES``
-  in all), only real or integer arrays are accepted, and the architecture must be shallow,
-  small JSON whose sizes fit the arrays the file holds.
+* **Bounded.** Before anything is inflated or allocated, the sizes the zip entries declare
+  are checked (at most ``MAX_CHECKPOINT_BYTES`` in all, the metadata at most
+  ``MAX_META_BYTES``), the index must add up to the arrays entry exactly, only real or integer
+  arrays are accepted, and the architecture must be shallow, small JSON whose sizes fit the
+  arrays the file holds. (Formats 1 and 2: every ``.npy`` header is read and checked first.)
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from numpy.lib import format as npy_format
+from numpy.lib import format as npy_format   # formats 1 and 2
 
 from ._io import atomic_write, check_writable
 from .backend import to_numpy
@@ -50,9 +53,11 @@ __all__ = ["save", "load", "check_can_save", "CheckpointError", "FORMAT_VERSION"
            "MAX_CHECKPOINT_BYTES"]
 
 FORMAT_NAME = "dlcourse-checkpoint"
-FORMAT_VERSION = 2
-META_KEY = "__dlcourse__"
-ARRAYS_KEY = "__arrays__"      # format 2: every array's bytes, one after the other
+FORMAT_VERSION = 3
+META_FILE = "__dlcourse__.json"    # the metadata and the arrays' index
+ARRAYS_FILE = "__arrays__.bin"     # every array's bytes, one after the other
+META_KEY = "__dlcourse__"          # formats 1 and 2: the same parts as .npy entries
+ARRAYS_KEY = "__arrays__"          # (format 2 only)
 
 #: The most bytes the arrays of one checkpoint may declare (inflated), all together.
 MAX_CHECKPOINT_BYTES = 1 << 31
@@ -170,42 +175,38 @@ def save(model, path) -> Path:
 
     path = _save_target(path)
     with atomic_write(path) as f:      # readers see the old file or the new one, never half
-        _write_npz(f, _pack(meta, arrays))
+        _write_zip(f, _pack(meta, arrays))
     return path
 
 
-def _write_npz(f, entries: dict) -> None:
-    """An ``.npz`` that ``np.load`` reads, as ``np.savez_compressed`` writes it but smaller
-    and reproducible: each entry deflated (level 9), dated 1980-01-01 (the same model gives
-    the same bytes), with no zip64 fields (a checkpoint's entries stay far below 4 GiB)."""
-    import io
+def _write_zip(f, entries: dict) -> None:
+    """A zip of ``entries`` (file name -> bytes), each deflated (level 9) and dated
+    1980-01-01 (the same model gives the same bytes), with no zip64 fields (a checkpoint's
+    entries stay far below 4 GiB)."""
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
-        for name, array in entries.items():
-            npy = io.BytesIO()
-            npy_format.write_array(npy, array, allow_pickle=False)
-            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+        for name, data in entries.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
-            archive.writestr(info, npy.getvalue(), compresslevel=9)
+            archive.writestr(info, data, compresslevel=9)
 
 
 def _pack(meta: dict, arrays: dict) -> dict:
-    """The two entries of a format-2 file: the metadata (with the arrays' index) as UTF-8
-    bytes, and the arrays' bytes one after the other (little-endian, C order)."""
+    """The two entries of a checkpoint: the metadata with the arrays' index as UTF-8 JSON,
+    and the arrays' bytes one after the other (little-endian, C order)."""
     index, parts = [], []
     for name, a in arrays.items():
         a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<") if a.dtype.itemsize > 1
                                  else a.dtype)
         index.append([name, a.dtype.str, list(a.shape)])
-        parts.append(a.reshape(-1).view(np.uint8))
+        parts.append(a.tobytes())
     text = json.dumps({**meta, "arrays": index}, separators=(",", ":"))
-    blob = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
-    return {META_KEY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8), ARRAYS_KEY: blob}
+    return {META_FILE: text.encode("utf-8"), ARRAYS_FILE: b"".join(parts)}
 
 
-def _unpack(path: Path, meta: dict, blob: np.ndarray) -> dict:
-    """The arrays a format-2 file's index names, cut from ``blob``; the index is checked
-    (names, real dtypes, shapes, and sizes that add up to the blob exactly) before anything
-    is copied."""
+def _index(path: Path, meta: dict, size: int) -> list:
+    """The arrays a checkpoint's index names, as (name, dtype, shape, bytes), checked (names,
+    real dtypes, shapes, and sizes that add up to ``size``, the arrays entry's bytes, exactly)
+    before anything is read or copied."""
     def bad(why):
         return CheckpointError(f"{path}: the index of its arrays is malformed ({why}). "
                                f"The file is damaged or was not written by dl.save.")
@@ -235,15 +236,21 @@ def _unpack(path: Path, meta: dict, blob: np.ndarray) -> dict:
             raise bad(f"{name} has shape {str(shape)[:80]}")
         nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
         total += nbytes
-        if total > blob.size:                  # stop before a huge shape is ever allocated
+        if total > size:                       # stop before a huge shape is ever allocated
             break
         entries.append((name, dtype, tuple(shape), nbytes))
-    if total != blob.size:
+    if total != size:
         raise CheckpointError(f"{path} is damaged or incomplete: its index declares "
-                              f"{total} bytes of arrays, but the arrays entry holds {blob.size}.")
+                              f"{total} bytes of arrays, but the arrays entry holds {size}.")
+    return entries
+
+
+def _unpack(entries: list, blob) -> dict:
+    """The arrays of a checked index (:func:`_index`), cut from ``blob`` (bytes) and copied."""
     arrays, start = {}, 0
     for name, dtype, shape, nbytes in entries:
-        arrays[name] = blob[start:start + nbytes].view(dtype).reshape(shape).copy()
+        arrays[name] = np.frombuffer(blob, dtype=dtype, count=nbytes // dtype.itemsize,
+                                     offset=start).reshape(shape).copy()
         start += nbytes
     return arrays
 
@@ -357,14 +364,11 @@ def _read(path: Path) -> tuple[dict, dict]:
     """The metadata and arrays of a checkpoint, refusing anything that needs pickle."""
     _check_is_npz(path)
     try:
-        _check_members(path)
-        with np.load(path, allow_pickle=False) as npz:
-            names = list(npz.files)
-            if META_KEY not in names:
-                raise CheckpointError(f"{path} is an .npz file but not a dlcourse checkpoint "
-                                      f"(it has no {META_KEY!r} entry). Was it written by dl.save?")
-            meta_text = npz[META_KEY]
-            arrays = {name: npz[name] for name in names if name != META_KEY}
+        with zipfile.ZipFile(path) as archive:
+            names = {info.filename for info in archive.infolist()}
+            if META_FILE in names:
+                return _read_zip(path, archive, names)
+        return _read_npz(path)                       # formats 1 and 2
     except CheckpointError:
         raise
     except FileNotFoundError:
@@ -384,29 +388,64 @@ def _read(path: Path) -> tuple[dict, dict]:
         raise CheckpointError(f"{path} is damaged or incomplete ({type(err).__name__}: "
                               f"{err}). It may be truncated (an interrupted copy or download), "
                               f"altered, or not an .npz file at all. Save or copy it again.") from None
-    try:
-        text = bytes(meta_text).decode("utf-8") if meta_text.dtype == np.uint8 else str(meta_text)
-        meta = json.loads(text)
-    except UnicodeDecodeError as err:
-        raise CheckpointError(f"{path}: the {META_KEY!r} entry is not UTF-8 text ({err}).") from None
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path}: the {META_KEY!r} entry is not valid JSON ({err}).") from None
-    except RecursionError:
-        meta = None
-    if meta is None or _depth(meta) > MAX_CONFIG_DEPTH + 3:   # meta > architecture > config
-        raise CheckpointError(f"{path}: the {META_KEY!r} entry nests deeper than "
-                              f"{MAX_CONFIG_DEPTH} levels; no dlcourse model's config does. "
-                              f"The file is damaged or was not written by dl.save.")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"{path} is not a dlcourse checkpoint (its metadata has no "
-                              f"format {FORMAT_NAME!r}).")
+
+
+def _read_zip(path: Path, archive: zipfile.ZipFile, names: set) -> tuple[dict, dict]:
+    """Format 3: the JSON, then the arrays' bytes, each entry's declared size checked before
+    it is inflated (zipfile checks each entry's CRC as it reads)."""
+    if names != {META_FILE, ARRAYS_FILE}:
+        raise CheckpointError(f"{path}: a checkpoint holds the entries {META_FILE} and "
+                              f"{ARRAYS_FILE} only; this one has {sorted(names)}. It was altered.")
+    meta_info, arrays_info = archive.getinfo(META_FILE), archive.getinfo(ARRAYS_FILE)
+    for info, limit in ((meta_info, MAX_META_BYTES), (arrays_info, MAX_CHECKPOINT_BYTES)):
+        if info.file_size > limit:
+            raise CheckpointError(f"{path}: its entry {info.filename} declares "
+                                  f"{info.file_size} bytes, more than the {limit} it may hold. "
+                                  f"The file is damaged or was not written by dl.save.")
+    meta = _metadata(path, archive.read(META_FILE))
+    entries = _index(path, meta, arrays_info.file_size)
+    return meta, _unpack(entries, archive.read(ARRAYS_FILE))
+
+
+def _read_npz(path: Path) -> tuple[dict, dict]:
+    """Formats 1 and 2, through np.load, once every .npy header has been checked."""
+    _check_members(path)
+    with np.load(path, allow_pickle=False) as npz:
+        names = list(npz.files)
+        if META_KEY not in names:
+            raise CheckpointError(f"{path} is an .npz file but not a dlcourse checkpoint "
+                                  f"(it has no {META_FILE} entry). Was it written by dl.save?")
+        meta_text = npz[META_KEY]
+        arrays = {name: npz[name] for name in names if name != META_KEY}
+    meta = _metadata(path, bytes(meta_text) if meta_text.dtype == np.uint8 else str(meta_text))
     if meta_text.dtype == np.uint8 or ARRAYS_KEY in arrays:        # format 2: two entries
         if set(arrays) != {ARRAYS_KEY}:
             raise CheckpointError(f"{path}: a format-2 checkpoint holds the entries "
                                   f"{META_KEY!r} and {ARRAYS_KEY!r} only; this one also has "
                                   f"{sorted(set(arrays) - {ARRAYS_KEY})}. It was altered.")
-        arrays = _unpack(path, meta, arrays[ARRAYS_KEY])
+        blob = arrays[ARRAYS_KEY]
+        arrays = _unpack(_index(path, meta, blob.size), blob.tobytes())
     return meta, arrays
+
+
+def _metadata(path: Path, text) -> dict:
+    """The metadata dict from the JSON entry (bytes, or str in format 1), checked."""
+    try:
+        meta = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path}: the metadata entry is not UTF-8 text ({err}).") from None
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: the metadata entry is not valid JSON ({err}).") from None
+    except RecursionError:
+        meta = None
+    if meta is None or _depth(meta) > MAX_CONFIG_DEPTH + 3:   # meta > architecture > config
+        raise CheckpointError(f"{path}: the metadata entry nests deeper than "
+                              f"{MAX_CONFIG_DEPTH} levels; no dlcourse model's config does. "
+                              f"The file is damaged or was not written by dl.save.")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{path} is not a dlcourse checkpoint (its metadata has no "
+                              f"format {FORMAT_NAME!r}).")
+    return meta
 
 
 def load(path, device: str | None = None):

@@ -102,9 +102,9 @@ def test_npz_is_added_when_the_path_has_no_suffix(tmp_path):
 
 def test_the_file_holds_the_architecture_and_versions(tmp_path):
     path = save(MLP([2, 3, 2], seed=0), tmp_path / "m.npz")
-    with np.load(path, allow_pickle=False) as npz:
-        meta = json.loads(npz[ckpt.META_KEY].tobytes().decode("utf-8"))
-        names = set(npz.files)
+    with zipfile.ZipFile(path) as archive:                     # any zip tool reads it
+        meta = json.loads(archive.read(ckpt.META_FILE).decode("utf-8"))
+        names = set(archive.namelist())
     from dlcourse import __version__
     assert meta["architecture"] == {"type": "MLP", "config": {"sizes": [2, 3, 2],
                                                               "activation": "relu",
@@ -112,7 +112,7 @@ def test_the_file_holds_the_architecture_and_versions(tmp_path):
     assert meta["format_version"] == ckpt.FORMAT_VERSION
     assert meta["dlcourse_version"] == __version__
     assert len(meta["sha256"]) == 64
-    assert names == {ckpt.META_KEY, ckpt.ARRAYS_KEY}           # two entries, compressed
+    assert names == {ckpt.META_FILE, ckpt.ARRAYS_FILE}         # two entries, compressed
     assert [entry[:2] for entry in meta["arrays"]] == [["0.W", "<f4"], ["0.b", "<f4"],
                                                        ["2.W", "<f4"], ["2.b", "<f4"]]
     with zipfile.ZipFile(path) as archive:
@@ -160,31 +160,66 @@ def test_a_small_int8_model_file_is_about_the_size_of_its_arrays(tmp_path):
                                   dl.to_numpy(q.forward(X)))
 
 
-def test_a_malformed_index_is_refused_before_copying(tmp_path):
+@pytest.mark.parametrize("version", [3, 2])
+def test_a_malformed_index_is_refused_before_copying(tmp_path, version):
     path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
     meta, arrays = ckpt._read(path)
-    blob = ckpt._pack(meta, arrays)[ckpt.ARRAYS_KEY]
+    blob = ckpt._pack(meta, arrays)[ckpt.ARRAYS_FILE]
     for index, message in ((None, "malformed"), ([["0.W", "<f4", [10 ** 12]]], "declares"),
                            ([["0.W", "|O", [1]]], "real numbers"), ([["0.W", "<c8", [1]]], "real numbers"),
                            ([["__x", "<f4", [1]]], "reserved"), ([["0.W", "<f4", [-1]]], "shape"),
                            ([["0.W", "<f4", [2, 2]], ["0.b", "<f4", [3]]], "declares")):
-        bad = {**meta, "arrays": index}
-        text = np.frombuffer(json.dumps(bad).encode(), np.uint8)
-        np.savez_compressed(path, **{ckpt.META_KEY: text, ckpt.ARRAYS_KEY: blob})
+        text = json.dumps({**meta, "arrays": index}).encode()
+        _write(path, {ckpt.META_FILE: text, ckpt.ARRAYS_FILE: blob}, version)
         with pytest.raises(CheckpointError, match=message):
             load(path)
+
+
+def test_a_format_2_file_still_loads(tmp_path):
+    """Format 2 (dlcourse before this one): the same two parts as .npy uint8 entries."""
+    model = MLP([4, 8, 3], seed=0)
+    path = save(model, tmp_path / "m.npz")
+    meta, arrays = _rewrite(path, version=2)
+    with zipfile.ZipFile(path) as archive:
+        assert set(archive.namelist()) == {ckpt.META_KEY + ".npy", ckpt.ARRAYS_KEY + ".npy"}
+    assert_same_state(load(path), model)
+    arrays["0.W"] = arrays["0.W"] + 1                    # and its digest is still checked
+    _rewrite(path, arrays=arrays, version=2)
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load(path)
+
+
+def test_an_extra_entry_is_refused(tmp_path):
+    path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("notes.txt", b"hello")
+    with pytest.raises(CheckpointError, match=r"notes\.txt.*altered"):
+        load(path)
 
 
 # ======================================================================================
 # Damaged, altered and unsafe files
 # ======================================================================================
-def _rewrite(path, arrays=None, meta=None, **extra):
-    """Write an .npz like save() does, but with whatever arrays and metadata we choose (and
-    ``extra`` entries beside its two)."""
+def _write(path, entries, version=3, **extra):
+    """Write the two entries ``ckpt._pack`` makes as checkpoint format ``version``: 3, the
+    zip save() writes; 2, the same parts as two .npy uint8 entries (with ``extra`` arrays
+    beside them, which np.savez pickles when they hold objects)."""
+    if version == 3:
+        with open(path, "wb") as f:
+            ckpt._write_zip(f, entries)
+        return
+    as_npy = {ckpt.META_KEY: np.frombuffer(entries[ckpt.META_FILE], np.uint8),
+              ckpt.ARRAYS_KEY: np.frombuffer(entries[ckpt.ARRAYS_FILE], np.uint8)}
+    np.savez_compressed(path, **as_npy, **extra)
+
+
+def _rewrite(path, arrays=None, meta=None, version=3, **extra):
+    """Write a checkpoint like save() does, but with whatever arrays and metadata we choose;
+    returns the file's (metadata, arrays) before."""
     old_meta, old = ckpt._read(Path(path))
     arrays = old if arrays is None else arrays
     meta = old_meta if meta is None else meta
-    np.savez(path, **ckpt._pack(meta, arrays), **extra)
+    _write(path, ckpt._pack(meta, arrays), version, **extra)
     return old_meta, old
 
 
@@ -193,7 +228,7 @@ def test_a_flipped_byte_is_detected(tmp_path):
     path = save(model, tmp_path / "m.npz")
     raw = bytearray(path.read_bytes())
     with zipfile.ZipFile(path) as archive:                 # the middle of the arrays' data
-        info = archive.getinfo(ckpt.ARRAYS_KEY + ".npy")
+        info = archive.getinfo(ckpt.ARRAYS_FILE)
     local = info.header_offset                             # its local header: 30 bytes, name, extra
     name_len, extra_len = (int.from_bytes(raw[local + k:local + k + 2], "little") for k in (26, 28))
     at = local + 30 + name_len + extra_len + info.compress_size // 2
@@ -261,7 +296,7 @@ def test_an_unknown_layer_type_is_refused(tmp_path):
 
 def test_a_pickled_object_array_is_never_loaded(tmp_path):
     path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
-    _rewrite(path, evil=np.array([{"x": 1}], dtype=object))   # np.savez pickles this
+    _rewrite(path, version=2, evil=np.array([{"x": 1}], dtype=object))   # np.savez pickles it
     with pytest.raises(CheckpointError, match="pickle"):
         load(path)
 
@@ -311,7 +346,7 @@ def test_a_failed_save_leaves_the_old_file_untouched(tmp_path, monkeypatch):
         file.write(b"PK\x03\x04 half a zip file")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "_write_npz", write_then_fail)
+    monkeypatch.setattr(ckpt, "_write_zip", write_then_fail)
     with pytest.raises(OSError, match="No space left"):
         save(MLP([4, 16, 3], seed=1), path)
     assert path.read_bytes() == original
@@ -386,8 +421,8 @@ def _npy_header(shape, dtype="<f4"):
 @pytest.mark.parametrize("shape", [(10 ** 12,), (100000, 100000, 100000), (3, 2)])
 def test_an_array_header_that_lies_about_its_size_is_refused_before_allocating(
         tmp_path, monkeypatch, shape):
-    import zipfile
     path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
+    _rewrite(path, version=2)                        # formats 1 and 2 hold .npy entries
     with zipfile.ZipFile(path, "a") as z:            # a tiny entry whose header declares `shape`
         z.writestr("0.huge.npy", _npy_header(shape) + bytes(8))
 
@@ -398,10 +433,14 @@ def test_an_array_header_that_lies_about_its_size_is_refused_before_allocating(
         load(path)
 
 
-def test_entries_declaring_more_than_a_checkpoint_may_hold_are_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("version", [3, 2])
+def test_entries_declaring_more_than_a_checkpoint_may_hold_are_refused(tmp_path, monkeypatch,
+                                                                       version):
     path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
-    monkeypatch.setattr(ckpt, "MAX_CHECKPOINT_BYTES", path.stat().st_size // 2)
-    with pytest.raises(CheckpointError, match="more than the .* a checkpoint may hold"):
+    _rewrite(path, version=version)
+    monkeypatch.setattr(ckpt, "MAX_CHECKPOINT_BYTES", 8)
+    monkeypatch.setattr(zipfile.ZipFile, "read", lambda *a: pytest.fail("inflated before the check"))
+    with pytest.raises(CheckpointError, match="more than the .* (a checkpoint )?may hold"):
         load(path)
 
 
@@ -430,7 +469,7 @@ def test_a_config_nested_absurdly_deep_is_refused(tmp_path):
     meta["architecture"]["config"]["extra"] = "DEEP"
     for depth in (40, 100000):                          # past our limit; past json's recursion
         text = json.dumps(meta).replace('"DEEP"', "[" * depth + "1" + "]" * depth)
-        np.savez(path, **{ckpt.META_KEY: np.array(text)}, **arrays)
+        _write(path, {ckpt.META_FILE: text.encode(), ckpt.ARRAYS_FILE: b""})
         with pytest.raises(CheckpointError, match="nests deeper than"):
             load(path)
 

@@ -8,6 +8,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 
 import numpy as np
 import pytest
@@ -142,12 +143,15 @@ def test_a_model_other_than_the_pinned_one_is_refused(model_path, tmp_path):
 
 def test_a_tampered_checkpoint_is_refused(model_path, tmp_path):
     # Change one weight but keep the checkpoint's metadata (and its recorded digest).
-    with np.load(model_path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    arrays["__arrays__"] = arrays["__arrays__"].copy()       # every array's bytes, in a row
-    arrays["__arrays__"][2] ^= 1                              # one bit of the first weight
+    with zipfile.ZipFile(model_path) as z:
+        parts = {name: z.read(name) for name in z.namelist()}
+    weights = bytearray(parts["__arrays__.bin"])             # every array's bytes, in a row
+    weights[2] ^= 1                                           # one bit of the first weight
+    parts["__arrays__.bin"] = bytes(weights)
     tampered = tmp_path / "tampered.npz"
-    np.savez(tampered, **arrays)
+    with zipfile.ZipFile(tampered, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
     r = run_serve(tampered, "--port", "1")
     assert r.returncode == 1 and "SHA-256" in r.stderr and str(tampered) in r.stderr
 
