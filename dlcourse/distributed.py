@@ -18,8 +18,9 @@ A communicator has one small interface and three kinds:
   NCCL refuses two ranks on one GPU; ranks and sizes come from ``mpiexec``'s environment.
 
 What data-parallel training adds to the loop (:class:`DataParallel`, used by ``dl.fit``):
-parameters broadcast from rank 0 at the start; one shared batch order; the gradients flattened
-into a few buffers (*buckets*), each all-reduced; evaluation and progress on rank 0 only.
+parameters broadcast from rank 0 at the start; one shared batch order (each rank draws its own
+dropout masks); the gradients flattened into a few buffers (*buckets*), made once and each
+all-reduced in place every step; evaluation and progress on rank 0 only.
 BatchNorm is **not** synchronised: each rank normalises with its own shard's statistics and
 keeps its own running averages (rank 0's are the ones evaluated and saved).
 
@@ -575,6 +576,15 @@ class DataParallel:
             return seed
         mine = seed if seed is not None else int(backend.rng().integers(2**31))
         return int(self.comm.broadcast(np.asarray([mine], dtype=np.int64))[0])
+
+    @property
+    def dropout_seed(self):
+        """This rank's seed for the dropout masks: the seed itself for one process; with
+        several ranks one made from (seed, rank), so that ranks, which hold different samples,
+        do not all drop the same units of their i-th sample."""
+        if self.seed is None or self.comm.world_size == 1:
+            return self.seed
+        return int(np.random.SeedSequence([self.seed, self.comm.rank]).generate_state(1)[0])
 
     @property
     def shard(self) -> dict:

@@ -516,7 +516,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             (as in PyTorch's DDP), the gradients are averaged over the global batch and every
             rank takes the same step. Losses and accuracies are over the global batch;
             validation and the progress bar run on rank 0 (the result is sent to all ranks).
-            BatchNorm statistics stay per rank. Every rank passes the same X and y.
+            BatchNorm statistics stay per rank; each rank draws its own dropout masks. Every rank passes the same X and y.
             ``None``: one process.
 
     Returns:
@@ -604,8 +604,8 @@ class _Run:
         self.lr_schedule, self.dp = lr_schedule, dp
         self.epochs, self.batch_size = epochs, int(batch_size)
         self.device, self.dtype = _model_device(model), _model_dtype(model)
-        if seed is not None:
-            backend.manual_seed(seed)                  # dropout masks (and CuPy's generator)
+        if seed is not None:                           # dropout masks (and CuPy's generator),
+            backend.manual_seed(dp.dropout_seed)       # each rank its own (lesson 13)
         self.order_rng = backend.rng(seed) if seed is not None else None   # one order per epoch
         self.steps = self.dp.steps(len(X), self.batch_size)   # ceil(N / B) for one process
         self.history = History()

@@ -160,6 +160,17 @@ def test_buckets_flatten_unflatten_roundtrip():
         np.testing.assert_array_equal(a, c)
 
 
+def test_each_rank_draws_its_own_dropout_masks_from_the_shared_seed():
+    def body(comm, _):
+        dp = distributed.DataParallel(comm, MLP([2, 2], seed=comm.rank), seed=5)
+        return dp.seed, dp.dropout_seed
+    (seed0, drop0), (seed1, drop1) = distributed.simulate(body, [0, 1])
+    assert seed0 == seed1 == 5                       # one batch order
+    assert drop0 != drop1                            # two streams of masks
+    one = distributed.DataParallel(None, MLP([2, 2], seed=0), seed=5)
+    assert one.dropout_seed == 5                     # one process: fit as before
+
+
 def test_fit_with_single_process_comm_is_fit():
     X, y = distributed_jobs.synthetic()
     results = []
