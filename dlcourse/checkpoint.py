@@ -459,7 +459,8 @@ def load(path, device: str | None = None):
 
     Returns:
         The model, in training mode (call ``model.eval()`` before predicting if it has
-        Dropout or BatchNorm; :func:`dl.evaluate` does this for you).
+        Dropout or BatchNorm; :func:`dl.evaluate` does this for you). An int8 model
+        (``dl.quantize``), which can only predict, comes back in evaluation mode.
 
     Raises:
         CheckpointError: the file is truncated, altered (SHA-256 mismatch), holds a pickled
@@ -510,4 +511,6 @@ def load(path, device: str | None = None):
                               f"architecture: {message}") from None
     if device is not None:
         model.to(device)
+    if any(getattr(layer, "inference_only", False) for layer in getattr(model, "layers", [model])):
+        model.eval()           # e.g. its BatchNorm on the running statistics, as when quantized
     return model

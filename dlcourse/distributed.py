@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -379,6 +380,9 @@ def _abort_on_uncaught_exception(comm) -> None:
             print(f"{text}dl.distributed: rank {comm.rank} of {comm.world_size} failed with "
                   f"{kind.__name__}: {value}. Stopping all ranks.", file=sys.stderr, flush=True)
         sys.stdout.flush()
+        # mpiexec forwards each rank's output through a helper process that the abort kills:
+        # a moment first, or the message above can be lost (seen on a busy machine)
+        time.sleep(1.0)
         comm.abort(1)
 
     sys.excepthook = hook

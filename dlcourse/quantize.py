@@ -65,6 +65,8 @@ def dequantize_array(q, scale):
 class _QuantLayer(Layer):
     """Shared by the int8 layers: arrays in ``buffers`` (nothing to train), inference only."""
 
+    inference_only = True     # dl.load returns a model holding one in evaluation mode
+
     def __init__(self, per_channel: bool):
         super().__init__()
         self.per_channel = bool(per_channel)

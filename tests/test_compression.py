@@ -223,6 +223,20 @@ def test_integer_path_equals_float_reference_of_the_same_rounding(kind):
         x = layer.forward(x)
 
 
+def test_a_loaded_int8_model_is_ready_to_predict(tmp_path):
+    """An int8 model cannot train, so dl.load returns it in evaluation mode: its BatchNorm
+    uses the running statistics, not the statistics of whatever batch comes in."""
+    model = dl.CNN(1, (8, 8), 10, channels=(4, 8), batchnorm=True, seed=0)
+    X = np.random.default_rng(0).random((32, 1, 8, 8), dtype=np.float32)
+    dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.1), X, np.arange(32) % 10,
+           epochs=1, batch_size=8, seed=0, progress=False)   # running statistics != batch's
+    q = dl.quantize(model, X)
+    back = dl.load(dl.save(q, tmp_path / "q.npz"))
+    assert not back.training and not any(layer.training for layer in back.layers)
+    np.testing.assert_array_equal(back.forward(X[:5]), q.forward(X[:5]))
+    assert dl.load(dl.save(model, tmp_path / "f.npz")).training     # a float model: as documented
+
+
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
 def test_quantized_model_keeps_accuracy_saves_int8_and_loads(kind, tmp_path):
     model, X, Xt, yt = _digits_model(kind)
