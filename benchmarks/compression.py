@@ -43,7 +43,9 @@ digit is 0.37 points; MNIST-1D's has 1,000 signals, so one signal is 0.1 points)
 
 Exit status 0 when every target is met, 1 otherwise. Everything runs on the CPU (NumPy); the
 low formats are emulated exactly by rounding (``dl.autocast``), so this measures accuracy, not
-speed.
+speed. On one core (``--threads 1``) the whole run took 3.5 minutes, MNIST-1D 2.7 of them
+(2026-11-24, a shared 2-core VM); ``--models mlp cnn cnn32`` runs the digits models alone in
+under a minute.
 """
 from __future__ import annotations
 
