@@ -256,6 +256,46 @@ def test_quantized_model_keeps_accuracy_saves_int8_and_loads(kind, tmp_path):
         back.backward(np.ones((20, 10), np.float32))
 
 
+def test_quantized_1d_cnn_integer_path_per_output_channel(device, to_dev, tmp_path):
+    """The MNIST-1D CNN's layout, tiny and untrained: (1, 5) kernels, (0, 2) padding, (1, 2)
+    pooling, BatchNorm. Each output channel of a (F, C, 1, 5) kernel gets its own scale, and
+    every int8 layer equals the float64 product of its dequantized input and weights."""
+    model = dl.CNN(2, (1, 12), 3, channels=(4, 6), batchnorm=True, kernel_size=(1, 5),
+                   pool=(1, 2), seed=0)
+    conv = model.layers[0]
+    conv.params["W"] *= (2.0 ** np.arange(4, dtype=np.float32)).reshape(4, 1, 1, 1)
+    model.to(device).eval()
+    X = to_dev(np.random.default_rng(0).standard_normal((16, 2, 1, 12)).astype(np.float32))
+    qmodel = dl.quantize(model, X)
+    q = qmodel.layers[0]
+    assert q.kernel_size == [1, 5] and q.padding == [0, 2]
+    np.testing.assert_allclose(dl.to_numpy(q.buffers["W_scale"]),
+                               np.abs(dl.to_numpy(conv.params["W"])).max(axis=(1, 2, 3)) / 127,
+                               rtol=1e-6)
+    x = X
+    for layer in qmodel.layers:
+        if isinstance(layer, (dl.QuantLinear, dl.QuantConv2d)):
+            B = {k: dl.to_numpy(v).astype(np.float64) for k, v in layer.buffers.items()}
+            got = dl.to_numpy(layer.forward(x))
+            inputs = dl.to_numpy(x)
+            if isinstance(layer, dl.QuantConv2d):
+                inputs = dl.im2col(inputs, *layer.kernel_size, layer.stride, layer.padding)
+            x_deq = np.clip(np.rint(inputs / B["x_scale"]), -127, 127) * B["x_scale"]
+            if isinstance(layer, dl.QuantLinear):
+                ref = x_deq @ (B["W_q"] * B["W_scale"]) + B["b"]
+            else:
+                F = B["W_q"].shape[0]
+                W = B["W_q"].reshape(F, -1) * B["W_scale"].reshape(-1, 1)        # (F, C*1*5)
+                N, _, OH, OW = got.shape
+                ref = (x_deq @ W.T + B["b"]).reshape(N, OH, OW, F).transpose(0, 3, 1, 2)
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+        x = layer.forward(x)
+    logits = dl.to_numpy(model.forward(X))                # int8 activations: close, not equal
+    np.testing.assert_allclose(dl.to_numpy(x), logits, atol=0.05 * np.abs(logits).max())
+    back = dl.load(dl.save(qmodel, tmp_path / "q1d.npz")).eval()    # load: training mode (BN)
+    np.testing.assert_array_equal(back.forward(dl.to_numpy(X)), dl.to_numpy(qmodel.forward(X)))
+
+
 def test_quantize_errors():
     model = dl.MLP([4, 3])
     with pytest.raises(TypeError, match="unfused"):
