@@ -26,7 +26,7 @@ from .checkpoint import CheckpointError, load, save
 from .precision import LossScaler, autocast
 from .prune import prune, prune_gradually, pruning_schedule, sparsity
 from .quantize import QuantConv2d, QuantLinear, quantize
-from .infer import infer                      # lesson 12: from checkpoint to service
+from .fast_inference import infer                      # lesson 12: from checkpoint to service
 from . import inference
 from .export import ExportError, export_onnx  # (onnx itself is imported on first use)
 from .timing import timeit

@@ -137,21 +137,21 @@ def maxpool_forward(x, KH, KW, stride):
     """The maxima of :func:`maxpool_forward_naive`, fast: out (N, C, OH, OW) in x's memory layout.
 
     A window's maximum is the maximum over its KW columns of the maxima over its KH rows. So
-    first take the maximum of KH whole rows of x at a time (long contiguous runs, one
-    elementwise maximum per kernel row), then of KW columns of that: (KH-1) + (KW-1) passes
+    first take the maximum of whole rows of x (long contiguous runs), rows[n, c, i, :] = max over
+    kh of x[n, c, i*sh + kh, :], then of KW columns of that: (KH-1) + (KW-1) elementwise maxima
     instead of the KH*KW - 1 of a loop over window offsets, and only the last ones strided.
     """
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride)
     sh, sw = as_pair(stride)
     xp = get_array_module(x)
-    rows = x[:, :, 0:sh * OH:sh].copy(order="K")                      # (N, C, OH, W)
+    rows = x[:, :, 0:sh * OH:sh]                                        # (N, C, OH, W)
     for kh in range(1, KH):
-        xp.maximum(rows, x[:, :, kh:kh + sh * OH:sh], out=rows)
-    out = rows[:, :, :, 0:sw * OW:sw].copy(order="K")                # (N, C, OH, OW)
+        rows = xp.maximum(rows, x[:, :, kh:kh + sh * OH:sh])
+    out = rows[:, :, :, 0:sw * OW:sw]                                   # (N, C, OH, OW)
     for kw in range(1, KW):
-        xp.maximum(out, rows[:, :, :, kw:kw + sw * OW:sw], out=out)
-    return out
+        out = xp.maximum(out, rows[:, :, :, kw:kw + sw * OW:sw])
+    return out if KH * KW > 1 else out.copy(order="K")                 # never a view of x
 
 
 # ======================================================================================

@@ -15,7 +15,7 @@ import numpy as np
 from ._validate import shape_str
 from .backend import to_numpy
 from .conv import Conv2d
-from .infer import infer
+from .fast_inference import infer
 from .layers import Layer, Linear, Sequential
 from .losses import softmax
 

@@ -30,7 +30,7 @@ engine such as onnxruntime does them:
    ``Linear -> ReLU`` adds the bias and applies the ReLU in place. Any other layer runs its own
    ``forward``.
 
-Every step is tested against ``model.forward`` (tests/test_infer.py).
+Every step is tested against ``model.forward`` (tests/test_fast_inference.py).
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ from .layers import BatchNorm2d, Flatten, Identity, Layer, Linear, ReLU, Sequent
 from .ops import matmul
 from .shapes import output_size
 
-__all__ = ["infer", "plan", "chunk_size", "fold_batchnorm", "CACHE_BYTES"]
+__all__ = ["infer", "plan", "conv_step", "linear_step", "unfold_wide", "fold_batchnorm",
+           "chunk_size", "CACHE_BYTES"]
 
 CACHE_BYTES = 2 * 2**20   # what the largest array of one chunk may take: about a core's L2
 
@@ -123,9 +124,10 @@ def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
     """One step for conv [-> bn] [-> ReLU] [-> pool]: x (N, C, H, W) -> (N, F, OH', OW'),
     channel-major in memory as Conv2d's output is.
 
-    z = W_mat @ unfold(x) without the bias, pooled if there is a pool, then z += b and ReLU in
-    place: max(z_i) + b = max(z_i + b) and max(ReLU(z_i)) = ReLU(max(z_i)), exactly, since
-    adding b (even rounded to float32) and ReLU never change which z_i is largest.
+    z = W_mat @ cols without the bias (cols from :func:`unfold_wide` for stride 1, else
+    ``unfold``), pooled if there is a pool, then z += b and ReLU in place: max(z_i) + b =
+    max(z_i + b) and max(ReLU(z_i)) = ReLU(max(z_i)), exactly, since adding b (even rounded to
+    float32) and ReLU never change which z_i is largest.
     """
     W, b = fold_batchnorm(conv, bn) if bn is not None else (conv.params["W"], conv.params["b"])
     F, C, KH, KW = W.shape
@@ -134,14 +136,50 @@ def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
     def step(x):
         conv.check(x)                                   # channels, dtype, device: as forward
         xp = get_array_module(x)
-        cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)   # (C*KH*KW, N*OH*OW)
-        z = as_image(matmul(W_mat, cols), *conv_output_shape(conv, x.shape))   # (N, F, OH, OW)
+        N, OH, OW = conv_output_shape(conv, x.shape)
+        if conv.stride == (1, 1):
+            cols, Wp = unfold_wide(x, KH, KW, conv.padding)                  # (C*KH*KW, N*OH*Wp)
+            z = matmul(W_mat, cols).reshape(F, N, OH, Wp)[:, :, :, :OW]     # drop the wrapped columns
+            z = z.transpose(1, 0, 2, 3)                                     # (N, F, OH, OW)
+        else:
+            cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)
+            z = as_image(matmul(W_mat, cols), N, OH, OW)                    # (N, F, OH, OW)
         if pool is not None:
-            z = maxpool_forward(z, *pool.kernel_size, pool.stride)            # (N, F, OH', OW')
+            z = maxpool_forward(z, *pool.kernel_size, pool.stride)          # (N, F, OH', OW')
+        elif conv.stride == (1, 1):
+            z = z.copy(order="K")                       # compact: no wrapped columns left in it
         z += b.reshape(1, F, 1, 1)
         return xp.maximum(z, 0, out=z) if relu else z
 
     return step
+
+
+def unfold_wide(x, KH, KW, padding):
+    """im2col for a stride-1 convolution, with each output row as wide as the padded input.
+
+    x: (N, C, H, W) -> (cols, Wp): cols (C*KH*KW, N*OH*Wp), Wp = W + 2*pw, OH = H + 2*ph - KH + 1.
+
+    im2col copies, for each kernel offset (kh, kw), the pixels x_pad[n, c, i + kh, j + kw]:
+    for an output row i they are one run of OW numbers, then the copy jumps to the next row.
+    Here each output row also takes the KW - 1 positions j = OW .. Wp - 1 past its end, which
+    run on into the next row of x_pad: then the OH rows of an image follow each other in
+    memory, and one offset of one image is ONE run of OH*Wp numbers. Long runs copy several
+    times faster than short ones. The product then computes Wp - OW outputs per row that are
+    not outputs at all (they mix the end of one row with the start of the next): the caller
+    drops them. A spare zero row under each image keeps the last run inside the array.
+    """
+    N, C, H, W = x.shape
+    ph, pw = padding
+    Hp, Wp = H + 2 * ph, W + 2 * pw
+    OH = Hp - KH + 1
+    xp = get_array_module(x)
+    x_pad = xp.zeros((C, N, Hp + 1, Wp), dtype=x.dtype)               # channel-major, spare row
+    x_pad[:, :, ph:ph + H, pw:pw + W] = x.transpose(1, 0, 2, 3)
+    sC, sN, sH, sW = x_pad.strides
+    # entry [c, kh, kw, n, i, j] is x_pad[n, c, i + kh, j + kw], j running on past the row's end
+    windows = xp.lib.stride_tricks.as_strided(x_pad, shape=(C, KH, KW, N, OH, Wp),
+                                              strides=(sC, sH, sW, sN, sH, sW))
+    return windows.reshape(C * KH * KW, N * OH * Wp), Wp                # the one copy
 
 
 def linear_step(linear: Linear, relu: bool = False):
