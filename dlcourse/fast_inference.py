@@ -34,6 +34,7 @@ Every step is tested against ``model.forward`` (tests/test_fast_inference.py).
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -224,7 +225,7 @@ def chunk_size(model: Layer, sample_shape, itemsize: int = 4, budget: int = CACH
 
 def _largest_array(model, shape) -> int:
     """The most numbers one sample of ``shape`` makes in any array on its way through model."""
-    largest = int(np.prod(shape))
+    largest = math.prod(shape)
     for layer in (model.layers if isinstance(model, Sequential) else [model]):
         layer = getattr(layer, "layer", layer)          # a fused layer's Linear or Conv2d
         if isinstance(layer, Conv2d) and len(shape) == 3:
@@ -239,6 +240,6 @@ def _largest_array(model, shape) -> int:
         elif isinstance(layer, Linear):
             shape = (layer.out_features,)
         elif isinstance(layer, Flatten):
-            shape = (int(np.prod(shape)),)
-        largest = max(largest, int(np.prod(shape)))
+            shape = (math.prod(shape),)
+        largest = max(largest, math.prod(shape))
     return largest
