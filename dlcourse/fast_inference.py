@@ -11,8 +11,9 @@ a new array for its output, and the whole batch goes through one layer before th
 inference alone three things make the same computation faster on a CPU, as an inference
 engine such as onnxruntime does them:
 
-1. **Nothing is kept for backward**, and the model runs in evaluation mode (Dropout passes
-   everything through, BatchNorm uses its running statistics).
+1. **Nothing is kept for backward** by the steps below (a layer that runs its own ``forward``
+   keeps its usual cache, of the last chunk only), and the model runs in evaluation mode
+   (Dropout passes everything through, BatchNorm uses its running statistics).
 2. **The batch goes through in chunks that fit in the CPU's cache** (:func:`chunk_size`). For
    256 MNIST images the first convolution's output is 12.8 MB and the second one's im2col
    columns 29 MB: far more than a core's caches (here 1 MiB of L2, and an L3 shared with
