@@ -27,7 +27,9 @@ engine such as onnxruntime does them:
    matrix product, then the pooling, then the bias and the ReLU, in place, on the pooled
    quarter of the values: adding a per-channel bias and ReLU never change which value of a
    window is largest (both are non-decreasing), so pooling first gives exactly the same
-   numbers. A BatchNorm2d in evaluation mode is a per-channel scale and shift, folded into the
+   numbers (and when the columns are fewer than the output channels, as in a first layer on
+   one-channel images, the columns are put in pooling order, :func:`unfold_pooled`, so the
+   pooling is the maximum of contiguous blocks). A BatchNorm2d in evaluation mode is a per-channel scale and shift, folded into the
    convolution's weights and bias (:func:`fold_batchnorm`, lesson 12's exercise).
    ``Linear -> ReLU`` adds the bias and applies the ReLU in place. Any other layer runs its own
    ``forward``.
@@ -49,8 +51,8 @@ from .layers import BatchNorm2d, Flatten, Identity, Layer, Linear, ReLU, Sequent
 from .ops import matmul
 from .shapes import output_size
 
-__all__ = ["infer", "plan", "conv_step", "linear_step", "unfold_wide", "fold_batchnorm",
-           "chunk_size", "CACHE_BYTES"]
+__all__ = ["infer", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles", "unfold_pooled",
+           "unfold_wide", "chunk_size", "CACHE_BYTES"]
 
 # What the largest array of one chunk may take. Smaller chunks stay in a faster cache but pay
 # Python's cost per step more often: on the 2-core AMD EPYC this was tuned on (1 MiB of L2 per
@@ -130,34 +132,110 @@ def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
     """One step for conv [-> bn] [-> ReLU] [-> pool]: x (N, C, H, W) -> (N, F, OH', OW'),
     channel-major in memory as Conv2d's output is.
 
-    z = W_mat @ cols without the bias (cols from :func:`unfold_wide` for stride 1, else
-    ``unfold``), pooled if there is a pool, then z += b and ReLU in place: max(z_i) + b =
-    max(z_i + b) and max(ReLU(z_i)) = ReLU(max(z_i)), exactly, since adding b (even rounded to
-    float32) and ReLU never change which z_i is largest.
+    z = W_mat @ cols without the bias, pooled if there is a pool, then z += b and ReLU in
+    place: max(z_i) + b = max(z_i + b) and max(ReLU(z_i)) = ReLU(max(z_i)), exactly, since
+    adding b (even rounded to float32) and ReLU never change which z_i is largest.
+
+    The columns: for stride 1 :func:`unfold_wide` (long runs to copy), else ``unfold``. When
+    a pool tiles the output and the columns are fewer than the output channels (C*KH*KW < F,
+    a first layer on one-channel images), :func:`unfold_pooled` instead: its copy reads with
+    a stride, so costs more per column, but the pool becomes maxima of contiguous blocks, and
+    the pool's work grows with F while the copy's grows with C*KH*KW.
     """
     W, b = fold_batchnorm(conv, bn) if bn is not None else (conv.params["W"], conv.params["b"])
     F, C, KH, KW = W.shape
     W_mat = W.reshape(F, -1)                                            # (F, C*KH*KW)
+    wide = conv.stride == (1, 1)
+    pooled_columns = wide and pool is not None and C * KH * KW < F
 
     def step(x):
         conv.check(x)                                   # channels, dtype, device: as forward
         xp = get_array_module(x)
         N, OH, OW = conv_output_shape(conv, x.shape)
-        if conv.stride == (1, 1):
-            cols, Wp = unfold_wide(x, KH, KW, conv.padding)                  # (C*KH*KW, N*OH*Wp)
-            z = matmul(W_mat, cols).reshape(F, N, OH, Wp)[:, :, :, :OW]     # drop the wrapped columns
-            z = z.transpose(1, 0, 2, 3)                                     # (N, F, OH, OW)
+        if pooled_columns and tiles(pool, OH, OW):
+            PH, PW = pool.kernel_size
+            cols = unfold_pooled(x, KH, KW, conv.padding, PH, PW)    # (C*KH*KW, PH*PW*N*OH'*OW')
+            blocks = matmul(W_mat, cols).reshape(F, PH * PW, -1)     # a block per window offset
+            z = blocks[:, 0]
+            for k in range(1, PH * PW):
+                z = xp.maximum(z, blocks[:, k])                      # the pool
+            z = z.reshape(F, N, OH // PH, OW // PW).transpose(1, 0, 2, 3)   # (N, F, OH', OW')
         else:
-            cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)
-            z = as_image(matmul(W_mat, cols), N, OH, OW)                    # (N, F, OH, OW)
-        if pool is not None:
-            z = maxpool_forward(z, *pool.kernel_size, pool.stride)          # (N, F, OH', OW')
-        elif conv.stride == (1, 1):
-            z = z.copy(order="K")                       # compact: no wrapped columns left in it
+            if wide:
+                cols, Wp = unfold_wide(x, KH, KW, conv.padding)              # (C*KH*KW, N*OH*Wp)
+                z = matmul(W_mat, cols).reshape(F, N, OH, Wp)[:, :, :, :OW]  # drop the wrapped columns
+                z = z.transpose(1, 0, 2, 3)                                 # (N, F, OH, OW)
+            else:
+                cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)
+                z = as_image(matmul(W_mat, cols), N, OH, OW)                # (N, F, OH, OW)
+            if pool is not None:
+                z = maxpool_forward(z, *pool.kernel_size, pool.stride)      # (N, F, OH', OW')
+            elif wide:
+                z = z.copy(order="K")                   # compact: no wrapped columns left in it
         z += b.reshape(1, F, 1, 1)
         return xp.maximum(z, 0, out=z) if relu else z
 
     return step
+
+
+def linear_step(linear: Linear, relu: bool = False):
+    """One step for Linear [-> ReLU]: x (N, in) -> max(x @ W + b, 0) (N, out), in place."""
+    W, b = linear.params["W"], linear.params["b"]
+
+    def step(x):
+        linear.check(x)
+        y = matmul(x, W)
+        y += b
+        return get_array_module(y).maximum(y, 0, out=y) if relu else y
+
+    return step
+
+
+def fold_batchnorm(conv: Conv2d, bn: BatchNorm2d):
+    """(W, b) of one convolution computing conv then bn in evaluation mode.
+
+    bn(z) = gamma * (z - mean) / sqrt(var + eps) + beta = s * z + (beta - s * mean) per channel,
+    with s = gamma / sqrt(var + eps); and z = W * x + b, so W' = s * W and b' = s * (b - mean) + beta.
+    """
+    W, b = conv.params["W"], conv.params["b"]
+    xp = get_array_module(W)
+    s = bn.params["gamma"] / xp.sqrt(bn.buffers["running_var"] + W.dtype.type(bn.eps))   # (F,)
+    W_folded = (W * s.reshape(-1, 1, 1, 1)).astype(W.dtype)
+    b_folded = (s * (b - bn.buffers["running_mean"]) + bn.params["beta"]).astype(W.dtype)
+    return W_folded, b_folded
+
+
+# ======================================================================================
+# im2col for inference: two column orders that copy or pool faster
+# ======================================================================================
+def tiles(pool: MaxPool2d, OH: int, OW: int) -> bool:
+    """Whether ``pool``'s windows tile an OH x OW image: side by side (stride = kernel size),
+    nothing left over."""
+    PH, PW = pool.kernel_size
+    return pool.stride == pool.kernel_size and OH % PH == 0 and OW % PW == 0
+
+
+def unfold_pooled(x, KH, KW, padding, PH, PW):
+    """im2col for a stride-1 convolution followed by a PH x PW pooling that tiles its output,
+    with the columns in pooling order.
+
+    x: (N, C, H, W) -> cols (C*KH*KW, PH*PW * N*OH'*OW'), OH' = OH // PH, OW' = OW // PW:
+    column ((dh*PW + dw)*N + n)*OH'*OW' + i'*OW' + j' is the window of output pixel
+    (PH*i' + dh, PW*j' + dw) of image n. The product W_mat @ cols then holds PH*PW blocks, one
+    per position in the pooling window, and the pooling is the elementwise maximum of the blocks.
+    """
+    N, C, H, W = x.shape
+    ph, pw = padding
+    OH, OW = H + 2 * ph - KH + 1, W + 2 * pw - KW + 1
+    xp = get_array_module(x)
+    x_pad = xp.zeros((C, N, H + 2 * ph, W + 2 * pw), dtype=x.dtype)   # channel-major
+    x_pad[:, :, ph:ph + H, pw:pw + W] = x.transpose(1, 0, 2, 3)
+    sC, sN, sH, sW = x_pad.strides
+    # entry [c, kh, kw, dh, dw, n, i', j'] is x_pad[n, c, PH*i' + dh + kh, PW*j' + dw + kw]
+    windows = xp.lib.stride_tricks.as_strided(
+        x_pad, shape=(C, KH, KW, PH, PW, N, OH // PH, OW // PW),
+        strides=(sC, sH, sW, sH, sW, sN, PH * sH, PW * sW))
+    return windows.reshape(C * KH * KW, -1)                           # the one copy
 
 
 def unfold_wide(x, KH, KW, padding):
@@ -186,33 +264,6 @@ def unfold_wide(x, KH, KW, padding):
     windows = xp.lib.stride_tricks.as_strided(x_pad, shape=(C, KH, KW, N, OH, Wp),
                                               strides=(sC, sH, sW, sN, sH, sW))
     return windows.reshape(C * KH * KW, N * OH * Wp), Wp                # the one copy
-
-
-def linear_step(linear: Linear, relu: bool = False):
-    """One step for Linear [-> ReLU]: x (N, in) -> max(x @ W + b, 0) (N, out), in place."""
-    W, b = linear.params["W"], linear.params["b"]
-
-    def step(x):
-        linear.check(x)
-        y = matmul(x, W)
-        y += b
-        return get_array_module(y).maximum(y, 0, out=y) if relu else y
-
-    return step
-
-
-def fold_batchnorm(conv: Conv2d, bn: BatchNorm2d):
-    """(W, b) of one convolution computing conv then bn in evaluation mode.
-
-    bn(z) = gamma * (z - mean) / sqrt(var + eps) + beta = s * z + (beta - s * mean) per channel,
-    with s = gamma / sqrt(var + eps); and z = W * x + b, so W' = s * W and b' = s * (b - mean) + beta.
-    """
-    W, b = conv.params["W"], conv.params["b"]
-    xp = get_array_module(W)
-    s = bn.params["gamma"] / xp.sqrt(bn.buffers["running_var"] + W.dtype.type(bn.eps))   # (F,)
-    W_folded = (W * s.reshape(-1, 1, 1, 1)).astype(W.dtype)
-    b_folded = (s * (b - bn.buffers["running_mean"]) + bn.params["beta"]).astype(W.dtype)
-    return W_folded, b_folded
 
 
 # ======================================================================================

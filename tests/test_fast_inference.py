@@ -6,7 +6,7 @@ import pytest
 import dlcourse as dl
 from dlcourse import conv
 from dlcourse.fast_inference import (chunk_size, conv_step, fold_batchnorm, infer, plan,
-                                     unfold_wide)
+                                     tiles, unfold_pooled, unfold_wide)
 
 
 def randn(*shape, seed=0):
@@ -33,6 +33,9 @@ def _with_biases_and_statistics(model, seed=1):
 MODELS = {
     "mlp": (lambda: dl.MLP([12, 16, 16, 3], dropout=0.5, seed=0), (12,)),
     "cnn": (lambda: dl.CNN(1, (10, 10), 4, channels=(3, 5), seed=0), (1, 10, 10)),
+    # a first layer with more channels than columns (12 > 1*3*3) pools from pooling-ordered
+    # columns; the second one's 5x5 output is not tiled by its 2x2 pool
+    "cnn-pooled-columns": (lambda: dl.CNN(1, (10, 10), 4, channels=(12, 5), seed=0), (1, 10, 10)),
     "cnn-batchnorm": (lambda: dl.CNN(2, (8, 8), 4, channels=(3, 5), batchnorm=True, seed=0),
                       (2, 8, 8)),
     "cnn-1d": (lambda: dl.CNN(1, (1, 16), 3, kernel_size=(1, 5), pool=(1, 2), seed=0), (1, 1, 16)),
@@ -65,11 +68,12 @@ def test_the_course_cnn_is_three_steps_and_its_order_does_not_round_differently(
     model = _with_biases_and_statistics(dl.CNN(1, (12, 12), 5, seed=0, dtype=np.float64))
     assert len(plan(model)) == 4          # conv block, conv block, Flatten, Linear
     x = randn(5, 1, 12, 12, seed=3)
-    c, pool = model.layers[0], model.layers[2]
-    fast = conv_step(c, relu=True, pool=pool)(x)
-    naive = conv.maxpool_forward_naive(
-        np.maximum(conv.conv2d_forward_naive(x, c.params["W"], c.params["b"], 1, 1), 0), 2, 2, 2)
-    np.testing.assert_allclose(fast, naive, rtol=1e-12, atol=1e-12)
+    for c, pool in ((model.layers[0], model.layers[2]), (model.layers[3], model.layers[5])):
+        fast = conv_step(c, relu=True, pool=pool)(x)   # pooling-ordered columns, then wide ones
+        naive = conv.maxpool_forward_naive(
+            np.maximum(conv.conv2d_forward_naive(x, c.params["W"], c.params["b"], 1, 1), 0), 2, 2, 2)
+        np.testing.assert_allclose(fast, naive, rtol=1e-12, atol=1e-12)
+        x = fast
 
 
 @pytest.mark.parametrize("KH,KW,padding", [(3, 3, (1, 1)), (1, 5, (0, 2)), (2, 3, (0, 0)),
@@ -84,6 +88,25 @@ def test_unfold_wide_is_a_convolution(KH, KW, padding, device, to_dev, xp):
     out = (w.reshape(F, -1) @ cols).reshape(F, N, OH, Wp)[:, :, :, :OW].transpose(1, 0, 2, 3)
     expected = conv.conv2d_forward_naive(x, w, xp.zeros_like(b), 1, padding)
     assert xp.allclose(out, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("KH,KW,padding,PH,PW", [(3, 3, (1, 1), 2, 2), (1, 5, (0, 2), 1, 2),
+                                                 (2, 3, (1, 1), 3, 2), (3, 3, (0, 0), 1, 1)])
+def test_unfold_pooled_gives_the_pooled_convolution(KH, KW, padding, PH, PW, device, to_dev, xp):
+    """The product's PH*PW blocks, maxed, are the naive convolution then the naive pooling."""
+    N, C, H, W, F = 2, 2, 8, 6, 3
+    x, w = to_dev(randn(N, C, H, W, seed=1), randn(F, C, KH, KW, seed=2))
+    OH, OW = conv.output_size(H, W, KH, KW, 1, padding)
+    assert tiles(dl.MaxPool2d((PH, PW)), OH, OW)
+    blocks = (w.reshape(F, -1) @ unfold_pooled(x, KH, KW, padding, PH, PW)).reshape(F, PH * PW, -1)
+    pooled = blocks.max(axis=1).reshape(F, N, OH // PH, OW // PW).transpose(1, 0, 2, 3)
+    z = conv.conv2d_forward_naive(x, w, xp.zeros(F), 1, padding)
+    assert xp.allclose(pooled, conv.maxpool_forward_naive(z, PH, PW, (PH, PW)), atol=1e-12)
+
+
+def test_tiles_says_whether_the_windows_cover_the_image_side_by_side():
+    assert tiles(dl.MaxPool2d(2), 28, 28) and tiles(dl.MaxPool2d((1, 2)), 1, 40)
+    assert not tiles(dl.MaxPool2d(2), 7, 8) and not tiles(dl.MaxPool2d(2, stride=1), 8, 8)
 
 
 @pytest.mark.parametrize("kernel,stride", [((2, 2), 2), ((3, 3), 1), ((3, 2), (2, 1)),
