@@ -2,6 +2,13 @@
 the SAME model exported with dl.export_onnx, on the CPU, with the same number of threads, in
 one run; batch 1 and batch 256.
 
+dlcourse runs ``dl.infer(model, x)``: what ``dlcourse predict`` and ``dlcourse serve`` run
+(through ``dl.inference.predict_proba``). It computes what ``model.eval().forward(x)`` does, in
+cache-sized chunks, with Conv2d-ReLU-MaxPool2d and Linear-ReLU done as one step each (see
+dlcourse/infer.py); onnxruntime runs its default graph optimizations (it fuses Conv and Relu,
+and on x86 runs convolutions in its blocked NCHWc layout). ``--forward`` times
+``model.forward`` instead, for comparison.
+
     python benchmarks/onnx_inference.py [--threads N] [--rounds 8] [--json OUT.json]
 
 The models are the ones benchmarks/steps.py trains (MLP 784-512-512-10; the CNN
@@ -31,8 +38,9 @@ TARGET = 1.5          # at batch 256
 BATCHES = (1, 256)
 
 
-def engines(kind, batch, threads, folder):
-    """(dlcourse forward, onnxruntime run, max |difference|) for one model and batch size."""
+def engines(kind, batch, threads, folder, forward=False):
+    """(dlcourse's dl.infer (or model.forward), onnxruntime run, max |difference|) for one model
+    and batch size."""
     import onnxruntime as ort
     model = (dl.MLP([784, 512, 512, 10], seed=0) if kind == "mlp"
              else dl.CNN(in_channels=1, image_size=(28, 28), num_classes=10, seed=0)).eval()
@@ -41,8 +49,9 @@ def engines(kind, batch, threads, folder):
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    diff = float(abs(session.run(None, {"input": x})[0] - model.forward(x)).max())
-    return (lambda: model.forward(x)), (lambda: session.run(None, {"input": x})), diff
+    run_dl = (lambda: model.forward(x)) if forward else (lambda: dl.infer(model, x))
+    diff = float(abs(session.run(None, {"input": x})[0] - run_dl()).max())
+    return run_dl, (lambda: session.run(None, {"input": x})), diff
 
 
 def main(argv=None) -> int:
@@ -51,20 +60,24 @@ def main(argv=None) -> int:
                         help="threads for both: BLAS (dlcourse) and onnxruntime's intra-op pool "
                              "(default: the CPUs this process may use)")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--forward", action="store_true",
+                        help="time model.forward (the training code path) instead of dl.infer")
     parser.add_argument("--json", metavar="OUT.json")
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits
     import onnxruntime as ort
 
     load0 = load_average()
-    print(f"dlcourse {dl.__version__} (NumPy) vs onnxruntime {ort.__version__}, {date.today()}, "
+    import numpy as np
+    print(f"dlcourse {dl.__version__} ({'model.forward' if args.forward else 'dl.infer'}, NumPy "
+          f"{np.__version__}) vs onnxruntime {ort.__version__}, {date.today()}, "
           f"{cpu_model()}, {args.threads} thread(s) each, {args.rounds} rounds; load average "
           f"{load0 if load0 is None else round(load0, 2)}")
     rows, judged = [], []
     with threadpool_limits(limits=args.threads, user_api="blas"), tempfile.TemporaryDirectory() as folder:
         for kind in ("mlp", "cnn"):
             for batch in BATCHES:
-                run_dl, run_ort, diff = engines(kind, batch, args.threads, folder)
+                run_dl, run_ort, diff = engines(kind, batch, args.threads, folder, args.forward)
                 t_dl, t_ort, ratios = compare(run_dl, run_ort, args.rounds,
                                               block=5 if batch > 1 else 50)
                 ratio = sorted(ratios)[len(ratios) // 2]
@@ -80,13 +93,16 @@ def main(argv=None) -> int:
                              "onnxruntime_s": t_ort, "ratio": ratio, "ratios": ratios,
                              "max_abs_diff": diff})
     load1 = load_average()
+    print(f"load average at the end: {load1 if load1 is None else round(load1, 2)}")
     busy = load1 is not None and load1 - args.threads > BUSY_LOAD * cpus()
     if busy:
         print(f"the load average reached {load1:.2f} on {cpus()} CPUs: the machine was busy, "
               f"so the ratios are unreliable and the target is not judged")
     if args.json:
         Path(args.json).write_text(json.dumps({"date": str(date.today()), "cpu": cpu_model(),
-                                               "threads": args.threads, "rows": rows}, indent=1))
+                                               "threads": args.threads, "load": [load0, load1],
+                                               "dlcourse": "model.forward" if args.forward
+                                               else "dl.infer", "rows": rows}, indent=1))
     if busy or any(v.startswith("too close") for v in judged):
         return 2
     return 0 if all(v == "met" for v in judged) else 1

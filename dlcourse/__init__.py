@@ -26,7 +26,8 @@ from .checkpoint import CheckpointError, load, save
 from .precision import LossScaler, autocast
 from .prune import prune, prune_gradually, pruning_schedule, sparsity
 from .quantize import QuantConv2d, QuantLinear, quantize
-from . import inference                      # lesson 12: from checkpoint to service
+from .fast_inference import infer                      # lesson 12: from checkpoint to service
+from . import inference
 from .export import ExportError, export_onnx  # (onnx itself is imported on first use)
 from .timing import timeit
 
@@ -58,7 +59,7 @@ __all__ = [
     "LossScaler", "autocast", "prune", "prune_gradually", "pruning_schedule", "sparsity",
     "QuantConv2d", "QuantLinear", "quantize",
     # from checkpoint to service (lesson 12)
-    "inference", "ExportError", "export_onnx",
+    "infer", "inference", "ExportError", "export_onnx",
 ]
 
 

@@ -31,7 +31,7 @@ from .ops import matmul
 from .shapes import as_pair, output_size
 
 __all__ = ["output_size", "conv2d_forward_naive", "conv2d_backward_naive", "maxpool_forward_naive",
-           "maxpool_backward_naive", "im2col", "col2im", "unfold", "fold", "as_image", "as_matrix",
+           "maxpool_backward_naive", "maxpool_forward", "im2col", "col2im", "unfold", "fold", "as_image", "as_matrix",
            "Conv2d", "MaxPool2d"]
 
 
@@ -131,6 +131,27 @@ def maxpool_backward_naive(dout, x, KH, KW, stride):
                     kh, kw = np.unravel_index(int(window.argmax()), window.shape)
                     dx[n, c, i * sh + kh, j * sw + kw] += dout[n, c, i, j]
     return dx
+
+
+def maxpool_forward(x, KH, KW, stride):
+    """The maxima of :func:`maxpool_forward_naive`, fast: out (N, C, OH, OW) in x's memory layout.
+
+    A window's maximum is the maximum over its KW columns of the maxima over its KH rows. So
+    first take the maximum of whole rows of x (long contiguous runs), rows[n, c, i, :] = max over
+    kh of x[n, c, i*sh + kh, :], then of KW columns of that: (KH-1) + (KW-1) elementwise maxima
+    instead of the KH*KW - 1 of a loop over window offsets, and only the last ones strided.
+    """
+    N, C, H, W = x.shape
+    OH, OW = output_size(H, W, KH, KW, stride)
+    sh, sw = as_pair(stride)
+    xp = get_array_module(x)
+    rows = x[:, :, 0:sh * OH:sh]                                        # (N, C, OH, W)
+    for kh in range(1, KH):
+        rows = xp.maximum(rows, x[:, :, kh:kh + sh * OH:sh])
+    out = rows[:, :, :, 0:sw * OW:sw]                                   # (N, C, OH, OW)
+    for kw in range(1, KW):
+        out = xp.maximum(out, rows[:, :, :, kw:kw + sw * OW:sw])
+    return out if KH * KW > 1 else out.copy(order="K")                 # never a view of x
 
 
 # ======================================================================================
@@ -346,19 +367,20 @@ class MaxPool2d(Layer):
         KH, KW = self.kernel_size
         sh, sw = self.stride
         OH, OW = output_size(H, W, KH, KW, self.stride)
+        if not where:                 # the maxima alone: rows first, then columns
+            return maxpool_forward(x, KH, KW, self.stride), None
         xp = get_array_module(x)
         # A running maximum over the KH*KW window offsets: each offset (kh, kw) is one strided
         # slice of x holding that position of every window, of the output's shape (N, C, OH, OW).
         best = x[:, :, 0:sh * OH:sh, 0:sw * OW:sw].copy(order="K")   # in x's memory layout
         itype = np.int8 if KH * KW <= 127 else np.int32
-        idx = xp.zeros_like(best, dtype=itype) if where else None   # which offset holds the max
+        idx = xp.zeros_like(best, dtype=itype)            # which offset holds the max
         for k in range(1, KH * KW):
             kh, kw = divmod(k, KW)
             v = x[:, :, kh:kh + sh * OH:sh, kw:kw + sw * OW:sw]
-            if where:
-                better = v > best                         # strict: ties keep the first maximum
-                # "idx = k where better": k grows, so it is the larger of idx and k*better
-                xp.maximum(idx, better.astype(itype) * itype(k), out=idx)
+            better = v > best                             # strict: ties keep the first maximum
+            # "idx = k where better": k grows, so it is the larger of idx and k*better
+            xp.maximum(idx, better.astype(itype) * itype(k), out=idx)
             xp.maximum(best, v, out=best)
         return best, idx
 

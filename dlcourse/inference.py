@@ -1,6 +1,6 @@
 """Using a trained model on new inputs: what it takes, reading inputs from files, and the
-class probabilities it gives. Shared by ``dlcourse predict``, ``dlcourse serve`` and notebook
-``12_checkpoint_to_service``.
+class probabilities it gives (the forward pass itself is :func:`dlcourse.infer`). Shared by
+``dlcourse predict``, ``dlcourse serve`` and notebook ``12_checkpoint_to_service``.
 
     shape = input_shape(model)                 # one sample's shape: (64,) or (1, 8, 8)
     x = as_batch(read_inputs("x.npy", shape), shape)
@@ -8,7 +8,6 @@ class probabilities it gives. Shared by ``dlcourse predict``, ``dlcourse serve``
 """
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from ._validate import shape_str
 from .backend import to_numpy
 from .conv import Conv2d
+from .fast_inference import infer
 from .layers import Layer, Linear, Sequential
 from .losses import softmax
 
@@ -151,23 +151,14 @@ def read_inputs(path, shape) -> np.ndarray:
         return data[name]
 
 
-_forward_lock = threading.Lock()   # a layer keeps its forward cache in itself: one pass at a time
-
-
-def predict_proba(model: Layer, x, batch_size: int = 1024):
+def predict_proba(model: Layer, x, batch_size: int | None = None):
     """``(classes, probabilities)`` for the batch ``x``: (N,) int64 and (N, K) float64 NumPy.
 
-    The model runs in evaluation mode (its mode is put back after). K outputs give a softmax
+    The model runs in evaluation mode through :func:`dlcourse.infer` (its mode is put back
+    after; ``batch_size``: samples per chunk, None lets infer choose). K outputs give a softmax
     over K classes; one output is a two-class model whose probability is its sigmoid.
     """
-    with _forward_lock:
-        was_training = model.training
-        model.eval()
-        try:
-            logits = np.concatenate([to_numpy(model.forward(x[i:i + batch_size]))
-                                     for i in range(0, len(x), batch_size)]).astype(np.float64)
-        finally:
-            model.train(was_training)
+    logits = to_numpy(infer(model, x, batch_size)).astype(np.float64)
     if logits.shape[1] == 1:
         p1 = 1.0 / (1.0 + np.exp(-logits[:, 0]))
         probs = np.stack([1.0 - p1, p1], axis=1)

@@ -165,15 +165,16 @@ class CNN(Sequential):
         self.channels, self.batchnorm, self.dropout = [c1, c2], bool(batchnorm), float(dropout)
         self.kernel_size, self.pool = [KH, KW], [PH, PW]
 
-    def forward(self, x):
-        """x: (N, C, H, W) with (H, W) the image_size the CNN was built for -> logits (N, K)."""
+    def check(self, x):
+        """x: (N, C, H, W) with (H, W) the image_size the CNN was built for (forward and
+        dl.infer call this first)."""
+        super().check(x)
         if getattr(x, "ndim", None) == 4 and list(x.shape[2:]) != self.image_size:
             H, W = self.image_size
             raise ValueError(f"This CNN was built for {H}×{W} images but got {x.shape[2]}×"
                              f"{x.shape[3]} (x of shape {shape_str(x.shape)}): its last Linear "
                              f"layer's size depends on the image size. Build it for these images: "
                              f"dl.CNN(image_size=({x.shape[2]}, {x.shape[3]}), ...).")
-        return super().forward(x)
 
     def get_config(self):
         return {"in_channels": self.in_channels, "image_size": self.image_size,

@@ -1,0 +1,301 @@
+"""Inference: a trained model's forward pass when no backward pass follows, made fast on the CPU.
+
+Introduced in notebook ``12_checkpoint_to_service``; :func:`dlcourse.inference.predict_proba`
+(so ``dlcourse predict`` and ``dlcourse serve``) runs it, and ``benchmarks/onnx_inference.py``
+times it against onnxruntime.
+
+    logits = dl.infer(model, x)    # the numbers model.eval().forward(x) gives; the mode is kept
+
+``model.forward`` is written for training: each layer keeps what its backward needs and makes
+a new array for its output, and the whole batch goes through one layer before the next. For
+inference alone three things make the same computation faster on a CPU, as an inference
+engine such as onnxruntime does them:
+
+1. **Nothing is kept for backward** by the steps below (a layer that runs its own ``forward``
+   keeps its usual cache, of the last chunk only), and the model runs in evaluation mode
+   (Dropout passes everything through, BatchNorm uses its running statistics).
+2. **The batch goes through in chunks that fit in the CPU's cache** (:func:`chunk_size`). For
+   256 MNIST images the first convolution's output is 12.8 MB and the second one's im2col
+   columns 29 MB: far more than a core's caches (here 1 MiB of L2, and an L3 shared with
+   other cores). Layer after layer the arrays would stream from main memory, and each fresh
+   array costs the operating system's page faults. A chunk of a few dozen images keeps a
+   layer's output in the cache until the next layer reads it, and the memory of one chunk's
+   arrays is reused by the next; onnxruntime tiles its work for the same reason. On a GPU the
+   batch goes in whole: a large batch is what a GPU wants.
+3. **Layers that follow each other run as one step** (:func:`plan`), as onnxruntime fuses
+   Conv and Relu. ``Conv2d [-> BatchNorm2d] [-> ReLU] [-> MaxPool2d]`` is im2col and one
+   matrix product, then the pooling, then the bias and the ReLU, in place, on the pooled
+   quarter of the values: adding a per-channel bias and ReLU never change which value of a
+   window is largest (both are non-decreasing), so pooling first gives exactly the same
+   numbers (and when the columns are fewer than the output channels, as in a first layer on
+   one-channel images, the columns are put in pooling order, :func:`unfold_pooled`, so the
+   pooling is the maximum of contiguous blocks). A BatchNorm2d in evaluation mode is a per-channel scale and shift, folded into the
+   convolution's weights and bias (:func:`fold_batchnorm`, lesson 12's exercise).
+   ``Linear -> ReLU`` adds the bias and applies the ReLU in place. Any other layer runs its own
+   ``forward``.
+
+Every step is tested against ``model.forward`` (tests/test_fast_inference.py).
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from ._validate import shape_str, whole_number
+from .backend import get_array_module
+from .conv import Conv2d, MaxPool2d, as_image, conv_output_shape, maxpool_forward, unfold
+from .fusion import Conv2dReLU, LinearReLU
+from .layers import BatchNorm2d, Flatten, Identity, Layer, Linear, ReLU, Sequential, eval_mode
+from .ops import matmul
+from .shapes import output_size
+
+__all__ = ["infer", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles", "unfold_pooled",
+           "unfold_wide", "chunk_size", "CACHE_BYTES"]
+
+# What the largest array of one chunk may take. Smaller chunks stay in a faster cache but pay
+# Python's cost per step more often: on the 2-core AMD EPYC this was tuned on (1 MiB of L2 per
+# core, 32 MiB of L3), chunks of 16 to 48 samples of the 28x28 CNN ran alike, and 4 MiB gives 37.
+CACHE_BYTES = 4 * 2**20
+
+_lock = threading.Lock()  # infer switches the model's mode, and a layer's forward keeps a cache
+
+
+def infer(model: Layer, x, batch_size: int | None = None):
+    """``model``'s outputs for the batch ``x``, in evaluation mode: the numbers
+    ``model.eval().forward(x)`` gives (to float rounding), faster, with nothing kept for backward.
+
+    x: a batch shaped as the model's input, e.g. (N, 784) or (N, 1, 28, 28), NumPy or CuPy;
+    returns (N, K) on x's device. ``batch_size``: samples per chunk; None chooses it from the
+    model's largest array per sample (:func:`chunk_size`) on the CPU, and the whole batch on a
+    GPU. The model's mode (training or evaluation) is put back afterwards.
+    """
+    xp = get_array_module(x)
+    on_gpu = xp is not np
+    if getattr(x, "ndim", 0) < 1 or len(x) == 0:
+        raise ValueError(f"infer needs a batch of at least one sample, got shape "
+                         f"{shape_str(getattr(x, 'shape', ()))}. One sample x needs a batch axis: "
+                         f"x[None].")
+    with _lock, eval_mode(model):
+        model.check(x)                          # the model's own checks (a CNN's image size)
+        steps = plan(model)
+        if batch_size is None:
+            batch_size = len(x) if on_gpu else chunk_size(model, x.shape[1:], x.dtype.itemsize)
+        batch_size = whole_number(batch_size, "infer(batch_size=...)")
+        outs = []
+        for i in range(0, len(x), batch_size):
+            h = x[i:i + batch_size]
+            for step in steps:
+                h = step(h)
+            outs.append(h)
+    return outs[0] if len(outs) == 1 else xp.concatenate(outs)
+
+
+# ======================================================================================
+# Steps: layers that follow each other, run as one
+# ======================================================================================
+def plan(model: Layer) -> list:
+    """The steps :func:`infer` runs for ``model`` (in evaluation mode): a list of functions,
+    each taking a chunk and returning the next activation. Conv2d [-> BatchNorm2d] [-> ReLU]
+    [-> MaxPool2d] and Linear [-> ReLU] become one step each (the fused layers of ``dl.fuse``
+    too); any other layer is its own ``forward``."""
+    layers = [l for l in (model.layers if isinstance(model, Sequential) else [model])
+              if type(l) is not Identity]               # dl.fuse leaves Identity in a ReLU's place
+    steps, i = [], 0
+
+    def take(kind):                                     # the next layer, if it is of this kind
+        nonlocal i
+        if i < len(layers) and type(layers[i]) is kind:
+            i += 1
+            return layers[i - 1]
+        return None
+
+    while i < len(layers):
+        layer = layers[i]
+        i += 1
+        if type(layer) in (Conv2d, Conv2dReLU):
+            conv, relu = (layer.layer, True) if type(layer) is Conv2dReLU else (layer, False)
+            bn = None if relu else take(BatchNorm2d)
+            relu = relu or take(ReLU) is not None
+            steps.append(conv_step(conv, bn, relu, take(MaxPool2d)))
+        elif type(layer) in (Linear, LinearReLU):
+            linear, relu = (layer.layer, True) if type(layer) is LinearReLU else (layer, False)
+            steps.append(linear_step(linear, relu or take(ReLU) is not None))
+        else:
+            steps.append(layer.forward)
+    return steps
+
+
+def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
+              pool: MaxPool2d | None = None):
+    """One step for conv [-> bn] [-> ReLU] [-> pool]: x (N, C, H, W) -> (N, F, OH', OW'),
+    channel-major in memory as Conv2d's output is.
+
+    z = W_mat @ cols without the bias, pooled if there is a pool, then z += b and ReLU in
+    place: max(z_i) + b = max(z_i + b) and max(ReLU(z_i)) = ReLU(max(z_i)), exactly, since
+    adding b (even rounded to float32) and ReLU never change which z_i is largest.
+
+    The columns: for stride 1 :func:`unfold_wide` (long runs to copy), else ``unfold``. When
+    a pool tiles the output and the columns are fewer than the output channels (C*KH*KW < F,
+    a first layer on one-channel images), :func:`unfold_pooled` instead: its copy reads with
+    a stride, so costs more per column, but the pool becomes maxima of contiguous blocks, and
+    the pool's work grows with F while the copy's grows with C*KH*KW.
+    """
+    W, b = fold_batchnorm(conv, bn) if bn is not None else (conv.params["W"], conv.params["b"])
+    F, C, KH, KW = W.shape
+    W_mat = W.reshape(F, -1)                                            # (F, C*KH*KW)
+    wide = conv.stride == (1, 1)
+    pooled_columns = wide and pool is not None and C * KH * KW < F
+
+    def step(x):
+        conv.check(x)                                   # channels, dtype, device: as forward
+        xp = get_array_module(x)
+        N, OH, OW = conv_output_shape(conv, x.shape)
+        if pooled_columns and tiles(pool, OH, OW):
+            PH, PW = pool.kernel_size
+            cols = unfold_pooled(x, KH, KW, conv.padding, PH, PW)    # (C*KH*KW, PH*PW*N*OH'*OW')
+            blocks = matmul(W_mat, cols).reshape(F, PH * PW, -1)     # a block per window offset
+            z = blocks[:, 0]
+            for k in range(1, PH * PW):
+                z = xp.maximum(z, blocks[:, k])                      # the pool
+            z = z.reshape(F, N, OH // PH, OW // PW).transpose(1, 0, 2, 3)   # (N, F, OH', OW')
+        else:
+            if wide:
+                cols, Wp = unfold_wide(x, KH, KW, conv.padding)              # (C*KH*KW, N*OH*Wp)
+                z = matmul(W_mat, cols).reshape(F, N, OH, Wp)[:, :, :, :OW]  # drop the wrapped columns
+                z = z.transpose(1, 0, 2, 3)                                 # (N, F, OH, OW)
+            else:
+                cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)
+                z = as_image(matmul(W_mat, cols), N, OH, OW)                # (N, F, OH, OW)
+            if pool is not None:
+                z = maxpool_forward(z, *pool.kernel_size, pool.stride)      # (N, F, OH', OW')
+            elif wide:
+                z = z.copy(order="K")                   # compact: no wrapped columns left in it
+        z += b.reshape(1, F, 1, 1)
+        return xp.maximum(z, 0, out=z) if relu else z
+
+    return step
+
+
+def linear_step(linear: Linear, relu: bool = False):
+    """One step for Linear [-> ReLU]: x (N, in) -> max(x @ W + b, 0) (N, out), in place."""
+    W, b = linear.params["W"], linear.params["b"]
+
+    def step(x):
+        linear.check(x)
+        y = matmul(x, W)
+        y += b
+        return get_array_module(y).maximum(y, 0, out=y) if relu else y
+
+    return step
+
+
+def fold_batchnorm(conv: Conv2d, bn: BatchNorm2d):
+    """(W, b) of one convolution computing conv then bn in evaluation mode.
+
+    bn(z) = gamma * (z - mean) / sqrt(var + eps) + beta = s * z + (beta - s * mean) per channel,
+    with s = gamma / sqrt(var + eps); and z = W * x + b, so W' = s * W and b' = s * (b - mean) + beta.
+    """
+    W, b = conv.params["W"], conv.params["b"]
+    xp = get_array_module(W)
+    s = bn.params["gamma"] / xp.sqrt(bn.buffers["running_var"] + W.dtype.type(bn.eps))   # (F,)
+    W_folded = (W * s.reshape(-1, 1, 1, 1)).astype(W.dtype)
+    b_folded = (s * (b - bn.buffers["running_mean"]) + bn.params["beta"]).astype(W.dtype)
+    return W_folded, b_folded
+
+
+# ======================================================================================
+# im2col for inference: two column orders that copy or pool faster
+# ======================================================================================
+def tiles(pool: MaxPool2d, OH: int, OW: int) -> bool:
+    """Whether ``pool``'s windows tile an OH x OW image: side by side (stride = kernel size),
+    nothing left over."""
+    PH, PW = pool.kernel_size
+    return pool.stride == pool.kernel_size and OH % PH == 0 and OW % PW == 0
+
+
+def unfold_pooled(x, KH, KW, padding, PH, PW):
+    """im2col for a stride-1 convolution followed by a PH x PW pooling that tiles its output,
+    with the columns in pooling order.
+
+    x: (N, C, H, W) -> cols (C*KH*KW, PH*PW * N*OH'*OW'), OH' = OH // PH, OW' = OW // PW:
+    column ((dh*PW + dw)*N + n)*OH'*OW' + i'*OW' + j' is the window of output pixel
+    (PH*i' + dh, PW*j' + dw) of image n. The product W_mat @ cols then holds PH*PW blocks, one
+    per position in the pooling window, and the pooling is the elementwise maximum of the blocks.
+    """
+    N, C, H, W = x.shape
+    ph, pw = padding
+    OH, OW = H + 2 * ph - KH + 1, W + 2 * pw - KW + 1
+    xp = get_array_module(x)
+    x_pad = xp.zeros((C, N, H + 2 * ph, W + 2 * pw), dtype=x.dtype)   # channel-major
+    x_pad[:, :, ph:ph + H, pw:pw + W] = x.transpose(1, 0, 2, 3)
+    sC, sN, sH, sW = x_pad.strides
+    # entry [c, kh, kw, dh, dw, n, i', j'] is x_pad[n, c, PH*i' + dh + kh, PW*j' + dw + kw]
+    windows = xp.lib.stride_tricks.as_strided(
+        x_pad, shape=(C, KH, KW, PH, PW, N, OH // PH, OW // PW),
+        strides=(sC, sH, sW, sH, sW, sN, PH * sH, PW * sW))
+    return windows.reshape(C * KH * KW, -1)                           # the one copy
+
+
+def unfold_wide(x, KH, KW, padding):
+    """im2col for a stride-1 convolution, with each output row as wide as the padded input.
+
+    x: (N, C, H, W) -> (cols, Wp): cols (C*KH*KW, N*OH*Wp), Wp = W + 2*pw, OH = H + 2*ph - KH + 1.
+
+    im2col copies, for each kernel offset (kh, kw), the pixels x_pad[n, c, i + kh, j + kw]:
+    for an output row i they are one run of OW numbers, then the copy jumps to the next row.
+    Here each output row also takes the KW - 1 positions j = OW .. Wp - 1 past its end, which
+    run on into the next row of x_pad: then the OH rows of an image follow each other in
+    memory, and one offset of one image is ONE run of OH*Wp numbers. Long runs copy several
+    times faster than short ones. The product then computes Wp - OW outputs per row that are
+    not outputs at all (they mix the end of one row with the start of the next): the caller
+    drops them. A spare zero row under each image keeps the last run inside the array.
+    """
+    N, C, H, W = x.shape
+    ph, pw = padding
+    Hp, Wp = H + 2 * ph, W + 2 * pw
+    OH = Hp - KH + 1
+    xp = get_array_module(x)
+    x_pad = xp.zeros((C, N, Hp + 1, Wp), dtype=x.dtype)               # channel-major, spare row
+    x_pad[:, :, ph:ph + H, pw:pw + W] = x.transpose(1, 0, 2, 3)
+    sC, sN, sH, sW = x_pad.strides
+    # entry [c, kh, kw, n, i, j] is x_pad[n, c, i + kh, j + kw], j running on past the row's end
+    windows = xp.lib.stride_tricks.as_strided(x_pad, shape=(C, KH, KW, N, OH, Wp),
+                                              strides=(sC, sH, sW, sN, sH, sW))
+    return windows.reshape(C * KH * KW, N * OH * Wp), Wp                # the one copy
+
+
+# ======================================================================================
+# How many samples per chunk
+# ======================================================================================
+def chunk_size(model: Layer, sample_shape, itemsize: int = 4, budget: int = CACHE_BYTES) -> int:
+    """Samples per chunk so that the largest array one chunk makes fits in ``budget`` bytes.
+
+    The largest array per sample is found by following one sample's shape through the layers:
+    a Conv2d's im2col columns (C*KH*KW x OH*OW numbers), or any layer's output.
+    """
+    widest = _largest_array(model, tuple(sample_shape)) * itemsize
+    return max(1, budget // max(widest, 1))
+
+
+def _largest_array(model, shape) -> int:
+    """The most numbers one sample of ``shape`` makes in any array on its way through model."""
+    largest = math.prod(shape)
+    for layer in (model.layers if isinstance(model, Sequential) else [model]):
+        layer = getattr(layer, "layer", layer)          # a fused layer's Linear or Conv2d
+        if isinstance(layer, Conv2d) and len(shape) == 3:
+            _, H, W = shape
+            KH, KW = layer.kernel_size
+            OH, OW = output_size(H, W, KH, KW, layer.stride, layer.padding)
+            largest = max(largest, layer.in_channels * KH * KW * OH * OW)
+            shape = (layer.out_channels, OH, OW)
+        elif isinstance(layer, MaxPool2d) and len(shape) == 3:
+            C, H, W = shape
+            shape = (C, *output_size(H, W, *layer.kernel_size, layer.stride))
+        elif isinstance(layer, Linear):
+            shape = (layer.out_features,)
+        elif isinstance(layer, Flatten):
+            shape = (math.prod(shape),)
+        largest = max(largest, math.prod(shape))
+    return largest
