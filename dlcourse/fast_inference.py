@@ -29,8 +29,9 @@ engine such as onnxruntime does them:
    window is largest (both are non-decreasing), so pooling first gives exactly the same
    numbers (and when the columns are fewer than the output channels, as in a first layer on
    one-channel images, the columns are put in pooling order, :func:`unfold_pooled`, so the
-   pooling is the maximum of contiguous blocks). A BatchNorm2d in evaluation mode is a per-channel scale and shift, folded into the
-   convolution's weights and bias (:func:`fold_batchnorm`, lesson 12's exercise).
+   pooling is the maximum of contiguous blocks). A BatchNorm2d in evaluation mode is a
+   per-channel scale and shift, folded into the convolution's weights and bias
+   (:func:`fold_batchnorm`, lesson 12's exercise).
    ``Linear -> ReLU`` adds the bias and applies the ReLU in place. Any other layer runs its own
    ``forward``.
 
