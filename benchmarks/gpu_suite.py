@@ -53,6 +53,7 @@ import platform            # noqa: E402
 import re                  # noqa: E402
 import statistics          # noqa: E402
 import subprocess          # noqa: E402
+import textwrap            # noqa: E402
 import time                # noqa: E402
 import traceback           # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
@@ -750,7 +751,8 @@ def _precision_torch(cp, cfg, mm, torch, torch_note, A, B, ref64):
         else:
             entry.update(time_torch(torch, lambda: torch.matmul(a, b, out=c), cfg["target_s"]))
             entry["tflops"] = _tflops(n, entry)
-        _precision_line(f"PyTorch {fmt.upper()} (torch.matmul)", entry, mm.get("torch_fp32"))
+        _precision_line(f"PyTorch {fmt.upper()} (torch.matmul)", entry,
+                        None if fmt == "fp32" else mm["torch_fp32"])
         del a, b, c, got, same
     del tA, tB
     torch.cuda.empty_cache()
@@ -758,8 +760,8 @@ def _precision_torch(cp, cfg, mm, torch, torch_note, A, B, ref64):
 
 def _precision_steps(cp, cfg):
     """dlcourse's training step in each of PRECISIONS, for the training section's cases."""
-    say(f"  dlcourse's training step, fp32 against its emulated bf16 and fp16 (note: "
-        f"{PRECISION_NOTE})")
+    say("  dlcourse's training step, fp32 against its emulated bf16 and fp16. Note:")
+    say(textwrap.fill(PRECISION_NOTE, 96, initial_indent="    ", subsequent_indent="    "))
     res = {"note": PRECISION_NOTE, "cases": {}}
     cases = [("mlp", b) for b in cfg["mlp_batches"]] + [("cnn", cfg["cnn_batch"])]
     for kind, batch in cases:
