@@ -221,6 +221,17 @@ def _numpy_cupy():
                            get_default_memory_pool=lambda: pool)
 
 
+def test_the_numpy_cupy_asks_only_what_cupy_has():
+    """_numpy_cupy holds section_precision to CuPy's API: each name it gives exists in the
+    installed CuPy and takes the arguments the section passes (skipped without CuPy)."""
+    import inspect
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed: nothing to compare with")
+    assert set(vars(_numpy_cupy())) <= set(dir(cupy))
+    assert "dtype" in inspect.signature(cupy.random.RandomState.standard_normal).parameters
+    assert "out" in inspect.signature(cupy.matmul).parameters
+    assert callable(cupy._core.get_compute_type)          # read in a try: "unknown" without it
+
+
 def _fake_torch():
     """torch.matmul in float32, float16 and bfloat16 on NumPy: inputs in the format, products
     added in float32, the output rounded to the format (what the GPU computes)."""
