@@ -45,10 +45,12 @@ def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"
     variant: one of VARIANTS. fused_loss=True calls the fused softmax-CE CUDA kernel itself and
     leaves the loss on the GPU (dl.SoftmaxCrossEntropy runs the same kernel on the GPU but returns
     a Python float, which waits for the GPU): a step that never waits is what a CUDA graph
-    needs. The step skips dL/dx of the input, as dl.fit and PyTorch do. precision: the step
-    ``dl.fit(precision=...)`` takes (dlcourse/precision.py's Policy: every matmul's inputs
-    rounded to bf16 or fp16 under ``dl.autocast``, fp16 with a ``dl.LossScaler``); "fp32" is the
-    plain step.
+    needs. The step skips dL/dx of the input, as dl.fit and PyTorch do.
+
+    precision: "bf16" or "fp16" gives the step ``dl.fit(precision=...)`` takes
+    (dlcourse/precision.py's Policy: every matmul's inputs rounded under ``dl.autocast``, fp16
+    with a ``dl.LossScaler``); "fp32" (the default) is the plain step, without the policy's few
+    microseconds of Python per step.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}.")
@@ -66,19 +68,29 @@ def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"
     if fused_loss:
         import dlcourse.kernels as K
 
+    def loss_and_grad(logits):
+        if fused_loss:
+            return K.softmax_cross_entropy(logits, y)
+        return loss.forward(logits, y), loss.backward()
+
     def step():
+        value, dlogits = loss_and_grad(model.forward(x))
+        model.backward(dlogits, input_grad=False)
+        opt.step()
+        return value
+
+    def mixed_step():               # the step dl.fit(precision=...) takes (dlcourse/train.py)
         with amp.autocast():
             logits = model.forward(x)
-        if fused_loss:
-            value, dlogits = K.softmax_cross_entropy(logits, y)
-        else:
-            value = loss.forward(logits, y)
-            dlogits = loss.backward()
+        value, dlogits = loss_and_grad(logits)
         with amp.autocast():
             model.backward(amp.scale(dlogits), input_grad=False)
-        if amp.should_step(model):          # fp16: False when a gradient overflowed
+        if amp.should_step(model):  # fp16: False when a gradient overflowed (skipped step)
             opt.step()
         return value
+
+    if precision != "fp32":
+        step = mixed_step
     step.model, step.opt = model, opt
     return step
 
