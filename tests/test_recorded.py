@@ -343,6 +343,11 @@ def test_the_precision_section_keeps_every_figure_with_its_speed_up(suite, monke
     assert cnn["bf16"]["first_loss"] == pytest.approx(cnn["fp32"]["first_loss"], rel=2 ** -7)
     assert len(calls) == 10
     json.dumps(out)                                   # what main() writes
+    from dlcourse.recorded import precision_report   # what lesson 10 shows from it
+    lines = precision_report({"precision": out})
+    assert "  cuBLAS FP16        0.0 TFLOP/s   4.00x FP32" in lines    # 64³ in 1 ms: 0.0005
+    assert "  cuBLAS BF16   not measured (CuPy has no bfloat16 dtype (see torch_bf16))" in lines
+    assert "dlcourse step mlp_b8     fp32 2.000 ms, bf16 4.000 ms (0.50x), fp16 5.000 ms (0.40x)" in lines
 
 
 def test_the_precision_section_says_why_a_figure_is_missing(suite, monkeypatch, cpu_steps):
@@ -374,3 +379,27 @@ def test_the_precision_section_says_why_a_figure_is_missing(suite, monkeypatch, 
         assert case["bf16"] == {"error": f"first loss nan (fp32: {case['fp32']['first_loss']}); not timed"}
         assert case["fp16"]["speedup_over_fp32"] == 2.0 / 3.0
     assert len(calls) == 6
+
+
+def test_precision_report_says_what_was_measured_and_why_the_rest_was_not():
+    from dlcourse.recorded import precision_report
+    results = {"precision": {
+        "matmul": {"n": 4096, "cublas_fp32": {"tflops": 40.0, "median_ms": 3.4},
+                   "cublas_tf32": {"not_measured": "RuntimeError: child failed"},
+                   "cublas_fp16": {"tflops": 400.0, "speedup_over_fp32": 10.0},
+                   "cublas_bf16": {"not_measured": "CuPy has no bfloat16 dtype (see torch_bf16)"},
+                   "torch_bf16": {"error": "wrong result"}, "torch_settings": {"allow_tf32": False}},
+        "training": {"cases": {"mlp_b64": {"fp32": {"median_ms": 1.0},
+                                           "bf16": {"median_ms": 2.0, "speedup_over_fp32": 0.5},
+                                           "fp16": {"error": "first loss nan"}}}}}}
+    assert precision_report(results) == [
+        "matmul 4096x4096x4096:",
+        "  cuBLAS FP32       40.0 TFLOP/s",
+        "  cuBLAS TF32   not measured (RuntimeError: child failed)",
+        "  cuBLAS FP16      400.0 TFLOP/s  10.00x FP32",
+        "  cuBLAS BF16   not measured (CuPy has no bfloat16 dtype (see torch_bf16))",
+        "  PyTorch BF16  not measured (wrong result)",
+        "dlcourse step mlp_b64    fp32 1.000 ms, bf16 2.000 ms (0.50x)",
+        "  (dlcourse emulates bf16 and fp16: rounded inputs, float32 products; the tensor cores' "
+        "speed is in the matmul lines)"]
+    assert precision_report({}) == [] and precision_report(SUITE) == []
