@@ -603,9 +603,11 @@ def section_cpu_vs_gpu(cp, cfg, out):
 PRECISION_NOTE = (
     "dlcourse EMULATES bf16 and fp16 (dlcourse/precision.py, ops.py): on the GPU it rounds the "
     "inputs of every matrix product (fp16 through CuPy's float16, bf16 by rounding the bits of "
-    "the float32 numbers) and then multiplies in float32 on the ordinary cores, never on the "
-    "tensor cores. Its bf16/fp16 steps measure the cost of that emulation and are not expected "
-    "to be faster than fp32; the cuBLAS and PyTorch matmul lines show what the tensor cores give.")
+    "the float32 numbers) and then multiplies them as float32 arrays (cuBLAS FP32, TF32 off), so "
+    "it gets none of the 16-bit tensor cores' speed; fp16 also checks every gradient for inf "
+    "and NaN (dl.LossScaler), which waits for the GPU. Its bf16/fp16 steps measure the cost of "
+    "that emulation and are not expected to be faster than fp32; the cuBLAS and PyTorch matmul "
+    "lines show what the tensor cores give.")
 
 
 def _ulp(fmt):
