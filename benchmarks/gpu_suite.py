@@ -699,7 +699,8 @@ def _precision_cublas(cp, cfg, mm, matmul, A, B, ref64):
     C16 = cp.matmul(A16, B16)
     entry = mm["cublas_fp16"] = {
         "inputs": "float16", "output": "float16", "cupy_compute_type": _cupy_compute_type(cp),
-        "accumulation": "float32 (CUBLAS_COMPUTE_32F: CuPy's default for float16)",
+        "accumulation": "float32: CuPy calls cublasGemmEx with CUBLAS_COMPUTE_32F for float16 "
+                        "(its tensordot_core_v11)",
         "max_rel_err_vs_fp64_same_inputs": rel_err(
             cp, C16, A16.astype(cp.float64) @ B16.astype(cp.float64)),
         "max_rel_err_vs_fp64": rel_err(cp, C16, ref64)}
@@ -786,6 +787,9 @@ def _precision_steps(cp, cfg):
                     f"{fp32_loss}; not timed")
                 continue
             t = entry[fmt] = dict(time_cuda(cp, step, cfg["target_s"]), first_loss=first)
+            scaler = getattr(getattr(step, "amp", None), "scaler", None)
+            if scaler is not None:      # fp16: a skipped step (overflow) has no update to time
+                t["loss_scaler"] = dict(scaler.state_dict(), steps=len(scaler.scales))
             msg = f"  {kind.upper()} batch {batch:5d} {fmt}: {t['median_ms']:8.3f} ms"
             if fmt != "fp32" and "median_ms" in entry["fp32"]:
                 t["speedup_over_fp32"] = entry["fp32"]["median_ms"] / t["median_ms"]

@@ -91,7 +91,7 @@ def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"
 
     if precision != "fp32":
         step = mixed_step
-    step.model, step.opt = model, opt
+    step.model, step.opt, step.amp = model, opt, amp
     return step
 
 

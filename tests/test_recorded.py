@@ -340,6 +340,8 @@ def test_the_precision_section_keeps_every_figure_with_its_speed_up(suite, monke
     assert [mlp[p]["median_ms"] for p in ("fp32", "bf16", "fp16")] == [2.0, 4.0, 5.0]
     assert (mlp["bf16"]["speedup_over_fp32"], mlp["fp16"]["speedup_over_fp32"]) == (0.5, 0.4)
     assert "speedup_over_fp32" not in mlp["fp32"]
+    assert "loss_scaler" not in mlp["bf16"]     # fp16 only; steps: the check and the one timed
+    assert mlp["fp16"]["loss_scaler"]["steps"] == 2 and mlp["fp16"]["loss_scaler"]["skipped"] == 0
     assert cnn["bf16"]["first_loss"] == pytest.approx(cnn["fp32"]["first_loss"], rel=2 ** -7)
     assert len(calls) == 10
     json.dumps(out)                                   # what main() writes
