@@ -25,8 +25,9 @@ What it measures (every figure on the GPU it runs on, and each result checked be
    its bf16/fp16 steps measure what the emulation costs and are not expected to be faster.
 
 It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
-figure) and a plot ``<out>/<device-name>.png`` beside it. Until the last section has run the
-JSON is ``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
+figure) and a plot ``<out>/<device-name>.png`` beside it (sections 1-4; section 5 is in the JSON
+and the printout only). Until the last section has run the JSON is
+``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
 a run cut short keeps what it measured, says it is partial, and leaves earlier complete results
 alone. Without a usable GPU it prints why and exits 0 having written nothing: a figure nobody
 measured is never written down.
