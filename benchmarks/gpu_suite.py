@@ -17,10 +17,17 @@ What it measures (every figure on the GPU it runs on, and each result checked be
    (steps.VARIANTS: as it is, with no hand-written kernels, and dl.fuse'd); and the MLP step at
    batch 64 replayed as a CUDA graph, if capture works.
 4. gpu vs cpu: the same MLP step at batch 32 ... 4096, dlcourse on the GPU and on the CPU.
+5. precision: the matmul at the same size in FP32, TF32, FP16 (cuBLAS through CuPy: tensor
+   cores, float32 accumulation) and BF16 (PyTorch's torch.matmul, with its FP32 and FP16 beside
+   it: CuPy has no bfloat16), in TFLOP/s and as a speed-up over FP32; and dlcourse's training
+   step (the MLP and CNN cases of 3.) with ``precision="fp32"``, ``"bf16"`` and ``"fp16"``.
+   dlcourse EMULATES the 16-bit formats (it rounds the inputs, then multiplies in float32), so
+   its bf16/fp16 steps measure what the emulation costs and are not expected to be faster.
 
 It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
-figure) and a plot ``<out>/<device-name>.png`` beside it. Until the last section has run the
-JSON is ``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
+figure) and a plot ``<out>/<device-name>.png`` beside it (sections 1-4; section 5 is in the JSON
+and the printout only). Until the last section has run the JSON is
+``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
 a run cut short keeps what it measured, says it is partial, and leaves earlier complete results
 alone. Without a usable GPU it prints why and exits 0 having written nothing: a figure nobody
 measured is never written down.
@@ -47,6 +54,7 @@ import platform            # noqa: E402
 import re                  # noqa: E402
 import statistics          # noqa: E402
 import subprocess          # noqa: E402
+import textwrap            # noqa: E402
 import time                # noqa: E402
 import traceback           # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
@@ -60,9 +68,10 @@ import dlcourse as dl                      # noqa: E402
 from dlcourse import kernels as K          # noqa: E402
 from dlcourse._io import atomic_write       # noqa: E402
 from dlcourse.backend import gpu_available, gpu_problem, require_cupy  # noqa: E402
+from dlcourse.precision import FORMATS, TRAINING_FORMATS as PRECISIONS, round_to  # noqa: E402
 from steps import VARIANTS, dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
-SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu")
+SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu", "precision")
 
 # Problem sizes. --quick shrinks them for a smoke run (its JSON says "quick": true).
 FULL = dict(matmul_n=4096, elem_rows=65536, elem_cols=1024, conv_batch=640,
@@ -190,17 +199,11 @@ def section_matmul(cp, cfg, out):
              for name, t in regblock_builds.items() if name != "regblock"]
     w = max(len(name) for name, _, _ in runs + [("cuBLAS TF32 (CUPY_TF32=1)", 0, 0)])
 
-    # The yardstick first, and check it really is FP32: TF32 would show as a ~1e-3 error.
-    ref = cp.matmul(A, B)
-    err64 = rel_err(cp, ref, A.astype(cp.float64) @ B.astype(cp.float64))
-    if err64 > 1e-4:
-        raise RuntimeError(f"cp.matmul differs from FP64 by {err64:.1e}: TF32 seems to be on "
-                           f"(CUPY_TF32={os.environ.get('CUPY_TF32')}); refusing to time it as FP32.")
-    t = time_cuda(cp, lambda: cp.matmul(A, B, out=ref), cfg["target_s"])
-    base_ms = t["median_ms"]
-    out["cublas_fp32"] = dict(t, tflops=flops / (base_ms / 1e3) / 1e12, max_rel_err_vs_fp64=err64)
+    # The yardstick first, checked to really be FP32.
+    ref, out["cublas_fp32"] = _cublas_fp32(cp, A, B, cfg["target_s"])
+    base_ms = out["cublas_fp32"]["median_ms"]
     say(f"  {'cuBLAS FP32 (cp.matmul)':{w}s} {base_ms:9.3f} ms {out['cublas_fp32']['tflops']:7.2f} "
-        f"TFLOP/s  100.0%   (error vs FP64 {err64:.1e})")
+        f"TFLOP/s  100.0%   (error vs FP64 {out['cublas_fp32']['max_rel_err_vs_fp64']:.1e})")
 
     for name, fn, cfg_launch in runs:
         C = fn(A, B)                                    # compiles on first call
@@ -227,6 +230,31 @@ def section_matmul(cp, cfg, out):
             f"{out['kernels'][name]['share_of_cublas_fp32']:.1%} of cuBLAS FP32")
 
     # TF32 in a fresh process: CuPy decides at import time.
+    tf32 = out["cublas_tf32"] = _cublas_tf32(n, base_ms)
+    if "error" in tf32:
+        say(f"  cuBLAS TF32: not measured ({tf32['error']})")
+    else:
+        say(f"  {'cuBLAS TF32 (CUPY_TF32=1)':{w}s} {tf32['median_ms']:9.3f} ms {tf32['tflops']:7.2f} "
+            f"TFLOP/s {tf32['speedup_over_fp32']:6.1%}   (error vs FP64 "
+            f"{tf32['max_rel_err_vs_fp64']:.1e}{'' if tf32['tf32_active'] else ', TF32 NOT active?'})")
+
+
+def _cublas_fp32(cp, A, B, target_s):
+    """cuBLAS FP32 (``cp.matmul``, TF32 off) on A, B (n, n) float32: (C, its entry), checked
+    against FP64 first: TF32 would show as a ~1e-3 error, and is refused."""
+    n = A.shape[0]
+    C = cp.matmul(A, B)
+    err64 = rel_err(cp, C, A.astype(cp.float64) @ B.astype(cp.float64))
+    if err64 > 1e-4:
+        raise RuntimeError(f"cp.matmul differs from FP64 by {err64:.1e}: TF32 seems to be on "
+                           f"(CUPY_TF32={os.environ.get('CUPY_TF32')}); refusing to time it as FP32.")
+    t = time_cuda(cp, lambda: cp.matmul(A, B, out=C), target_s)
+    return C, dict(t, tflops=2 * n ** 3 / (t["median_ms"] / 1e3) / 1e12, max_rel_err_vs_fp64=err64)
+
+
+def _cublas_tf32(n, fp32_ms):
+    """cuBLAS with TF32 at n (tf32_child, in a process started with CUPY_TF32=1): its entry,
+    with its speed-up over ``fp32_ms``, or ``{"error": why}`` (the TF32 line is extra)."""
     env = dict(os.environ, CUPY_TF32="1")
     try:
         proc = subprocess.run([sys.executable, __file__, "--tf32-child", str(n)], env=env,
@@ -235,15 +263,11 @@ def section_matmul(cp, cfg, out):
             raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
                                else f"exit code {proc.returncode}")
         tf32 = json.loads(proc.stdout.strip().splitlines()[-1])
-        tf32["tf32_active"] = tf32["max_rel_err_vs_fp64"] > 1e-5   # TF32 keeps 10 mantissa bits
-        tf32["speedup_over_fp32"] = base_ms / tf32["median_ms"]
-        out["cublas_tf32"] = tf32
-        say(f"  {'cuBLAS TF32 (CUPY_TF32=1)':{w}s} {tf32['median_ms']:9.3f} ms {tf32['tflops']:7.2f} "
-            f"TFLOP/s {tf32['speedup_over_fp32']:6.1%}   (error vs FP64 "
-            f"{tf32['max_rel_err_vs_fp64']:.1e}{'' if tf32['tf32_active'] else ', TF32 NOT active?'})")
-    except Exception as err:   # the TF32 line is extra: record why it is missing
-        out["cublas_tf32"] = {"error": f"{type(err).__name__}: {err}"}
-        say(f"  cuBLAS TF32: not measured ({err})")
+    except Exception as err:
+        return {"error": f"{type(err).__name__}: {err}"}
+    tf32["tf32_active"] = tf32["max_rel_err_vs_fp64"] > 1e-5   # TF32 keeps 10 mantissa bits
+    tf32["speedup_over_fp32"] = fp32_ms / tf32["median_ms"]
+    return tf32
 
 
 # ======================================================================================
@@ -575,6 +599,208 @@ def section_cpu_vs_gpu(cp, cfg, out):
 
 
 # ======================================================================================
+# 5. Lower precision: what tensor cores give, and what dlcourse's emulation costs
+# ======================================================================================
+PRECISION_NOTE = (
+    "dlcourse EMULATES bf16 and fp16 (dlcourse/precision.py, ops.py): on the GPU it rounds the "
+    "inputs of every matrix product (fp16 through CuPy's float16, bf16 by rounding the bits of "
+    "the float32 numbers) and then multiplies them as float32 arrays (cuBLAS FP32, TF32 off), so "
+    "it gets none of the 16-bit tensor cores' speed; fp16 also checks every gradient for inf "
+    "and NaN (dl.LossScaler), which waits for the GPU. Its bf16/fp16 steps measure the cost of "
+    "that emulation and are not expected to be faster than fp32; the cuBLAS and PyTorch matmul "
+    "lines show what the tensor cores give.")
+
+
+def _ulp(fmt):
+    """The spacing of fmt's numbers just above 1, 2**-(mantissa bits): 2**-10 for fp16, 2**-7
+    for bf16. Rounding to fmt moves a number by at most half of it, relatively."""
+    return 2.0 ** -FORMATS[fmt][2]
+
+
+def _tflops(n, t):
+    """TFLOP/s of an n x n x n matrix product (2 n**3 floating-point operations) timed as t."""
+    return 2 * n ** 3 / (t["median_ms"] / 1e3) / 1e12
+
+
+def section_precision(cp, cfg, out, torch, torch_note, matmul=None):
+    """fp16 and bf16 against FP32 and TF32, on the GPU the suite runs on.
+
+    1. Matrix products at the matmul section's size n: cuBLAS FP32 and TF32 (the matmul
+       section's figures when it ran at this n, else measured here), cuBLAS with float16
+       inputs (``cp.matmul`` on float16 arrays: tensor cores), and PyTorch's ``torch.matmul``
+       in float32 (TF32 off), float16 and bfloat16, because CuPy has no bfloat16 dtype. CuPy
+       multiplies float16 arrays with ``cublasGemmEx`` with float16 inputs and output and
+       ``CUBLAS_COMPUTE_32F`` (products added in float32) unless ``cupy._core.set_compute_type``
+       changed it, and asks for the tensor-core algorithm on compute capability 7.0 and later
+       (``tensordot_core_v11`` in CuPy's ``cupy/_core/_routines_linalg.pyx``, read for CuPy 14).
+       Each result is checked first against FP64 of the same rounded inputs (the output is
+       rounded to the format, so one unit in its last place is allowed for CuPy; PyTorch may
+       also add split-K partial sums in 16 bits, ``allow_fp16/bf16_reduced_precision_reduction``,
+       recorded, so four); its error against FP64 of the float32 inputs (what the format costs
+       in all) is recorded too. TFLOP/s, and the speed-up over FP32 of the same library.
+    2. dlcourse's training step (benchmarks/steps.py, the step ``dl.fit(precision=...)`` takes)
+       in fp32, bf16 and fp16 for the training section's MLP and CNN cases: see PRECISION_NOTE,
+       these time the emulation. Each step's first loss must be finite and within one unit in
+       the last place of its format of fp32's (same model, same data) before it is timed.
+
+    ``matmul``: the matmul section's results, if it ran (its FP32 and TF32 lines are reused).
+    Fills ``out["matmul"]`` and ``out["training"]``; a figure that cannot be measured is an
+    entry ``{"not_measured": why}``.
+    """
+    n = cfg["matmul_n"]
+    say(f"\n[5] lower precision: {n}x{n}x{n} matrix products in FP32, TF32, FP16 and BF16, "
+        f"and dlcourse's training step in fp32, bf16 and fp16")
+    mm = out["matmul"] = {"n": n, "flops": 2 * n ** 3}
+    A, B = _matmul_operands(cp, n)
+    ref64 = A.astype(cp.float64) @ B.astype(cp.float64)
+    _precision_cublas(cp, cfg, mm, matmul or {}, A, B, ref64)
+    try:                        # the PyTorch lines are extra: a failure leaves the rest
+        _precision_torch(cp, cfg, mm, torch, torch_note, A, B, ref64)
+    except Exception as err:
+        mm["torch_error"] = f"{type(err).__name__}: {err}"
+        say(f"  PyTorch matmul lines stopped: {mm['torch_error']}")
+    del A, B, ref64
+    cp.get_default_memory_pool().free_all_blocks()
+    out["training"] = _precision_steps(cp, cfg)
+
+
+def _precision_line(label, entry, base=None):
+    """Print one matrix-product line of section 5 (and set its speed-up over ``base``)."""
+    if "median_ms" not in entry:
+        say(f"  {label:34s} not measured: {entry.get('not_measured') or entry.get('error')}")
+        return
+    if base and "median_ms" in base:
+        entry["speedup_over_fp32"] = base["median_ms"] / entry["median_ms"]
+    speedup = f"{entry['speedup_over_fp32']:6.2f}x FP32" if "speedup_over_fp32" in entry else ""
+    err = entry.get("max_rel_err_vs_fp64")
+    say(f"  {label:34s} {entry['median_ms']:9.3f} ms {entry['tflops']:8.1f} TFLOP/s {speedup}"
+        + (f"   (error vs FP64 {err:.1e})" if err is not None else ""))
+
+
+def _precision_cublas(cp, cfg, mm, matmul, A, B, ref64):
+    """cuBLAS through CuPy on A, B (n, n) float32 (ref64: their product in FP64): FP32, TF32
+    (reused from the matmul section when it ran at this size) and FP16, into mm."""
+    n, target = mm["n"], cfg["target_s"]
+    same_n = matmul.get("n") == n
+    if same_n and "median_ms" in (matmul.get("cublas_fp32") or {}):
+        mm["cublas_fp32"] = dict(matmul["cublas_fp32"], source="the matmul section")
+    else:
+        mm["cublas_fp32"] = _cublas_fp32(cp, A, B, target)[1]
+    fp32_ms = mm["cublas_fp32"]["median_ms"]
+    if same_n and "median_ms" in (matmul.get("cublas_tf32") or {}):
+        mm["cublas_tf32"] = dict(matmul["cublas_tf32"], source="the matmul section")
+    else:
+        mm["cublas_tf32"] = _cublas_tf32(n, fp32_ms)
+    if "error" in mm["cublas_tf32"]:
+        mm["cublas_tf32"] = {"not_measured": mm["cublas_tf32"]["error"]}
+    _precision_line("cuBLAS FP32 (cp.matmul)", mm["cublas_fp32"])
+    _precision_line("cuBLAS TF32 (CUPY_TF32=1)", mm["cublas_tf32"], mm["cublas_fp32"])
+
+    A16, B16 = A.astype(cp.float16), B.astype(cp.float16)
+    C16 = cp.matmul(A16, B16)
+    entry = mm["cublas_fp16"] = {
+        "inputs": "float16", "output": "float16", "cupy_compute_type": _cupy_compute_type(cp),
+        "accumulation": "float32: CuPy calls cublasGemmEx with CUBLAS_COMPUTE_32F for float16 "
+                        "(its tensordot_core_v11)",
+        "max_rel_err_vs_fp64_same_inputs": rel_err(
+            cp, C16, A16.astype(cp.float64) @ B16.astype(cp.float64)),
+        "max_rel_err_vs_fp64": rel_err(cp, C16, ref64)}
+    if not entry["max_rel_err_vs_fp64_same_inputs"] <= _ulp("fp16"):
+        entry["error"] = (f"wrong result: max relative error "
+                          f"{entry['max_rel_err_vs_fp64_same_inputs']:.1e} against FP64 of the same "
+                          f"float16 inputs, more than one fp16 unit ({_ulp('fp16'):.1e})")
+    else:
+        entry.update(time_cuda(cp, lambda: cp.matmul(A16, B16, out=C16), target))
+        entry["tflops"] = _tflops(n, entry)
+    _precision_line("cuBLAS FP16 (cp.matmul, float16)", entry, mm["cublas_fp32"])
+    mm["cublas_bf16"] = {"not_measured": "CuPy has no bfloat16 dtype (see torch_bf16)"}
+
+
+def _cupy_compute_type(cp):
+    """The compute type CuPy will use for float16 products (cupy._core.get_compute_type):
+    1 is COMPUTE_TYPE_DEFAULT (CUBLAS_COMPUTE_32F for float16), 2 PEDANTIC (32F_PEDANTIC)."""
+    try:
+        return int(cp._core.get_compute_type(cp.float16))
+    except Exception as err:
+        return f"unknown ({type(err).__name__}: {err})"
+
+
+def _precision_torch(cp, cfg, mm, torch, torch_note, A, B, ref64):
+    """torch.matmul in float32 (TF32 off), float16 and bfloat16 on the same operands A, B, into
+    mm; without PyTorch each line says why it was not measured."""
+    n = mm["n"]
+    if torch is None:
+        for fmt in PRECISIONS:
+            why = torch_note
+            if fmt == "bf16":
+                why = f"CuPy has no bfloat16 and PyTorch is not usable here ({torch_note})"
+            mm[f"torch_{fmt}"] = {"not_measured": why}
+            _precision_line(f"PyTorch {fmt.upper()}", mm[f"torch_{fmt}"])
+        return
+    matmul_settings = torch.backends.cuda.matmul
+    mm["torch_settings"] = {k: getattr(matmul_settings, k, None) for k in (
+        "allow_tf32", "allow_fp16_reduced_precision_reduction",
+        "allow_bf16_reduced_precision_reduction")}
+    tA, tB = (torch.from_numpy(cp.asnumpy(M)).cuda() for M in (A, B))
+    dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    for fmt in PRECISIONS:
+        a, b = tA.to(dtypes[fmt]), tB.to(dtypes[fmt])
+        c = torch.matmul(a, b)
+        got = cp.asarray(c.float().cpu().numpy())
+        same = round_to(fmt, A).astype(cp.float64) @ round_to(fmt, B).astype(cp.float64)
+        entry = mm[f"torch_{fmt}"] = {"dtype": str(dtypes[fmt]),
+                                      "max_rel_err_vs_fp64_same_inputs": rel_err(cp, got, same),
+                                      "max_rel_err_vs_fp64": rel_err(cp, got, ref64)}
+        tol = 1e-4 if fmt == "fp32" else 4 * _ulp(fmt)
+        if not entry["max_rel_err_vs_fp64_same_inputs"] <= tol:
+            entry["error"] = (f"wrong result: max relative error "
+                              f"{entry['max_rel_err_vs_fp64_same_inputs']:.1e} against FP64 of "
+                              f"the same inputs (allowed {tol:.1e})")
+        else:
+            entry.update(time_torch(torch, lambda: torch.matmul(a, b, out=c), cfg["target_s"]))
+            entry["tflops"] = _tflops(n, entry)
+        _precision_line(f"PyTorch {fmt.upper()} (torch.matmul)", entry,
+                        None if fmt == "fp32" else mm["torch_fp32"])
+        del a, b, c, got, same
+    del tA, tB
+    torch.cuda.empty_cache()
+
+
+def _precision_steps(cp, cfg):
+    """dlcourse's training step in each of PRECISIONS, for the training section's cases."""
+    say("  dlcourse's training step, fp32 against its emulated bf16 and fp16. Note:")
+    say(textwrap.fill(PRECISION_NOTE, 96, initial_indent="    ", subsequent_indent="    "))
+    res = {"note": PRECISION_NOTE, "cases": {}}
+    cases = [("mlp", b) for b in cfg["mlp_batches"]] + [("cnn", cfg["cnn_batch"])]
+    for kind, batch in cases:
+        key = f"{kind}_b{batch}"
+        entry = res["cases"][key] = {"model": kind, "batch": batch}
+        fp32_loss = None
+        for fmt in PRECISIONS:          # "fp32" first: the others are checked against it
+            step = dlcourse_step(kind, batch, "gpu", precision=fmt)
+            first = float(step())
+            fp32_loss = first if fmt == "fp32" else fp32_loss
+            close = fmt == "fp32" or (fp32_loss is not None
+                                      and abs(first - fp32_loss) <= _ulp(fmt) * abs(fp32_loss))
+            if not (np.isfinite(first) and close):
+                entry[fmt] = {"error": f"first loss {first} (fp32: {fp32_loss}); not timed"}
+                say(f"  {key} {fmt}: first loss {first} is not finite or too far from fp32's "
+                    f"{fp32_loss}; not timed")
+                continue
+            t = entry[fmt] = dict(time_cuda(cp, step, cfg["target_s"]), first_loss=first)
+            scaler = getattr(getattr(step, "amp", None), "scaler", None)
+            if scaler is not None:      # fp16: a skipped step (overflow) has no update to time
+                t["loss_scaler"] = dict(scaler.state_dict(), steps=len(scaler.scales))
+            msg = f"  {kind.upper()} batch {batch:5d} {fmt}: {t['median_ms']:8.3f} ms"
+            if fmt != "fp32" and "median_ms" in entry["fp32"]:
+                t["speedup_over_fp32"] = entry["fp32"]["median_ms"] / t["median_ms"]
+                msg += f"   speed-up over fp32 {t['speedup_over_fp32']:5.2f}x (below 1: slower)"
+            say(msg)
+            del step
+    return res
+
+
+# ======================================================================================
 # Environment, output, plot
 # ======================================================================================
 def environment(cp, torch):
@@ -772,8 +998,10 @@ def main(argv=None):
                 section_elementwise(cp, cfg, out)
             elif name == "training":
                 section_training(cp, cfg, out, torch, torch_note)
-            else:
+            elif name == "cpu_vs_gpu":
                 section_cpu_vs_gpu(cp, cfg, out)
+            else:
+                section_precision(cp, cfg, out, torch, torch_note, results.get("matmul"))
         except Exception as err:   # keep what was measured; say what failed and why
             out["error"] = f"{type(err).__name__}: {err}"
             say(f"  section {name} stopped: {out['error']}")

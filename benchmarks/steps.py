@@ -5,7 +5,8 @@ models on the same random data (float32): one step is forward, loss, backward, S
 * CNN conv(1→16, 3×3, pad 1)-ReLU-maxpool 2-conv(16→32, 3×3, pad 1)-ReLU-maxpool 2-
   Linear(32·7·7→10) on (N, 1, 28, 28).
 
-Both losses come back as Python floats, so both steps wait for a GPU to finish.
+Both losses come back as Python floats, so both steps wait for a GPU to finish. dlcourse's
+step can also take ``dl.fit``'s mixed-precision path (``precision="bf16"`` or ``"fp16"``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dlcourse as dl  # noqa: E402
+from dlcourse.precision import Policy  # noqa: E402  (what dl.fit(precision=...) does per step)
 
 KINDS = ("mlp", "cnn")
 
@@ -37,13 +39,18 @@ VARIANTS = {
 }
 
 
-def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"):
+def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default", precision="fp32"):
     """One dlcourse training step as a function of no arguments (returns the loss).
 
     variant: one of VARIANTS. fused_loss=True calls the fused softmax-CE CUDA kernel itself and
     leaves the loss on the GPU (dl.SoftmaxCrossEntropy runs the same kernel on the GPU but returns
     a Python float, which waits for the GPU): a step that never waits is what a CUDA graph
     needs. The step skips dL/dx of the input, as dl.fit and PyTorch do.
+
+    precision: "bf16" or "fp16" gives the step ``dl.fit(precision=...)`` takes
+    (dlcourse/precision.py's Policy: every matmul's inputs rounded under ``dl.autocast``, fp16
+    with a ``dl.LossScaler``); "fp32" (the default) is the plain step, without the policy's few
+    microseconds of Python per step.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}.")
@@ -55,22 +62,36 @@ def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"
     x, y = (dl.to_device(a, device) for a in data(kind, batch))
     loss = dl.SoftmaxCrossEntropy()
     opt = dl.SGD(model, lr=0.01, momentum=0.9)
+    amp = Policy(precision)
     for part in (model, loss, opt):
         dl.use_kernels(part, variant != "plain")
     if fused_loss:
         import dlcourse.kernels as K
 
-    def step():
-        logits = model.forward(x)
+    def loss_and_grad(logits):
         if fused_loss:
-            value, dlogits = K.softmax_cross_entropy(logits, y)
-        else:
-            value = loss.forward(logits, y)
-            dlogits = loss.backward()
+            return K.softmax_cross_entropy(logits, y)
+        return loss.forward(logits, y), loss.backward()
+
+    def step():
+        value, dlogits = loss_and_grad(model.forward(x))
         model.backward(dlogits, input_grad=False)
         opt.step()
         return value
-    step.model, step.opt = model, opt
+
+    def mixed_step():               # the step dl.fit(precision=...) takes (dlcourse/train.py)
+        with amp.autocast():
+            logits = model.forward(x)
+        value, dlogits = loss_and_grad(logits)
+        with amp.autocast():
+            model.backward(amp.scale(dlogits), input_grad=False)
+        if amp.should_step(model):  # fp16: False when a gradient overflowed (skipped step)
+            opt.step()
+        return value
+
+    if precision != "fp32":
+        step = mixed_step
+    step.model, step.opt, step.amp = model, opt, amp
     return step
 
 

@@ -1,5 +1,5 @@
 """GPU results recorded by ``benchmarks/gpu_suite.py``, read back for the lessons that show them
-(00, 05 and 08a-08c) on any machine, with or without a GPU.
+(00, 05, 08a-08c and 10) on any machine, with or without a GPU.
 
 The suite writes one ``benchmarks/results/<device>.json`` per GPU it ran on, naming the device
 under ``environment.device`` and the date under ``date``. Each figure a lesson shows from these
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 __all__ = ["Recorded", "results_folder", "gpu_results", "lookup", "PUBLISHED_SGEMM",
-           "matmul_ladder", "kernel_report"]
+           "matmul_ladder", "kernel_report", "precision_report"]
 
 
 class Recorded(NamedTuple):
@@ -161,4 +161,49 @@ def kernel_report(results: dict) -> list[str]:
                      f"{replay:.3f} ms ({eager / replay:.2f}x)")
     elif isinstance(graph, dict) and graph.get("error"):
         lines.append(f"CUDA graph: not measured ({graph['error']})")
+    return lines
+
+
+# --------------------------------------------------------------------------------------
+# What lesson 10 (number formats and mixed precision) reads: the suite's "precision" section.
+
+_PRECISION_MATMULS = (("cublas_fp32", "cuBLAS FP32"), ("cublas_tf32", "cuBLAS TF32"),
+                      ("cublas_fp16", "cuBLAS FP16"), ("cublas_bf16", "cuBLAS BF16"),
+                      ("torch_fp32", "PyTorch FP32"), ("torch_fp16", "PyTorch FP16"),
+                      ("torch_bf16", "PyTorch BF16"))
+
+
+def precision_report(results: dict) -> list[str]:
+    """Lines that say what a results file recorded in its ``precision`` section: the matrix
+    product in each format (TFLOP/s, and the speed-up over FP32 of the same library), what was
+    not measured and why, and dlcourse's training step in fp32, bf16 and fp16, which dlcourse
+    emulates (the speed-up there is the emulation's, usually below 1). Missing figures are left
+    out; no section, no lines."""
+    lines = []
+    mm = lookup(results, "precision", "matmul") or {}
+    if mm.get("n"):
+        lines.append(f"matmul {mm['n']}x{mm['n']}x{mm['n']}:")
+    for key, label in _PRECISION_MATMULS:
+        entry = mm.get(key)
+        if not isinstance(entry, dict):
+            continue
+        if _number(entry.get("tflops")):
+            speedup = entry.get("speedup_over_fp32")
+            lines.append(f"  {label:13s} {entry['tflops']:8.1f} TFLOP/s"
+                         + (f"  {speedup:5.2f}x FP32" if _number(speedup) else ""))
+        elif entry.get("not_measured") or entry.get("error"):
+            lines.append(f"  {label:13s} not measured ({entry.get('not_measured') or entry['error']})")
+    training = lookup(results, "precision", "training") or {}
+    cases = training.get("cases") if isinstance(training.get("cases"), dict) else {}
+    for case, entry in cases.items():
+        times = []
+        for fmt in ("fp32", "bf16", "fp16"):
+            ms, speedup = lookup(entry, fmt, "median_ms"), lookup(entry, fmt, "speedup_over_fp32")
+            if _number(ms):
+                times.append(f"{fmt} {ms:.3f} ms" + (f" ({speedup:.2f}x)" if _number(speedup) else ""))
+        if times:
+            lines.append(f"dlcourse step {case:10s} " + ", ".join(times))
+    if cases:
+        lines.append("  (dlcourse emulates bf16 and fp16: rounded inputs, float32 products; "
+                     "the tensor cores' speed is in the matmul lines)")
     return lines

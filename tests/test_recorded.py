@@ -125,13 +125,15 @@ def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop
     monkeypatch.setattr(suite, "section_elementwise", section("elementwise", fails=True))
     monkeypatch.setattr(suite, "section_training", section("training"))
     monkeypatch.setattr(suite, "section_cpu_vs_gpu", section("cpu_vs_gpu"))
+    monkeypatch.setattr(suite, "section_precision", section("precision"))
     monkeypatch.setattr(suite, "plot", lambda results, png: png.write_text("plot"))
 
     assert suite.main(["--out", str(tmp_path), "--no-torch", "--quick"]) == 0
     assert seen == [("matmul", None, False),
                     ("elementwise", ["matmul"], False),
                     ("training", ["matmul", "elementwise"], False),
-                    ("cpu_vs_gpu", ["matmul", "elementwise", "training"], False)]
+                    ("cpu_vs_gpu", ["matmul", "elementwise", "training"], False),
+                    ("precision", ["matmul", "elementwise", "training", "cpu_vs_gpu"], False)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.with_suffix(".png").name]
     results = json.loads(path.read_text())
     assert results["complete"] is True and results["quick"] is True
@@ -196,3 +198,210 @@ def test_plot_ladder_labels_every_bar_and_refuses_nothing_to_draw():
     assert "1\n(25%)" in texts and "4\n(100%)" in texts
     with pytest.raises(ValueError, match="no values"):
         dl.plots.plot_ladder({}, "t")
+
+
+# ---- the suite's precision section, run on the CPU with stand-ins for the GPU's parts
+def _numpy_cupy():
+    """As much of CuPy as section_precision uses, on NumPy (no GPU here, and CI has no CuPy)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    class RandomState:                       # CuPy's standard_normal takes a dtype
+        def __init__(self, seed):
+            self.rng = np.random.default_rng(seed)
+
+        def standard_normal(self, size=None, dtype=float):
+            return self.rng.standard_normal(size, dtype=dtype)
+
+    pool = SimpleNamespace(free_all_blocks=lambda: None)
+    return SimpleNamespace(float16=np.float16, float32=np.float32, float64=np.float64,
+                           abs=np.abs, matmul=np.matmul, asarray=np.asarray, asnumpy=np.asarray,
+                           random=SimpleNamespace(RandomState=RandomState),
+                           get_default_memory_pool=lambda: pool)
+
+
+def test_the_numpy_cupy_asks_only_what_cupy_has():
+    """_numpy_cupy holds section_precision to CuPy's API: each name it gives exists in the
+    installed CuPy and takes the arguments the section passes (skipped without CuPy)."""
+    import inspect
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed: nothing to compare with")
+    assert set(vars(_numpy_cupy())) <= set(dir(cupy))
+    assert "dtype" in inspect.signature(cupy.random.RandomState.standard_normal).parameters
+    assert "out" in inspect.signature(cupy.matmul).parameters
+    assert callable(cupy._core.get_compute_type)          # read in a try: "unknown" without it
+
+
+def _fake_torch():
+    """torch.matmul in float32, float16 and bfloat16 on NumPy: inputs in the format, products
+    added in float32, the output rounded to the format (what the GPU computes)."""
+    from types import SimpleNamespace
+
+    import ml_dtypes
+    import numpy as np
+
+    class Tensor:
+        def __init__(self, a):
+            self.a = a
+
+        def cuda(self):
+            return self
+
+        cpu = cuda
+
+        def to(self, dtype):
+            return Tensor(self.a.astype(dtype))
+
+        def float(self):
+            return Tensor(self.a.astype(np.float32))
+
+        def numpy(self):
+            return self.a
+
+    def matmul(a, b, out=None):
+        c = (a.a.astype(np.float32) @ b.a.astype(np.float32)).astype(a.a.dtype)
+        if out is None:
+            return Tensor(c)
+        out.a = c
+        return out
+
+    settings = SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True)
+    return SimpleNamespace(float32=np.float32, float16=np.float16, bfloat16=ml_dtypes.bfloat16,
+                           from_numpy=Tensor, matmul=matmul,
+                           backends=SimpleNamespace(cuda=SimpleNamespace(matmul=settings)),
+                           cuda=SimpleNamespace(empty_cache=lambda: None))
+
+
+def _timer(times, calls):
+    """A stand-in for time_cuda/time_torch: runs fn once, gives the next of ``times``."""
+    times = iter(times)
+
+    def time(module, fn, *args, **kwargs):        # time_cuda(cp, fn, ...), time_torch(torch, fn, ...)
+        fn()
+        calls.append(fn)
+        return {"median_ms": next(times), "min_ms": 0.5, "repeats": 1}
+    return time
+
+
+PRECISION_CFG = dict(matmul_n=64, mlp_batches=(8,), cnn_batch=4, target_s=0.01)
+
+
+@pytest.fixture
+def cpu_steps(suite, monkeypatch):
+    """section_precision's training steps built on the CPU (the real dlcourse steps)."""
+    real = suite.dlcourse_step
+    built = []
+
+    def step(kind, batch, device, **kwargs):
+        assert device == "gpu"
+        built.append((kind, batch, kwargs["precision"]))
+        return real(kind, batch, "cpu", **kwargs)
+    monkeypatch.setattr(suite, "dlcourse_step", step)
+    return built
+
+
+def test_the_precision_section_keeps_every_figure_with_its_speed_up(suite, monkeypatch, cpu_steps):
+    """FP32 and TF32 come from the matmul section when it ran at the same size; cuBLAS FP16
+    and PyTorch's FP32/FP16/BF16 are checked against FP64 and timed; dlcourse's step is timed
+    in fp32, bf16 and fp16 after its first loss is checked; BF16 through CuPy is 'not measured'
+    with the reason. Speed-ups are FP32 time over the format's time, in the same library."""
+    calls = []
+    # cuBLAS FP16 (time_cuda), then the steps (time_cuda): fp32, bf16, fp16 for each case
+    monkeypatch.setattr(suite, "time_cuda", _timer([1.0, 2.0, 4.0, 5.0, 3.0, 6.0, 6.0], calls))
+    monkeypatch.setattr(suite, "time_torch", _timer([8.0, 2.0, 2.0], calls))
+    monkeypatch.setattr(suite, "_cublas_tf32", lambda n, ms: pytest.fail("TF32 is reused"))
+    matmul = {"n": 64, "cublas_fp32": {"median_ms": 4.0, "tflops": 1.0},
+              "cublas_tf32": {"median_ms": 2.0, "tflops": 2.0, "speedup_over_fp32": 2.0}}
+    out = {}
+    suite.section_precision(_numpy_cupy(), PRECISION_CFG, out, _fake_torch(), None, matmul)
+
+    mm = out["matmul"]
+    assert mm["n"] == 64 and mm["flops"] == 2 * 64 ** 3
+    assert mm["cublas_fp32"]["source"] == mm["cublas_tf32"]["source"] == "the matmul section"
+    assert mm["cublas_tf32"]["speedup_over_fp32"] == 2.0
+    fp16 = mm["cublas_fp16"]
+    assert fp16["speedup_over_fp32"] == 4.0 and fp16["tflops"] == pytest.approx(2 * 64 ** 3 / 1e-3 / 1e12)
+    assert fp16["max_rel_err_vs_fp64_same_inputs"] < 2 ** -11 + 1e-6   # only the output's rounding
+    assert 1e-4 < fp16["max_rel_err_vs_fp64"] < 1e-2                   # the inputs' rounding too
+    assert "float32" in fp16["accumulation"] and "error" not in fp16
+    assert "CuPy has no bfloat16" in mm["cublas_bf16"]["not_measured"]
+    assert [mm[f"torch_{f}"]["median_ms"] for f in ("fp32", "fp16", "bf16")] == [8.0, 2.0, 2.0]
+    assert "speedup_over_fp32" not in mm["torch_fp32"]
+    assert mm["torch_fp16"]["speedup_over_fp32"] == mm["torch_bf16"]["speedup_over_fp32"] == 4.0
+    assert mm["torch_bf16"]["max_rel_err_vs_fp64_same_inputs"] <= 2 ** -8 + 1e-6
+    assert mm["torch_bf16"]["max_rel_err_vs_fp64"] > mm["torch_fp16"]["max_rel_err_vs_fp64"]
+    assert mm["torch_settings"]["allow_fp16_reduced_precision_reduction"] is True
+
+    tr = out["training"]
+    assert "EMULATES" in tr["note"] and "not expected" in tr["note"]
+    assert cpu_steps == [(k, b, p) for k, b in (("mlp", 8), ("cnn", 4)) for p in ("fp32", "bf16", "fp16")]
+    mlp, cnn = tr["cases"]["mlp_b8"], tr["cases"]["cnn_b4"]
+    assert (mlp["model"], mlp["batch"]) == ("mlp", 8)
+    assert [mlp[p]["median_ms"] for p in ("fp32", "bf16", "fp16")] == [2.0, 4.0, 5.0]
+    assert (mlp["bf16"]["speedup_over_fp32"], mlp["fp16"]["speedup_over_fp32"]) == (0.5, 0.4)
+    assert "speedup_over_fp32" not in mlp["fp32"]
+    assert "loss_scaler" not in mlp["bf16"]     # fp16 only; steps: the check and the one timed
+    assert mlp["fp16"]["loss_scaler"]["steps"] == 2 and mlp["fp16"]["loss_scaler"]["skipped"] == 0
+    assert cnn["bf16"]["first_loss"] == pytest.approx(cnn["fp32"]["first_loss"], rel=2 ** -7)
+    assert len(calls) == 10
+    json.dumps(out)                                   # what main() writes
+    from dlcourse.recorded import precision_report   # what lesson 10 shows from it
+    lines = precision_report({"precision": out})
+    assert "  cuBLAS FP16        0.0 TFLOP/s   4.00x FP32" in lines    # 64³ in 1 ms: 0.0005
+    assert "  cuBLAS BF16   not measured (CuPy has no bfloat16 dtype (see torch_bf16))" in lines
+    assert "dlcourse step mlp_b8     fp32 2.000 ms, bf16 4.000 ms (0.50x), fp16 5.000 ms (0.40x)" in lines
+
+
+def test_the_precision_section_says_why_a_figure_is_missing(suite, monkeypatch, cpu_steps):
+    """Without the matmul section FP32 is timed here and TF32 asked of its child process (here
+    it fails: 'not measured' with the reason); without PyTorch its lines say why; a step whose
+    first loss is not finite is not timed, and the others still are."""
+    calls = []
+    monkeypatch.setattr(suite, "time_cuda", _timer([4.0, 1.0] + [2.0, 3.0] * 2, calls))
+    monkeypatch.setattr(suite, "_cublas_tf32", lambda n, ms: {"error": "RuntimeError: no GPU"})
+    real = suite.dlcourse_step
+
+    def step(kind, batch, device, precision):
+        inner = real(kind, batch, device, precision=precision)
+        return (lambda: float("nan")) if precision == "bf16" else inner
+    monkeypatch.setattr(suite, "dlcourse_step", step)
+    note = "PyTorch is not installed (pip install torch) — torch lines skipped"
+    out = {}
+    suite.section_precision(_numpy_cupy(), PRECISION_CFG, out, None, note, {"error": "x"})
+
+    mm = out["matmul"]
+    assert "source" not in mm["cublas_fp32"] and mm["cublas_fp32"]["median_ms"] == 4.0
+    assert mm["cublas_fp32"]["max_rel_err_vs_fp64"] < 1e-5
+    assert mm["cublas_tf32"] == {"not_measured": "RuntimeError: no GPU"}
+    assert mm["cublas_fp16"]["speedup_over_fp32"] == 4.0
+    assert mm["torch_fp32"] == mm["torch_fp16"] == {"not_measured": note}
+    assert mm["torch_bf16"]["not_measured"].startswith("CuPy has no bfloat16 and PyTorch is not usable")
+    assert note in mm["torch_bf16"]["not_measured"]
+    for case in out["training"]["cases"].values():
+        assert case["bf16"] == {"error": f"first loss nan (fp32: {case['fp32']['first_loss']}); not timed"}
+        assert case["fp16"]["speedup_over_fp32"] == 2.0 / 3.0
+    assert len(calls) == 6
+
+
+def test_precision_report_says_what_was_measured_and_why_the_rest_was_not():
+    from dlcourse.recorded import precision_report
+    results = {"precision": {
+        "matmul": {"n": 4096, "cublas_fp32": {"tflops": 40.0, "median_ms": 3.4},
+                   "cublas_tf32": {"not_measured": "RuntimeError: child failed"},
+                   "cublas_fp16": {"tflops": 400.0, "speedup_over_fp32": 10.0},
+                   "cublas_bf16": {"not_measured": "CuPy has no bfloat16 dtype (see torch_bf16)"},
+                   "torch_bf16": {"error": "wrong result"}, "torch_settings": {"allow_tf32": False}},
+        "training": {"cases": {"mlp_b64": {"fp32": {"median_ms": 1.0},
+                                           "bf16": {"median_ms": 2.0, "speedup_over_fp32": 0.5},
+                                           "fp16": {"error": "first loss nan"}}}}}}
+    assert precision_report(results) == [
+        "matmul 4096x4096x4096:",
+        "  cuBLAS FP32       40.0 TFLOP/s",
+        "  cuBLAS TF32   not measured (RuntimeError: child failed)",
+        "  cuBLAS FP16      400.0 TFLOP/s  10.00x FP32",
+        "  cuBLAS BF16   not measured (CuPy has no bfloat16 dtype (see torch_bf16))",
+        "  PyTorch BF16  not measured (wrong result)",
+        "dlcourse step mlp_b64    fp32 1.000 ms, bf16 2.000 ms (0.50x)",
+        "  (dlcourse emulates bf16 and fp16: rounded inputs, float32 products; the tensor cores' "
+        "speed is in the matmul lines)"]
+    assert precision_report({}) == [] and precision_report(SUITE) == []
