@@ -1,11 +1,13 @@
 """Data-parallel training on the CPU with MPI (issue 21, lesson 13), measured in one run.
 
-    python benchmarks/data_parallel.py [--steps 20] [--repeats 20] [--json OUT.json]
+    python benchmarks/data_parallel.py [--steps 50] [--rounds 5] [--repeats 20] [--json OUT.json]
 
 1. Training throughput (samples/s, forward + backward + gradient all-reduce + SGD step,
    float32) of the MLP 784-512-512-10 at 256 samples per rank: 2 ranks x 1 thread against
    1 process x 1 thread (both started by mpiexec, so both pay the same start-up).
-   Scaling efficiency = (throughput of 2 ranks / throughput of 1) / 2; target >= 80 %.
+   Scaling efficiency = (throughput of 2 ranks / throughput of 1) / 2, for each round (a
+   1-process run, then a 2-rank run); the median of the rounds is reported, and the target
+   (>= 80 %) is judged only when the middle half of the rounds lies on one side of it.
 2. The hand-written ring all-reduce (dl.distributed.ring_all_reduce, over Sendrecv) against
    MPI's Allreduce, on float32 buffers up to the MLP's gradients (about 2.7 MB); target: the
    ring within 1.5x of Allreduce at the gradients' size.
@@ -14,11 +16,16 @@
    both all-reduces and for the 2-rank step time (the 1-process step plus one all-reduce of
    the gradients).
 
-The two throughput runs alternate for ``--rounds`` rounds and the best of each is kept, and the
-all-reduce figures are the best of ``--repeats``: the machine may be shared, and others' work
-only ever makes a run slower. The load average is read before and after; when others kept
+The two throughput runs alternate for ``--rounds`` rounds (the best of each is printed too), and
+the all-reduce figures are the best of ``--repeats``: the machine may be shared, and others' work
+only ever makes a run slower. Each run times ``--steps`` steps after two warm-up steps. Short
+runs scatter more: on the 2-core VM of README's figures, three runs of 3 rounds x 20 steps gave
+70-82 % and five runs of 5 rounds x 50 steps 82-94 % (best run against best run) within the
+same half hour, so the
+defaults are 5 x 50 (about 20 s). The load average is read before and after; when others kept
 the cores busy the targets are reported as not judged. Needs mpi4py and mpiexec (pip install
-'dlcourse[distributed]'). Exit status: 0 both targets met, 1 one missed, 2 not judged (busy).
+'dlcourse[distributed]'). Exit status: 0 both targets met, 1 one missed, 2 not judged (busy,
+or too close to call).
 Figures are this machine's, measured now; nothing is hard-coded.
 """
 from __future__ import annotations
@@ -26,9 +33,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 
 import numpy as np
+
+from cpu_step import middle_half                 # benchmarks/: the quartiles of the rounds
 
 from dlcourse import distributed
 from dlcourse.distributed_jobs import run
@@ -49,9 +59,9 @@ def fit_alpha_beta(nbytes, seconds, world_size):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    parser.add_argument("--steps", type=int, default=50, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=20, help="all-reduces per size")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating throughput runs")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating throughput runs")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
 
@@ -62,7 +72,12 @@ def main(argv=None) -> int:
             runs[ranks].append(run("throughput", "--batch-size", BATCH, "--steps", args.steps,
                                    ranks=ranks, timeout=600))
     one, two = (max(runs[k], key=lambda r: r["samples_per_s"]) for k in (1, 2))
-    efficiency = two["samples_per_s"] / one["samples_per_s"] / 2
+    best_of = two["samples_per_s"] / one["samples_per_s"] / 2
+    # each round's 2-rank run against the 1-process run just before it: a slow spell of the
+    # machine then hits both sides of a ratio alike (the rule of cpu_step.py's comparisons)
+    rounds = [b["samples_per_s"] / a["samples_per_s"] / 2 for a, b in zip(runs[1], runs[2])]
+    efficiency = statistics.median(rounds)
+    q1, q3 = middle_half(rounds)
     grad_floats = one["grad_bytes"] // 4
     sizes = [16, 1024, 16384, 131072, grad_floats // 4, grad_floats // 2, grad_floats]
     timing = run("timing", "--sizes", ",".join(map(str, sizes)), "--repeats", args.repeats,
@@ -84,10 +99,13 @@ def main(argv=None) -> int:
     print(f"1. MLP 784-512-512-10, batch {BATCH} per rank, {args.steps} steps of dl.fit:")
     print(f"   1 process : {one['samples_per_s']:8.0f} samples/s  ({1e3 * one['step_s']:.1f} ms/step)")
     print(f"   2 ranks   : {two['samples_per_s']:8.0f} samples/s  ({1e3 * two['step_s']:.1f} ms/step)")
-    verdict = "met" if efficiency >= TARGET_EFFICIENCY else "MISSED"
+    verdict = ("met" if q1 >= TARGET_EFFICIENCY else "MISSED" if q3 < TARGET_EFFICIENCY else
+               f"too close to call (the middle half of the rounds, {q1:.0%}-{q3:.0%}, spans it)")
     if busy:
         verdict = "not judged: the machine was busy"
-    print(f"   scaling efficiency {efficiency:.0%} (target >= {TARGET_EFFICIENCY:.0%}: {verdict})")
+    print(f"   scaling efficiency, round by round: {', '.join(f'{e:.0%}' for e in rounds)}")
+    print(f"   scaling efficiency {efficiency:.0%}, the median of the rounds (target >= "
+          f"{TARGET_EFFICIENCY:.0%}: {verdict}); best run against best run: {best_of:.0%}")
     print(f"   α-β model step time on 2 ranks: {1e3 * one['step_s']:.1f} ms compute + "
           f"{1e3 * model_grads:.2f} ms all-reduce = {1e3 * predicted_step:.1f} ms "
           f"(measured {1e3 * two['step_s']:.1f} ms)")
@@ -106,14 +124,15 @@ def main(argv=None) -> int:
           f"β = {beta / 1e9:.2f} GB/s")
     print(f"load average (1 min) {load_before:.1f} before, {load_after:.1f} after, on "
           f"{os.cpu_count()} cores{': BUSY, targets not judged' if busy else ''}")
-    result = {"one": one, "two": two, "efficiency": efficiency, "timing": rows,
+    result = {"one": one, "two": two, "efficiency": efficiency, "efficiency_rounds": rounds,
+              "efficiency_best_of": best_of, "timing": rows,
               "alpha_s": alpha, "beta_Bps": beta, "ring_over_mpi": ring_ratio,
               "model_allreduce_s": model_grads, "model_step_s": predicted_step,
               "load": [load_before, load_after], "busy": busy}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
-    if busy:
+    if busy or verdict.startswith("too close"):
         return 2
     return 0 if verdict == verdict_ring == "met" else 1
 
