@@ -521,8 +521,12 @@ def gradient_buffers(model, bucket_bytes: int = BUCKET_BYTES) -> list:
     grads = list(model.grads.values())
     xp = get_array_module(*grads)
     groups = buckets(grads, bucket_bytes)
-    return [xp.empty(sum(g.size for g in group) + 2 * (k == len(groups) - 1), dtype=group[0].dtype)
-            for k, group in enumerate(groups)]
+    return [xp.empty(size, dtype=group[0].dtype) for size, group in zip(_sizes(groups), groups)]
+
+
+def _sizes(groups) -> list:
+    """The length of each bucket's buffer: its gradients' sizes, + 2 in the last one."""
+    return [sum(g.size for g in group) + 2 * (k == len(groups) - 1) for k, group in enumerate(groups)]
 
 
 def average_gradients(model, comm: Communicator, count: int, loss: float = 0.0,
@@ -541,7 +545,12 @@ def average_gradients(model, comm: Communicator, count: int, loss: float = 0.0,
         return loss, count
     grads = list(model.grads.values())
     groups = buckets(grads, bucket_bytes)
-    buffers = gradient_buffers(model, bucket_bytes) if buffers is None else buffers
+    if buffers is None:
+        buffers = gradient_buffers(model, bucket_bytes)
+    elif [b.size for b in buffers] != _sizes(groups):
+        raise ValueError(f"average_gradients(buffers=...): buffers of sizes {[b.size for b in buffers]}, "
+                         f"but these gradients need {_sizes(groups)}. Make them from this model with "
+                         f"gradient_buffers(model) (again, if its parameters changed).")
     for group, buf in zip(groups, buffers):
         flatten(group, out=buf, scale=count)          # buf = [count * g for g in group]
     last = buffers[-1]
@@ -607,7 +616,8 @@ class DataParallel:
         return len(shards(np.arange(N), batch_size, 0, W))
 
     def average_gradients(self, loss: float, count: int) -> tuple[float, int]:
-        if self.buffers is None and self.comm.world_size > 1:
+        if self.comm.world_size > 1 and (self.buffers is None or [b.size for b in self.buffers]
+                                         != _sizes(buckets(list(self.model.grads.values())))):
             self.buffers = gradient_buffers(self.model)          # once per fit
         return average_gradients(self.model, self.comm, count, loss, buffers=self.buffers)
 

@@ -123,6 +123,17 @@ def test_average_gradients_reuses_its_buffers():
         assert n == 4
 
 
+def test_average_gradients_refuses_buffers_made_for_other_gradients():
+    class Model:
+        grads = {"W": np.ones(3)}
+
+    def body(comm, r):
+        with pytest.raises(ValueError, match=r"sizes \[6\].*need \[5\].*gradient_buffers"):
+            distributed.average_gradients(Model(), comm, 1, buffers=[np.zeros(6)])
+        return True
+    assert all(distributed.simulate(body, [0, 1]))
+
+
 def test_all_reduce_in_place_single_process_leaves_the_buffer():
     buf = np.arange(4.0)
     distributed.SingleProcess().all_reduce_in_place(buf)
