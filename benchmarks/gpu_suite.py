@@ -757,7 +757,8 @@ def _precision_torch(cp, cfg, mm, torch, torch_note, A, B, ref64):
                               f"{entry['max_rel_err_vs_fp64_same_inputs']:.1e} against FP64 of "
                               f"the same inputs (allowed {tol:.1e})")
         else:
-            entry.update(time_torch(torch, lambda: torch.matmul(a, b, out=c), cfg["target_s"]))
+            entry.update(time_torch(torch, lambda a=a, b=b, c=c: torch.matmul(a, b, out=c),
+                                    cfg["target_s"]))
             entry["tflops"] = _tflops(n, entry)
         _precision_line(f"PyTorch {fmt.upper()} (torch.matmul)", entry,
                         None if fmt == "fp32" else mm["torch_fp32"])

@@ -89,10 +89,9 @@ def dlcourse_step(kind, batch, device="cpu", fused_loss=False, variant="default"
             opt.step()
         return value
 
-    if precision != "fp32":
-        step = mixed_step
-    step.model, step.opt, step.amp = model, opt, amp
-    return step
+    chosen = step if precision == "fp32" else mixed_step
+    chosen.model, chosen.opt, chosen.amp = model, opt, amp
+    return chosen
 
 
 def torch_step(kind, batch, device="cpu"):

@@ -25,7 +25,6 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 

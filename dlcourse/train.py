@@ -36,7 +36,6 @@ import numpy as np
 from . import backend
 from ._validate import check_labels, model_class_error, number, whole_number
 from .backend import device_of, get_array_module, to_numpy
-from .distributed import DataParallel
 from .layers import eval_mode
 from .distributed import DataParallel   # fit(comm=...) (lesson 13)
 from .precision import Policy   # precision= and loss scaling (lesson 10)

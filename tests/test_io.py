@@ -7,7 +7,6 @@ import stat
 import sys
 
 import nbformat
-import numpy as np
 import pytest
 
 from dlcourse import data

@@ -5,7 +5,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import zipfile

@@ -20,8 +20,6 @@ reference engine is ``dlcourse/autograd.py``.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..autograd import Tensor
 from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_unchanged, fail,
                       gpu, passed, rng, shape_text, to_array)
