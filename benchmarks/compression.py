@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -104,8 +103,7 @@ def train(kind, seed, precision="fp32", model=None, epochs=None, lr=None):
     if model is None:
         model, epochs, lr = spec["build"](seed), spec["epochs"], spec.get("lr", 3e-3)
         if spec.get("cosine"):
-            cosine = dl.cosine_decay(lr, epochs)
-            schedule = lambda epoch: cosine(math.floor(epoch))      # noqa: E731
+            schedule = dl.per_epoch(dl.cosine_decay(lr, epochs))
     dl.fit(model, dl.SoftmaxCrossEntropy(), dl.Adam(model, lr=lr), X, y, epochs=epochs,
            batch_size=spec["batch_size"], seed=seed, progress=False, precision=precision,
            lr_schedule=schedule)

@@ -20,7 +20,7 @@ from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softm
 from .models import CNN, MLP, Perceptron
 from .optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from .stats import layer_stats
-from .schedules import cosine_decay, linear_warmup, step_decay
+from .schedules import cosine_decay, linear_warmup, per_epoch, step_decay
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
 from .precision import LossScaler, autocast
@@ -52,7 +52,7 @@ __all__ = [
     "CNN", "MLP", "Perceptron",
     "SGD", "Adagrad", "RMSprop", "Adam", "AdamW",
     # training and checkpoints
-    "step_decay", "cosine_decay", "linear_warmup", "layer_stats",
+    "step_decay", "cosine_decay", "linear_warmup", "per_epoch", "layer_stats",
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
     # smaller and faster models (lessons 10-11)

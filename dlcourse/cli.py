@@ -20,7 +20,6 @@ full traceback); bad arguments exit 2 with argparse's usage message.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -367,7 +366,7 @@ def _fit_and_test(args, settings, model, what, device, train, val, test, comm=No
     from .checkpoint import save
     from .losses import SoftmaxCrossEntropy
     from . import optim
-    from .schedules import cosine_decay
+    from .schedules import cosine_decay, per_epoch
     from .train import TrainingDiverged, evaluate, fit
 
     (X_train, y_train), (X_val, y_val), (X_test, y_test) = train, val, test
@@ -384,10 +383,7 @@ def _fit_and_test(args, settings, model, what, device, train, val, test, comm=No
     # Cosine schedule: the learning rate glides from --lr down to 0 at the end. Big steps early
     # to make progress, small ones late to settle: on the digits this is worth about half a
     # point of test accuracy over a constant rate. It changes once per epoch (at whole epochs).
-    cosine = cosine_decay(settings["lr"], epochs)
-
-    def schedule(epoch):
-        return cosine(math.floor(epoch))
+    schedule = per_epoch(cosine_decay(settings["lr"], epochs))
 
     def after_epoch(epoch, history):
         if args.no_progress:

@@ -13,6 +13,7 @@ before every optimizer step and sets ``optimizer.lr``; ``history.lr`` records th
 * :func:`linear_warmup`: schedule(epoch) * (start + (1 - start) * epoch / epochs) for the
   first ``epochs``, then schedule(epoch): small steps while Adam's moments and BatchNorm's
   statistics are still noisy.
+* :func:`per_epoch`:     schedule(floor(epoch)): one rate per epoch, changed at whole epochs.
 
 Any function of the epoch will do (``lr_schedule=lambda epoch: 0.01 / (1 + epoch)``).
 """
@@ -22,7 +23,7 @@ import math
 
 from ._validate import number
 
-__all__ = ["step_decay", "cosine_decay", "linear_warmup", "constant"]
+__all__ = ["step_decay", "cosine_decay", "linear_warmup", "per_epoch", "constant"]
 
 
 def _lr(lr, fn):
@@ -70,3 +71,9 @@ def linear_warmup(schedule, epochs: float, start: float = 0.1):
     start = number(start, "linear_warmup(start=...)", "start=0.1", 0.0, 1.0, low_open=True,
                    high_open=False)
     return lambda epoch: schedule(epoch) * (start + (1 - start) * min(epoch / epochs, 1.0))
+
+
+def per_epoch(schedule):
+    """``schedule`` held for a whole epoch: its value at the epoch's start, schedule(floor(epoch))
+    (``dlcourse train``'s cosine changes once per epoch, not at every step)."""
+    return lambda epoch: schedule(math.floor(epoch))

@@ -151,6 +151,8 @@ def test_schedules_follow_their_formulas():
     assert warm(0) == pytest.approx(0.1) and warm(1) == pytest.approx(0.55 * cos(1))
     assert warm(3) == cos(3)
     assert dl.linear_warmup(0.01, epochs=1)(5) == 0.01        # a number is a constant rate
+    held = dl.per_epoch(cos)                                  # one rate per epoch
+    assert [held(e) for e in (0, 0.5, 0.99, 2, 2.7)] == [cos(0), cos(0), cos(0), cos(2), cos(2)]
 
 
 @pytest.mark.parametrize("make,words", [
