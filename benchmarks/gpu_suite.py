@@ -178,7 +178,7 @@ def tf32_child(n):
     err = rel_err(cp, C, ref64)
     t = time_cuda(cp, lambda: cp.matmul(A, B, out=C), 1.0)
     print(json.dumps({"median_ms": t["median_ms"], "repeats": t["repeats"],
-                      "tflops": 2 * n ** 3 / (t["median_ms"] / 1e3) / 1e12,
+                      "tflops": _tflops(n, t),
                       "max_rel_err_vs_fp64": err, "CUPY_TF32": os.environ.get("CUPY_TF32")}))
 
 
@@ -249,7 +249,7 @@ def _cublas_fp32(cp, A, B, target_s):
         raise RuntimeError(f"cp.matmul differs from FP64 by {err64:.1e}: TF32 seems to be on "
                            f"(CUPY_TF32={os.environ.get('CUPY_TF32')}); refusing to time it as FP32.")
     t = time_cuda(cp, lambda: cp.matmul(A, B, out=C), target_s)
-    return C, dict(t, tflops=2 * n ** 3 / (t["median_ms"] / 1e3) / 1e12, max_rel_err_vs_fp64=err64)
+    return C, dict(t, tflops=_tflops(n, t), max_rel_err_vs_fp64=err64)
 
 
 def _cublas_tf32(n, fp32_ms):

@@ -5,7 +5,7 @@ one run; batch 1 and batch 256.
 dlcourse runs ``dl.infer(model, x)``: what ``dlcourse predict`` and ``dlcourse serve`` run
 (through ``dl.inference.predict_proba``). It computes what ``model.eval().forward(x)`` does, in
 cache-sized chunks, with Conv2d-ReLU-MaxPool2d and Linear-ReLU done as one step each (see
-dlcourse/infer.py); onnxruntime runs its default graph optimizations (it fuses Conv and Relu,
+dlcourse/fast_inference.py); onnxruntime runs its default graph optimizations (it fuses Conv and Relu,
 and on x86 runs convolutions in its blocked NCHWc layout). ``--forward`` times
 ``model.forward`` instead, for comparison.
 

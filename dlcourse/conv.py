@@ -31,8 +31,8 @@ from .ops import matmul
 from .shapes import as_pair, output_size
 
 __all__ = ["output_size", "conv2d_forward_naive", "conv2d_backward_naive", "maxpool_forward_naive",
-           "maxpool_backward_naive", "maxpool_forward", "im2col", "col2im", "unfold", "fold", "as_image", "as_matrix",
-           "Conv2d", "MaxPool2d"]
+           "maxpool_backward_naive", "maxpool_forward", "im2col", "col2im", "unfold", "fold",
+           "as_image", "as_matrix", "Conv2d", "MaxPool2d"]
 
 
 def _pair(v, name, layer, minimum=0):

@@ -43,7 +43,8 @@ from .backend import device_of, get_array_module, to_device, to_numpy
 
 __all__ = ["Communicator", "SingleProcess", "MPICommunicator", "NCCLCommunicator", "init",
            "ring_all_reduce", "shard", "shards", "flatten", "unflatten", "buckets",
-           "broadcast_parameters", "gradient_buffers", "average_gradients", "DataParallel", "mpiexec_command",
+           "broadcast_parameters", "gradient_buffers", "average_gradients", "DataParallel",
+           "mpiexec_command",
            "launch_env", "relaunch", "under_mpiexec", "mpiexec_path", "MPIEXEC_ARGS", "ring_cost", "BUCKET_BYTES", "simulate", "ThreadRank"]
 
 OPS = ("sum", "mean")

@@ -515,7 +515,8 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             (as in PyTorch's DDP), the gradients are averaged over the global batch and every
             rank takes the same step. Losses and accuracies are over the global batch;
             validation and the progress bar run on rank 0 (the result is sent to all ranks).
-            BatchNorm statistics stay per rank; each rank draws its own dropout masks. Every rank passes the same X and y.
+            BatchNorm statistics stay per rank; each rank draws its own dropout masks. Every
+            rank passes the same X and y.
             ``None``: one process.
 
     Returns:
