@@ -4,8 +4,9 @@ one run; batch 1 and batch 256.
 
 dlcourse runs ``dl.infer(model, x)``: what ``dlcourse predict`` and ``dlcourse serve`` run
 (through ``dl.inference.predict_proba``). It computes what ``model.eval().forward(x)`` does, in
-cache-sized chunks, with Conv2d-ReLU-MaxPool2d and Linear-ReLU done as one step each (see
-dlcourse/fast_inference.py); onnxruntime runs its default graph optimizations (it fuses Conv and Relu,
+cache-sized chunks, with Conv2d-ReLU-MaxPool2d and Linear-ReLU done as one step each, and with
+more than one thread the chunks side by side, one per thread (see dlcourse/fast_inference.py);
+onnxruntime runs its default graph optimizations (it fuses Conv and Relu,
 and on x86 runs convolutions in its blocked NCHWc layout). ``--forward`` times
 ``model.forward`` instead, for comparison.
 
@@ -56,8 +57,8 @@ def engines(kind, batch, threads, folder, forward=False):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=cpus(),
-                        help="threads for both: BLAS (dlcourse) and onnxruntime's intra-op pool "
-                             "(default: the CPUs this process may use)")
+                        help="threads for both: BLAS and dl.infer's workers (dlcourse), "
+                             "onnxruntime's intra-op pool (default: the CPUs this process may use)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--forward", action="store_true",
                         help="time model.forward (the training code path) instead of dl.infer")

@@ -34,6 +34,13 @@ engine such as onnxruntime does them:
    (:func:`fold_batchnorm`, lesson 12's exercise).
    ``Linear -> ReLU`` adds the bias and applies the ReLU in place. Any other layer runs its own
    ``forward``.
+4. **Chunks run side by side on the CPU's cores** (``workers``): each chunk is independent of
+   the others, and NumPy lets go of Python's lock while it computes, so two threads really run
+   at once. The matrix products of a chunk are too small for the BLAS library to split well
+   between cores, so while the workers run, each product runs on one BLAS thread: a core per
+   chunk rather than two cores fighting over one small product. By default ``infer`` uses as
+   many workers as BLAS may use threads (``threadpoolctl``), so a process that limits BLAS to
+   one thread runs its chunks one after the other.
 
 Every step is tested against ``model.forward`` (tests/test_fast_inference.py).
 """
@@ -41,10 +48,13 @@ from __future__ import annotations
 
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ._validate import shape_str, whole_number
+from threadpoolctl import ThreadpoolController
+
 from .backend import get_array_module
 from .conv import Conv2d, MaxPool2d, as_image, conv_output_shape, maxpool_forward, unfold
 from .fusion import Conv2dReLU, LinearReLU
@@ -52,7 +62,7 @@ from .layers import BatchNorm2d, Flatten, Identity, Layer, Linear, ReLU, Sequent
 from .ops import matmul
 from .shapes import output_size
 
-__all__ = ["infer", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles", "unfold_pooled",
+__all__ = ["infer", "blas_threads", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles", "unfold_pooled",
            "unfold_wide", "chunk_size", "CACHE_BYTES"]
 
 # What the largest array of one chunk may take. Smaller chunks stay in a faster cache but pay
@@ -61,16 +71,19 @@ __all__ = ["infer", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles
 CACHE_BYTES = 4 * 2**20
 
 _lock = threading.Lock()  # infer switches the model's mode, and a layer's forward keeps a cache
+_blas = None              # threadpoolctl's view of the BLAS library, made on first use
 
 
-def infer(model: Layer, x, batch_size: int | None = None):
+def infer(model: Layer, x, batch_size: int | None = None, workers: int | None = None):
     """``model``'s outputs for the batch ``x``, in evaluation mode: the numbers
     ``model.eval().forward(x)`` gives (to float rounding), faster, with nothing kept for backward.
 
     x: a batch shaped as the model's input, e.g. (N, 784) or (N, 1, 28, 28), NumPy or CuPy;
     returns (N, K) on x's device. ``batch_size``: samples per chunk; None chooses it from the
     model's largest array per sample (:func:`chunk_size`) on the CPU, and the whole batch on a
-    GPU. The model's mode (training or evaluation) is put back afterwards.
+    GPU. ``workers``: threads running chunks side by side on the CPU; None: as many as the BLAS
+    library may use (:func:`blas_threads`). The model's mode (training or evaluation) is put
+    back afterwards.
     """
     xp = get_array_module(x)
     on_gpu = xp is not np
@@ -84,13 +97,36 @@ def infer(model: Layer, x, batch_size: int | None = None):
         if batch_size is None:
             batch_size = len(x) if on_gpu else chunk_size(model, x.shape[1:], x.dtype.itemsize)
         batch_size = whole_number(batch_size, "infer(batch_size=...)")
-        outs = []
-        for i in range(0, len(x), batch_size):
-            h = x[i:i + batch_size]
+        workers = whole_number(blas_threads() if workers is None else workers,
+                               "infer(workers=...)")
+        chunks = [x[i:i + batch_size] for i in range(0, len(x), batch_size)]
+
+        def run(h):                                     # one chunk through every step
             for step in steps:
                 h = step(h)
-            outs.append(h)
+            return h
+
+        workers = 1 if on_gpu else min(workers, len(chunks))
+        if workers == 1:
+            outs = [run(h) for h in chunks]
+        else:                                           # a core per chunk, one BLAS thread each
+            with _controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+                outs = list(pool.map(run, chunks))
     return outs[0] if len(outs) == 1 else xp.concatenate(outs)
+
+
+def blas_threads() -> int:
+    """The threads NumPy's BLAS library may use now (threadpoolctl's reading; by default the
+    CPUs, fewer inside ``threadpool_limits``); 1 if threadpoolctl finds no BLAS."""
+    blas = _controller().select(user_api="blas").lib_controllers
+    return max([lib.num_threads for lib in blas] or [1])
+
+
+def _controller() -> ThreadpoolController:
+    global _blas
+    if _blas is None:                   # finding the loaded libraries takes a moment: once
+        _blas = ThreadpoolController()
+    return _blas
 
 
 # ======================================================================================

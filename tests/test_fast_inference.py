@@ -5,8 +5,10 @@ import pytest
 
 import dlcourse as dl
 from dlcourse import conv
-from dlcourse.fast_inference import (chunk_size, conv_step, fold_batchnorm, infer, plan,
-                                     tiles, unfold_pooled, unfold_wide)
+from threadpoolctl import threadpool_limits
+
+from dlcourse.fast_inference import (blas_threads, chunk_size, conv_step, fold_batchnorm, infer,
+                                     plan, tiles, unfold_pooled, unfold_wide)
 
 
 def randn(*shape, seed=0):
@@ -60,6 +62,29 @@ def test_infer_equals_forward_in_evaluation_mode(name, batch_size, fused, device
     assert dl.get_array_module(out) is xp and out.shape == expected.shape
     assert xp.allclose(out, expected, rtol=1e-5, atol=1e-5), float(abs(out - expected).max())
     assert not model.training and xp.allclose(dl.infer(model, x), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_chunks_run_side_by_side_give_the_same_numbers(name, device, to_dev):
+    """Workers change where a chunk runs, not what it computes: with one BLAS thread either
+    way, three workers give exactly the numbers of one (on a GPU the batch goes in whole)."""
+    make, shape = MODELS[name]
+    model = _with_biases_and_statistics(make()).to(device).train()
+    x = to_dev(randn(7, *shape, seed=2).astype(np.float32))
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert blas_threads() == 1
+        one = infer(model, x, batch_size=2)                     # 1 worker: BLAS's threads
+        three = infer(model, x, batch_size=2, workers=3)        # 4 chunks on 3 threads
+    assert model.training
+    assert (one == three).all()
+
+
+def test_workers_give_the_blas_threads_back():
+    before = blas_threads()
+    infer(dl.CNN(1, (8, 8), 3, seed=0), np.ones((6, 1, 8, 8), np.float32), batch_size=1, workers=2)
+    assert blas_threads() == before
+    with pytest.raises(ValueError, match=r"infer\(workers=...\) must be a whole number >= 1"):
+        infer(dl.MLP([4, 2]), np.zeros((2, 4), np.float32), workers=0)
 
 
 def test_the_course_cnn_is_three_steps_and_its_order_does_not_round_differently():
