@@ -8,7 +8,7 @@ times it against onnxruntime.
 
 ``model.forward`` is written for training: each layer keeps what its backward needs and makes
 a new array for its output, and the whole batch goes through one layer before the next. For
-inference alone three things make the same computation faster on a CPU, as an inference
+inference alone five things make the same computation faster on a CPU, as an inference
 engine such as onnxruntime does them:
 
 1. **Nothing is kept for backward** by the steps below (a layer that runs its own ``forward``
@@ -17,11 +17,10 @@ engine such as onnxruntime does them:
 2. **The batch goes through in chunks that fit in the CPU's cache** (:func:`chunk_size`). For
    256 MNIST images the first convolution's output is 12.8 MB and the second one's im2col
    columns 29 MB: far more than a core's caches (here 1 MiB of L2, and an L3 shared with
-   other cores). Layer after layer the arrays would stream from main memory, and each fresh
-   array costs the operating system's page faults. A chunk of a few dozen images keeps a
-   layer's output in the cache until the next layer reads it, and the memory of one chunk's
-   arrays is reused by the next; onnxruntime tiles its work for the same reason. On a GPU the
-   batch goes in whole: a large batch is what a GPU wants.
+   other cores): layer after layer the arrays would stream from main memory. A chunk of a few
+   dozen images keeps a layer's output in the cache until the next layer reads it;
+   onnxruntime tiles its work for the same reason. On a GPU the batch goes in whole: a large
+   batch is what a GPU wants.
 3. **Layers that follow each other run as one step** (:func:`plan`), as onnxruntime fuses
    Conv and Relu. ``Conv2d [-> BatchNorm2d] [-> ReLU] [-> MaxPool2d]`` is im2col and one
    matrix product, then the pooling, then the bias and the ReLU, in place, on the pooled
@@ -41,6 +40,14 @@ engine such as onnxruntime does them:
    chunk rather than two cores fighting over one small product. By default ``infer`` uses as
    many workers as BLAS may use threads (``threadpoolctl``), so a process that limits BLAS to
    one thread runs its chunks one after the other.
+5. **The memory is kept** (:class:`Buffers`, an *arena* as onnxruntime has one): a step
+   writes its columns, products and pooled values into arrays the steps used before, for the
+   chunk before and the call before. A fresh array of a few megabytes is new memory to the
+   operating system, and the first write to each 4 KiB page of it costs a page fault. Left to
+   the memory allocator, a 256-image batch of the course's CNN took anywhere from 0 to about
+   6,000 faults, depending on the chunk size and on what the process had done before: up to
+   20 of its 16 to 40 ms on the 2-core VM this was measured on (a fault costs a few
+   microseconds there); with the arena, none after the first call.
 
 Every step is tested against ``model.forward`` (tests/test_fast_inference.py).
 """
@@ -62,7 +69,7 @@ from .layers import BatchNorm2d, Flatten, Identity, Layer, Linear, ReLU, Sequent
 from .ops import matmul
 from .shapes import output_size
 
-__all__ = ["infer", "blas_threads", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles", "unfold_pooled",
+__all__ = ["infer", "blas_threads", "Buffers", "maximum_of", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles", "unfold_pooled",
            "unfold_wide", "chunk_size", "CACHE_BYTES"]
 
 # What the largest array of one chunk may take. Smaller chunks stay in a faster cache but pay
@@ -72,6 +79,7 @@ CACHE_BYTES = 4 * 2**20
 
 _lock = threading.Lock()  # infer switches the model's mode, and a layer's forward keeps a cache
 _blas = None              # threadpoolctl's view of the BLAS library, made on first use
+_arena = []               # _arena[k]: the Buffers of worker k (CPU only)
 
 
 def infer(model: Layer, x, batch_size: int | None = None, workers: int | None = None):
@@ -83,7 +91,8 @@ def infer(model: Layer, x, batch_size: int | None = None, workers: int | None = 
     model's largest array per sample (:func:`chunk_size`) on the CPU, and the whole batch on a
     GPU. ``workers``: threads running chunks side by side on the CPU; None: as many as the BLAS
     library may use (:func:`blas_threads`). The model's mode (training or evaluation) is put
-    back afterwards.
+    back afterwards. On the CPU each worker keeps its chunk's arrays for the next call
+    (:class:`Buffers`): a few megabytes for the course's CNN.
     """
     xp = get_array_module(x)
     on_gpu = xp is not np
@@ -100,18 +109,24 @@ def infer(model: Layer, x, batch_size: int | None = None, workers: int | None = 
         workers = whole_number(blas_threads() if workers is None else workers,
                                "infer(workers=...)")
         chunks = [x[i:i + batch_size] for i in range(0, len(x), batch_size)]
-
-        def run(h):                                     # one chunk through every step
-            for step in steps:
-                h = step(h)
-            return h
-
         workers = 1 if on_gpu else min(workers, len(chunks))
+        outs = [None] * len(chunks)
+        while not on_gpu and len(_arena) < workers:
+            _arena.append(Buffers())
+
+        def run(k):                                     # worker k: chunks k, k + workers, ...
+            buffers = Buffers() if on_gpu else _arena[k]    # on a GPU, CuPy's memory pool
+            for i in range(k, len(chunks), workers):
+                h = chunks[i]
+                for step in steps:
+                    h = step(h, buffers)
+                outs[i] = h.copy()                      # h may live in the buffers
+
         if workers == 1:
-            outs = [run(h) for h in chunks]
-        else:                                           # a core per chunk, one BLAS thread each
+            run(0)
+        else:                                           # a core per worker, one BLAS thread each
             with _controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-                outs = list(pool.map(run, chunks))
+                list(pool.map(run, range(workers)))
     return outs[0] if len(outs) == 1 else xp.concatenate(outs)
 
 
@@ -120,6 +135,36 @@ def blas_threads() -> int:
     CPUs, fewer inside ``threadpool_limits``); 1 if threadpoolctl finds no BLAS."""
     blas = _controller().select(user_api="blas").lib_controllers
     return max([lib.num_threads for lib in blas] or [1])
+
+
+class Buffers:
+    """The arrays the steps reuse from step to step, chunk to chunk and call to call.
+
+    ``buffers.empty(name, shape, dtype, xp)`` is an array of that shape whose contents are
+    garbage: the memory given for ``name`` the last time, when it is large enough (and of that
+    dtype and device), else new memory, kept for next time. ``zeros`` is the same, zeroed.
+
+    The steps of a chunk share one ``Buffers``: the memory one step has just written is still
+    in the cache when the next step reuses it. So a conv step's arrays are scratch ("x_pad",
+    "cols", "z", "rows") except the one it returns ("pooled"), and it copies its input (the
+    step before's "pooled") into "x_pad" before it writes anything else.
+    """
+
+    def __init__(self):
+        self.arrays = {}
+
+    def empty(self, name, shape, dtype, xp=np):
+        size = math.prod(shape)
+        flat = self.arrays.get(name)
+        if (flat is None or flat.size < size or flat.dtype != dtype
+                or get_array_module(flat) is not xp):
+            flat = self.arrays[name] = xp.empty(size, dtype)
+        return flat[:size].reshape(shape)
+
+    def zeros(self, name, shape, dtype, xp=np):
+        out = self.empty(name, shape, dtype, xp)
+        out[...] = 0
+        return out
 
 
 def _controller() -> ThreadpoolController:
@@ -133,10 +178,11 @@ def _controller() -> ThreadpoolController:
 # Steps: layers that follow each other, run as one
 # ======================================================================================
 def plan(model: Layer) -> list:
-    """The steps :func:`infer` runs for ``model`` (in evaluation mode): a list of functions,
-    each taking a chunk and returning the next activation. Conv2d [-> BatchNorm2d] [-> ReLU]
-    [-> MaxPool2d] and Linear [-> ReLU] become one step each (the fused layers of ``dl.fuse``
-    too); any other layer is its own ``forward``."""
+    """The steps :func:`infer` runs for ``model`` (in evaluation mode): a list of functions
+    ``step(chunk, buffers=None)`` returning the next activation (``buffers``: the step's
+    :class:`Buffers`; None: new arrays). Conv2d [-> BatchNorm2d] [-> ReLU] [-> MaxPool2d] and
+    Linear [-> ReLU] become one step each (the fused layers of ``dl.fuse`` too); any other
+    layer is its own ``forward``."""
     layers = [l for l in (model.layers if isinstance(model, Sequential) else [model])
               if type(l) is not Identity]               # dl.fuse leaves Identity in a ReLU's place
     steps, i = [], 0
@@ -160,7 +206,7 @@ def plan(model: Layer) -> list:
             linear, relu = (layer.layer, True) if type(layer) is LinearReLU else (layer, False)
             steps.append(linear_step(linear, relu or take(ReLU) is not None))
         else:
-            steps.append(layer.forward)
+            steps.append(lambda x, buffers=None, forward=layer.forward: forward(x))
     return steps
 
 
@@ -185,28 +231,40 @@ def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
     wide = conv.stride == (1, 1)
     pooled_columns = wide and pool is not None and C * KH * KW < F
 
-    def step(x):
+    def step(x, buffers=None):
         conv.check(x)                                   # channels, dtype, device: as forward
-        xp = get_array_module(x)
+        xp, buffers = get_array_module(x), Buffers() if buffers is None else buffers
+
+        def new(name, shape):                           # this step's array `name`, reused
+            return buffers.empty(name, shape, x.dtype, xp)
+
         N, OH, OW = conv_output_shape(conv, x.shape)
-        if pooled_columns and tiles(pool, OH, OW):
+        if wide and pool is not None and tiles(pool, OH, OW):
             PH, PW = pool.kernel_size
-            cols = unfold_pooled(x, KH, KW, conv.padding, PH, PW)    # (C*KH*KW, PH*PW*N*OH'*OW')
-            blocks = matmul(W_mat, cols).reshape(F, PH * PW, -1)     # a block per window offset
-            z = blocks[:, 0]
-            for k in range(1, PH * PW):
-                z = xp.maximum(z, blocks[:, k])                      # the pool
-            z = z.reshape(F, N, OH // PH, OW // PW).transpose(1, 0, 2, 3)   # (N, F, OH', OW')
+            if pooled_columns:
+                cols = unfold_pooled(x, KH, KW, conv.padding, PH, PW, buffers)  # (C*KH*KW, PH*PW*N*OH'*OW')
+                blocks = matmul(W_mat, cols, out=new("z", (F, cols.shape[1])))
+                blocks = blocks.reshape(F, PH * PW, -1)                # a block per window offset
+                z = maximum_of([blocks[:, k] for k in range(PH * PW)], new("pooled", blocks[:, 0].shape))
+                z = z.reshape(F, N, OH // PH, OW // PW)
+            else:                                       # the pool: maxima of PH rows, then PW columns
+                cols, Wp = unfold_wide(x, KH, KW, conv.padding, buffers)      # (C*KH*KW, N*OH*Wp)
+                z = matmul(W_mat, cols, out=new("z", (F, cols.shape[1]))).reshape(F, N, OH, Wp)
+                rows = [z[:, :, dh::PH] for dh in range(PH)]                  # wrapped columns
+                rows = maximum_of(rows, new("rows", rows[0].shape))          # still there,
+                cols = [rows[:, :, :, dw:OW:PW] for dw in range(PW)]          # then dropped
+                z = maximum_of(cols, new("pooled", cols[0].shape))
+            z = z.transpose(1, 0, 2, 3)                                       # (N, F, OH', OW')
         else:
             if wide:
-                cols, Wp = unfold_wide(x, KH, KW, conv.padding)              # (C*KH*KW, N*OH*Wp)
-                z = matmul(W_mat, cols).reshape(F, N, OH, Wp)[:, :, :, :OW]  # drop the wrapped columns
-                z = z.transpose(1, 0, 2, 3)                                 # (N, F, OH, OW)
+                cols, Wp = unfold_wide(x, KH, KW, conv.padding, buffers)      # (C*KH*KW, N*OH*Wp)
+                z = matmul(W_mat, cols, out=new("z", (F, cols.shape[1])))
+                z = z.reshape(F, N, OH, Wp)[:, :, :, :OW].transpose(1, 0, 2, 3)   # wrapped columns dropped
             else:
                 cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)
-                z = as_image(matmul(W_mat, cols), N, OH, OW)                # (N, F, OH, OW)
+                z = as_image(matmul(W_mat, cols), N, OH, OW)                  # (N, F, OH, OW)
             if pool is not None:
-                z = maxpool_forward(z, *pool.kernel_size, pool.stride)      # (N, F, OH', OW')
+                z = maxpool_forward(z, *pool.kernel_size, pool.stride)        # (N, F, OH', OW')
             elif wide:
                 z = z.copy(order="K")                   # compact: no wrapped columns left in it
         z += b.reshape(1, F, 1, 1)
@@ -219,13 +277,22 @@ def linear_step(linear: Linear, relu: bool = False):
     """One step for Linear [-> ReLU]: x (N, in) -> max(x @ W + b, 0) (N, out), in place."""
     W, b = linear.params["W"], linear.params["b"]
 
-    def step(x):
+    def step(x, buffers=None):
         linear.check(x)
-        y = matmul(x, W)
+        y = matmul(x, W)          # (N, out): small next to a convolution's arrays, so not reused
         y += b
         return get_array_module(y).maximum(y, 0, out=y) if relu else y
 
     return step
+
+
+def maximum_of(arrays, out):
+    """The elementwise maximum of ``arrays`` (all of out's shape), written into ``out``."""
+    xp = get_array_module(out)
+    xp.maximum(arrays[0], arrays[1], out=out) if len(arrays) > 1 else xp.copyto(out, arrays[0])
+    for a in arrays[2:]:
+        xp.maximum(out, a, out=out)
+    return out
 
 
 def fold_batchnorm(conv: Conv2d, bn: BatchNorm2d):
@@ -252,7 +319,7 @@ def tiles(pool: MaxPool2d, OH: int, OW: int) -> bool:
     return pool.stride == pool.kernel_size and OH % PH == 0 and OW % PW == 0
 
 
-def unfold_pooled(x, KH, KW, padding, PH, PW):
+def unfold_pooled(x, KH, KW, padding, PH, PW, buffers=None):
     """im2col for a stride-1 convolution followed by a PH x PW pooling that tiles its output,
     with the columns in pooling order.
 
@@ -260,22 +327,26 @@ def unfold_pooled(x, KH, KW, padding, PH, PW):
     column ((dh*PW + dw)*N + n)*OH'*OW' + i'*OW' + j' is the window of output pixel
     (PH*i' + dh, PW*j' + dw) of image n. The product W_mat @ cols then holds PH*PW blocks, one
     per position in the pooling window, and the pooling is the elementwise maximum of the blocks.
+    ``buffers``: where to write (:class:`Buffers`; None: new arrays).
     """
     N, C, H, W = x.shape
     ph, pw = padding
     OH, OW = H + 2 * ph - KH + 1, W + 2 * pw - KW + 1
     xp = get_array_module(x)
-    x_pad = xp.zeros((C, N, H + 2 * ph, W + 2 * pw), dtype=x.dtype)   # channel-major
+    buffers = Buffers() if buffers is None else buffers
+    x_pad = buffers.zeros("x_pad", (C, N, H + 2 * ph, W + 2 * pw), x.dtype, xp)   # channel-major
     x_pad[:, :, ph:ph + H, pw:pw + W] = x.transpose(1, 0, 2, 3)
     sC, sN, sH, sW = x_pad.strides
     # entry [c, kh, kw, dh, dw, n, i', j'] is x_pad[n, c, PH*i' + dh + kh, PW*j' + dw + kw]
     windows = xp.lib.stride_tricks.as_strided(
         x_pad, shape=(C, KH, KW, PH, PW, N, OH // PH, OW // PW),
         strides=(sC, sH, sW, sH, sW, sN, PH * sH, PW * sW))
-    return windows.reshape(C * KH * KW, -1)                           # the one copy
+    cols = buffers.empty("cols", windows.shape, x.dtype, xp)
+    cols[...] = windows                                               # the one copy
+    return cols.reshape(C * KH * KW, -1)
 
 
-def unfold_wide(x, KH, KW, padding):
+def unfold_wide(x, KH, KW, padding, buffers=None):
     """im2col for a stride-1 convolution, with each output row as wide as the padded input.
 
     x: (N, C, H, W) -> (cols, Wp): cols (C*KH*KW, N*OH*Wp), Wp = W + 2*pw, OH = H + 2*ph - KH + 1.
@@ -288,19 +359,23 @@ def unfold_wide(x, KH, KW, padding):
     times faster than short ones. The product then computes Wp - OW outputs per row that are
     not outputs at all (they mix the end of one row with the start of the next): the caller
     drops them. A spare zero row under each image keeps the last run inside the array.
+    ``buffers``: where to write (:class:`Buffers`; None: new arrays).
     """
     N, C, H, W = x.shape
     ph, pw = padding
     Hp, Wp = H + 2 * ph, W + 2 * pw
     OH = Hp - KH + 1
     xp = get_array_module(x)
-    x_pad = xp.zeros((C, N, Hp + 1, Wp), dtype=x.dtype)               # channel-major, spare row
+    buffers = Buffers() if buffers is None else buffers
+    x_pad = buffers.zeros("x_pad", (C, N, Hp + 1, Wp), x.dtype, xp)   # channel-major, spare row
     x_pad[:, :, ph:ph + H, pw:pw + W] = x.transpose(1, 0, 2, 3)
     sC, sN, sH, sW = x_pad.strides
     # entry [c, kh, kw, n, i, j] is x_pad[n, c, i + kh, j + kw], j running on past the row's end
     windows = xp.lib.stride_tricks.as_strided(x_pad, shape=(C, KH, KW, N, OH, Wp),
                                               strides=(sC, sH, sW, sN, sH, sW))
-    return windows.reshape(C * KH * KW, N * OH * Wp), Wp                # the one copy
+    cols = buffers.empty("cols", windows.shape, x.dtype, xp)
+    cols[...] = windows                                                 # the one copy
+    return cols.reshape(C * KH * KW, N * OH * Wp), Wp
 
 
 # ======================================================================================

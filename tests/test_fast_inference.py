@@ -7,8 +7,8 @@ import dlcourse as dl
 from dlcourse import conv
 from threadpoolctl import threadpool_limits
 
-from dlcourse.fast_inference import (blas_threads, chunk_size, conv_step, fold_batchnorm, infer,
-                                     plan, tiles, unfold_pooled, unfold_wide)
+from dlcourse.fast_inference import (Buffers, blas_threads, chunk_size, conv_step, fold_batchnorm,
+                                     infer, plan, tiles, unfold_pooled, unfold_wide)
 
 
 def randn(*shape, seed=0):
@@ -77,6 +77,34 @@ def test_chunks_run_side_by_side_give_the_same_numbers(name, device, to_dev):
         three = infer(model, x, batch_size=2, workers=3)        # 4 chunks on 3 threads
     assert model.training
     assert (one == three).all()
+
+
+def test_reused_buffers_never_show_through(device, to_dev, xp):
+    """The steps write into memory they keep (Buffers): what infer returns must not change when
+    it runs again, on another batch or another model, and a model whose last step returns a
+    kept array (conv-ReLU-pool: a view of the pooled values) must get a copy."""
+    ends_in_conv = dl.Sequential(dl.Conv2d(1, 4, 3, padding=1, seed=0), dl.ReLU(),
+                                 dl.MaxPool2d(2)).to(device)
+    other = dl.CNN(1, (10, 10), 4, channels=(3, 5), seed=1).to(device)
+    x1, x2 = (to_dev(randn(5, 1, 8, 8, seed=s).astype(np.float32)) for s in (1, 2))
+    first = infer(ends_in_conv, x1, batch_size=2)
+    chunk_of_one = infer(ends_in_conv, x1[:1])
+    expected = ends_in_conv.forward(x1)
+    infer(ends_in_conv, x2, batch_size=3)                      # other numbers, other chunk sizes
+    infer(other, to_dev(randn(9, 1, 10, 10).astype(np.float32)))  # other shapes in the buffers
+    assert xp.allclose(first, expected, rtol=1e-5, atol=1e-6)
+    assert xp.allclose(chunk_of_one, expected[:1], rtol=1e-5, atol=1e-6)
+    assert xp.allclose(infer(ends_in_conv, x1), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_buffers_reuse_memory_only_when_it_fits():
+    buffers = Buffers()
+    a = buffers.empty("cols", (4, 6), np.float32)
+    assert np.shares_memory(buffers.empty("cols", (3, 5), np.float32), a)     # fits: reused
+    assert not np.shares_memory(buffers.empty("z", (4, 6), np.float32), a)    # another name
+    assert buffers.empty("cols", (5, 6), np.float32).shape == (5, 6)          # larger: new
+    assert buffers.empty("cols", (2, 2), np.float64).dtype == np.float64      # other dtype: new
+    assert (buffers.zeros("cols", (2, 3), np.float64) == 0).all()
 
 
 def test_workers_give_the_blas_threads_back():
