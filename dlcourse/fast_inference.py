@@ -142,13 +142,17 @@ class Buffers:
 
     ``buffers.empty(name, shape, dtype, xp)`` is an array of that shape whose contents are
     garbage: the memory given for ``name`` the last time, when it is large enough (and of that
-    dtype and device), else new memory, kept for next time. ``zeros`` is the same, zeroed.
+    dtype and device), else new memory, kept for next time unless it is larger than
+    ``KEEP_BYTES`` (a chunk far larger than :func:`chunk_size` chooses: its memory is given back
+    as usual). ``zeros`` is the same, zeroed.
 
     The steps of a chunk share one ``Buffers``: the memory one step has just written is still
     in the cache when the next step reuses it. So a conv step's arrays are scratch ("x_pad",
     "cols", "z", "rows") except the one it returns ("pooled"), and it copies its input (the
     step before's "pooled") into "x_pad" before it writes anything else.
     """
+
+    KEEP_BYTES = 16 * CACHE_BYTES
 
     def __init__(self):
         self.arrays = {}
@@ -158,7 +162,9 @@ class Buffers:
         flat = self.arrays.get(name)
         if (flat is None or flat.size < size or flat.dtype != dtype
                 or get_array_module(flat) is not xp):
-            flat = self.arrays[name] = xp.empty(size, dtype)
+            flat = xp.empty(size, dtype)
+            if flat.nbytes <= self.KEEP_BYTES:
+                self.arrays[name] = flat
         return flat[:size].reshape(shape)
 
     def zeros(self, name, shape, dtype, xp=np):

@@ -105,6 +105,8 @@ def test_buffers_reuse_memory_only_when_it_fits():
     assert buffers.empty("cols", (5, 6), np.float32).shape == (5, 6)          # larger: new
     assert buffers.empty("cols", (2, 2), np.float64).dtype == np.float64      # other dtype: new
     assert (buffers.zeros("cols", (2, 3), np.float64) == 0).all()
+    huge = buffers.empty("cols", (Buffers.KEEP_BYTES // 8 + 1,), np.float64)   # not kept
+    assert not np.shares_memory(buffers.empty("cols", (1,), np.float64), huge)
 
 
 def test_workers_give_the_blas_threads_back():
