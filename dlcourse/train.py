@@ -110,13 +110,18 @@ class History:
         return asdict(self)
 
     def table(self) -> str:
-        """One line per epoch: losses, accuracies and time."""
-        lines = ["epoch  train_loss  train_acc  val_loss  val_acc   time"]
+        """One line per epoch: losses, accuracies and time, and the learning rate (of the
+        epoch's last step) when it changed during training (``fit(lr_schedule=...)``)."""
+        rates = [r for r in self.step_lr if r is not None]
+        show_lr = len(set(rates)) > 1
+        lines = ["epoch  train_loss  train_acc  val_loss  val_acc   time" + ("        lr" * show_lr)]
         for e in range(self.epochs):
+            lr = _get(self.lr, e)
             lines.append(f"{e + 1:5d}  {_fmt(self.train_loss[e], 10)}  "
                          f"{_fmt(_get(self.train_accuracy, e), 9)}  "
                          f"{_fmt(_get(self.val_loss, e), 8)}  {_fmt(_get(self.val_accuracy, e), 7)}"
-                         f"  {self.epoch_time[e]:5.2f}s")
+                         f"  {self.epoch_time[e]:5.2f}s"
+                         + (f"  {lr:8.2e}" if show_lr and lr is not None else ""))
         if self.stop_reason:
             lines.append(f"(stopped: {self.stop_reason})")
         return "\n".join(lines)

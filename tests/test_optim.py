@@ -177,9 +177,12 @@ def test_fit_follows_the_schedule_and_records_the_rates(device):
     assert history.step_lr == pytest.approx([0.1 * (1 + s / 4) for s in range(12)])
     assert history.lr == pytest.approx([0.1 * (1 + e + 0.75) for e in range(3)])
     assert opt.lr == history.step_lr[-1]
+    table = history.table().splitlines()                        # the rate has a column
+    assert table[0].split()[-1] == "lr" and table[3].split()[-1] == "3.75e-01"
     plain = dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.05), X, y, epochs=1,
                    progress=False)
     assert plain.lr == [0.05] and set(plain.step_lr) == {0.05}
+    assert "lr" not in plain.table()                            # a constant rate has none
 
 
 @pytest.mark.parametrize("schedule,error,words", [
