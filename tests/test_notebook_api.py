@@ -1,7 +1,9 @@
 """Learner code calls only public API: no notebook code cell reaches into a private name of
-dlcourse (``dl.kernels._build``, ``dl.recorded._tell``, ``from dlcourse.x import _y``)."""
+dlcourse (``dl.kernels._build``, ``dl.recorded._tell``, ``from dlcourse.x import _y``); and the
+README's list of lessons is the notebooks that exist."""
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,13 @@ def test_notebook_code_uses_only_public_dlcourse_names(path):
     bad = [f"cell {i}: {use}" for i, src in _code(path) for use in private_uses(src)]
     assert not bad, (f"{path.name} reaches into private names of dlcourse (make them public "
                      f"where they live, or use the public API): " + "; ".join(bad))
+
+
+def test_the_readme_lists_every_lesson_and_counts_them():
+    """README's table of lessons names every notebook once, in order, and nothing else, and its
+    "How long" line counts them (a learner plans their time with it)."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## The lessons", 1)[1].split("\n\n", 2)[1]
+    listed = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    assert listed == [p.stem for p in NOTEBOOKS]
+    assert f"**How long**: {len(NOTEBOOKS)} lessons" in readme
