@@ -31,8 +31,8 @@ from .ops import matmul
 from .shapes import as_pair, output_size
 
 __all__ = ["output_size", "conv2d_forward_naive", "conv2d_backward_naive", "maxpool_forward_naive",
-           "maxpool_backward_naive", "maxpool_forward", "im2col", "col2im", "unfold", "fold",
-           "as_image", "as_matrix", "Conv2d", "MaxPool2d"]
+           "maxpool_backward_naive", "maxpool_forward", "maximum_of", "im2col", "col2im", "unfold",
+           "fold", "as_image", "as_matrix", "Conv2d", "MaxPool2d"]
 
 
 def _pair(v, name, layer, minimum=0):
@@ -133,25 +133,40 @@ def maxpool_backward_naive(dout, x, KH, KW, stride):
     return dx
 
 
-def maxpool_forward(x, KH, KW, stride):
+def maxpool_forward(x, KH, KW, stride, new=None):
     """The maxima of :func:`maxpool_forward_naive`, fast: out (N, C, OH, OW) in x's memory layout.
 
     A window's maximum is the maximum over its KW columns of the maxima over its KH rows. So
     first take the maximum of whole rows of x (long contiguous runs), rows[n, c, i, :] = max over
     kh of x[n, c, i*sh + kh, :], then of KW columns of that: (KH-1) + (KW-1) elementwise maxima
     instead of the KH*KW - 1 of a loop over window offsets, and only the last ones strided.
+    Only the last two axes are pooled: any two axes may come first (dl.infer pools (F, N, ...)).
+
+    ``new(name, shape)``, if given, returns the arrays to write the row maxima ("rows") and the
+    result ("pooled") into: dl.infer's kept memory (``fast_inference.Buffers``).
     """
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride)
     sh, sw = as_pair(stride)
-    xp = get_array_module(x)
-    rows = x[:, :, 0:sh * OH:sh]                                        # (N, C, OH, W)
-    for kh in range(1, KH):
-        rows = xp.maximum(rows, x[:, :, kh:kh + sh * OH:sh])
-    out = rows[:, :, :, 0:sw * OW:sw]                                   # (N, C, OH, OW)
-    for kw in range(1, KW):
-        out = xp.maximum(out, rows[:, :, :, kw:kw + sw * OW:sw])
-    return out if KH * KW > 1 else out.copy(order="K")                 # never a view of x
+    rows = maximum_of([x[:, :, kh:kh + sh * OH:sh] for kh in range(KH)],        # (N, C, OH, W)
+                      new("rows", (N, C, OH, W)) if new and KH > 1 else None)
+    out = maximum_of([rows[:, :, :, kw:kw + sw * OW:sw] for kw in range(KW)],   # (N, C, OH, OW)
+                     new("pooled", (N, C, OH, OW)) if new else None)
+    return out if KH * KW > 1 or new else out.copy(order="K")          # never a view of x
+
+
+def maximum_of(arrays, out=None):
+    """The elementwise maximum of ``arrays`` (all of one shape): written into ``out`` if given,
+    else a new array in the first one's memory layout (the array itself if it is the only one)."""
+    xp = get_array_module(arrays[0])
+    if len(arrays) == 1:
+        if out is not None:
+            xp.copyto(out, arrays[0])
+        return arrays[0] if out is None else out
+    out = xp.maximum(arrays[0], arrays[1], out=out)
+    for a in arrays[2:]:
+        xp.maximum(out, a, out=out)
+    return out
 
 
 # ======================================================================================

@@ -59,18 +59,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ._validate import shape_str, whole_number
 from threadpoolctl import ThreadpoolController
 
+from ._validate import shape_str, whole_number
 from .backend import get_array_module
-from .conv import Conv2d, MaxPool2d, as_image, conv_output_shape, maxpool_forward, unfold
+from .conv import Conv2d, MaxPool2d, conv_output_shape, maximum_of, maxpool_forward, unfold
 from .fusion import Conv2dReLU, LinearReLU
 from .layers import BatchNorm2d, Flatten, Identity, Layer, Linear, ReLU, Sequential, eval_mode
 from .ops import matmul
 from .shapes import output_size
 
-__all__ = ["infer", "blas_threads", "Buffers", "maximum_of", "plan", "conv_step", "linear_step", "fold_batchnorm", "tiles", "unfold_pooled",
-           "unfold_wide", "chunk_size", "CACHE_BYTES"]
+__all__ = ["infer", "blas_threads", "Buffers", "plan", "conv_step", "linear_step", "fold_batchnorm",
+           "tiles", "unfold_pooled", "unfold_wide", "chunk_size", "CACHE_BYTES"]
 
 # What the largest array of one chunk may take. Smaller chunks stay in a faster cache but pay
 # Python's cost per step more often: on the 2-core AMD EPYC this was tuned on (1 MiB of L2 per
@@ -185,8 +185,8 @@ def _controller() -> ThreadpoolController:
 # ======================================================================================
 def plan(model: Layer) -> list:
     """The steps :func:`infer` runs for ``model`` (in evaluation mode): a list of functions
-    ``step(chunk, buffers=None)`` returning the next activation (``buffers``: the step's
-    :class:`Buffers`; None: new arrays). Conv2d [-> BatchNorm2d] [-> ReLU] [-> MaxPool2d] and
+    ``step(chunk, buffers=None)`` returning the next activation (``buffers``: the
+    :class:`Buffers` the steps of a chunk share; None: new arrays). Conv2d [-> BatchNorm2d] [-> ReLU] [-> MaxPool2d] and
     Linear [-> ReLU] become one step each (the fused layers of ``dl.fuse`` too); any other
     layer is its own ``forward``."""
     layers = [l for l in (model.layers if isinstance(model, Sequential) else [model])
@@ -245,34 +245,26 @@ def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
             return buffers.empty(name, shape, x.dtype, xp)
 
         N, OH, OW = conv_output_shape(conv, x.shape)
-        if wide and pool is not None and tiles(pool, OH, OW):
+        if pooled_columns and tiles(pool, OH, OW):      # the pool: maxima of contiguous blocks
             PH, PW = pool.kernel_size
-            if pooled_columns:
-                cols = unfold_pooled(x, KH, KW, conv.padding, PH, PW, buffers)  # (C*KH*KW, PH*PW*N*OH'*OW')
-                blocks = matmul(W_mat, cols, out=new("z", (F, cols.shape[1])))
-                blocks = blocks.reshape(F, PH * PW, -1)                # a block per window offset
-                z = maximum_of([blocks[:, k] for k in range(PH * PW)], new("pooled", blocks[:, 0].shape))
-                z = z.reshape(F, N, OH // PH, OW // PW)
-            else:                                       # the pool: maxima of PH rows, then PW columns
-                cols, Wp = unfold_wide(x, KH, KW, conv.padding, buffers)      # (C*KH*KW, N*OH*Wp)
-                z = matmul(W_mat, cols, out=new("z", (F, cols.shape[1]))).reshape(F, N, OH, Wp)
-                rows = [z[:, :, dh::PH] for dh in range(PH)]                  # wrapped columns
-                rows = maximum_of(rows, new("rows", rows[0].shape))          # still there,
-                cols = [rows[:, :, :, dw:OW:PW] for dw in range(PW)]          # then dropped
-                z = maximum_of(cols, new("pooled", cols[0].shape))
-            z = z.transpose(1, 0, 2, 3)                                       # (N, F, OH', OW')
+            cols = unfold_pooled(x, KH, KW, conv.padding, PH, PW, buffers)  # (C*KH*KW, PH*PW*N*OH'*OW')
+            blocks = matmul(W_mat, cols, out=new("z", (F, cols.shape[1])))
+            blocks = blocks.reshape(F, PH * PW, -1)                         # a block per window offset
+            z = maximum_of([blocks[:, k] for k in range(PH * PW)], new("pooled", blocks[:, 0].shape))
+            z = z.reshape(F, N, OH // PH, OW // PW)
         else:
             if wide:
                 cols, Wp = unfold_wide(x, KH, KW, conv.padding, buffers)      # (C*KH*KW, N*OH*Wp)
                 z = matmul(W_mat, cols, out=new("z", (F, cols.shape[1])))
-                z = z.reshape(F, N, OH, Wp)[:, :, :, :OW].transpose(1, 0, 2, 3)   # wrapped columns dropped
+                z = z.reshape(F, N, OH, Wp)[:, :, :, :OW]                     # wrapped columns dropped
             else:
                 cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)
-                z = as_image(matmul(W_mat, cols), N, OH, OW)                  # (N, F, OH, OW)
-            if pool is not None:
-                z = maxpool_forward(z, *pool.kernel_size, pool.stride)        # (N, F, OH', OW')
+                z = matmul(W_mat, cols).reshape(F, N, OH, OW)
+            if pool is not None:                        # (F, N, OH', OW'): pooled over the last two
+                z = maxpool_forward(z, *pool.kernel_size, pool.stride, new)
             elif wide:
                 z = z.copy(order="K")                   # compact: no wrapped columns left in it
+        z = z.transpose(1, 0, 2, 3)                                           # (N, F, OH', OW')
         z += b.reshape(1, F, 1, 1)
         return xp.maximum(z, 0, out=z) if relu else z
 
@@ -290,15 +282,6 @@ def linear_step(linear: Linear, relu: bool = False):
         return get_array_module(y).maximum(y, 0, out=y) if relu else y
 
     return step
-
-
-def maximum_of(arrays, out):
-    """The elementwise maximum of ``arrays`` (all of out's shape), written into ``out``."""
-    xp = get_array_module(out)
-    xp.maximum(arrays[0], arrays[1], out=out) if len(arrays) > 1 else xp.copyto(out, arrays[0])
-    for a in arrays[2:]:
-        xp.maximum(out, a, out=out)
-    return out
 
 
 def fold_batchnorm(conv: Conv2d, bn: BatchNorm2d):

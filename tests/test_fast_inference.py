@@ -172,6 +172,12 @@ def test_maxpool_forward_equals_naive_on_a_channel_major_input(kernel, stride, t
     out = conv.maxpool_forward(x, *kernel, stride)
     assert xp.array_equal(out, conv.maxpool_forward_naive(x, *kernel, stride))
     assert not np.shares_memory(dl.to_numpy(out), dl.to_numpy(x)) or xp is not np
+    buffers = Buffers()                       # into kept arrays, as dl.infer pools: same maxima
+    def new(name, shape):
+        return buffers.empty(name, shape, x.dtype, xp)
+    kept = conv.maxpool_forward(x, *kernel, stride, new)
+    assert xp.array_equal(kept, out)
+    assert xp is not np or np.shares_memory(kept, buffers.arrays["pooled"])
 
 
 def test_fold_batchnorm_is_conv_then_batchnorm():
