@@ -29,6 +29,7 @@ A rank that raises stops every rank: the exception is printed with the rank's nu
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -45,7 +46,7 @@ __all__ = ["Communicator", "SingleProcess", "MPICommunicator", "NCCLCommunicator
            "ring_all_reduce", "shard", "shards", "flatten", "unflatten", "buckets",
            "broadcast_parameters", "gradient_buffers", "average_gradients", "DataParallel",
            "mpiexec_command",
-           "launch_env", "relaunch", "under_mpiexec", "mpiexec_path", "MPIEXEC_ARGS", "ring_cost", "BUCKET_BYTES", "simulate", "ThreadRank"]
+           "launch_env", "relaunch", "under_mpiexec", "mpiexec_path", "mpiexec_flags", "MPIEXEC_ARGS", "ring_cost", "BUCKET_BYTES", "simulate", "ThreadRank"]
 
 OPS = ("sum", "mean")
 BUCKET_BYTES = 25 * 2**20      # PyTorch DDP's default bucket: 25 MiB
@@ -644,8 +645,12 @@ class DataParallel:
 # ======================================================================================
 # Hydra (MPICH's mpiexec) needs no flags as root nor on 2 cores: no binding by default and
 # oversubscription is allowed. "-launcher fork" starts the ranks as local processes, never ssh.
-# (Given only to Hydra: another MPI's mpiexec, e.g. Open MPI's, gets none.)
+# (Given only to Hydra.) Open MPI's mpiexec, what a GPU server often has, refuses to start as
+# root without "--allow-run-as-root" (seen on the lent H100 machine, 2026-11-26) and, on fewer
+# cores than ranks, without "--oversubscribe": OPEN_MPI_ARGS, given only to Open MPI.
 MPIEXEC_ARGS = ("-launcher", "fork")
+OPEN_MPI_ARGS = ("--oversubscribe",)
+OPEN_MPI_ROOT_ARGS = ("--allow-run-as-root",)
 
 
 def mpiexec_path() -> str | None:
@@ -669,8 +674,23 @@ def mpiexec_command(ranks: int, argv) -> list[str]:
     if path is None:
         raise RuntimeError("mpiexec was not found. Install MPI with pip: pip install "
                            "'dlcourse[distributed]' (the mpich wheel brings mpiexec).")
-    hydra = os.path.exists(os.path.join(os.path.dirname(path), "mpiexec.hydra"))
-    return [path, "-n", str(int(ranks)), *(MPIEXEC_ARGS if hydra else ()), *argv]
+    return [path, "-n", str(int(ranks)), *mpiexec_flags(path), *argv]
+
+
+@functools.lru_cache(maxsize=None)
+def mpiexec_flags(path: str) -> tuple[str, ...]:
+    """The flags ``path`` (an mpiexec) needs to start local ranks: Hydra's, Open MPI's, or none."""
+    if os.path.exists(os.path.join(os.path.dirname(path), "mpiexec.hydra")):
+        return MPIEXEC_ARGS
+    try:   # Open MPI's says "mpiexec (Open MPI) 5.0.3" or, before 5, "mpiexec (OpenRTE) 4.1.6"
+        version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = ""
+    if "Open MPI" in version or "OpenRTE" in version:
+        root = hasattr(os, "geteuid") and os.geteuid() == 0
+        return OPEN_MPI_ARGS + (OPEN_MPI_ROOT_ARGS if root else ())
+    return ()
 
 
 def relaunch(ranks: int, python_args, drop_option: str) -> int:

@@ -5,6 +5,7 @@ mpi4py) on loopback, each bounded by a subprocess timeout; they skip with the re
 mpiexec or mpi4py is missing. The NCCL test needs two GPUs (NCCL refuses two ranks on one).
 """
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -395,3 +396,28 @@ def test_benchmark_fits_alpha_beta_of_a_ring(benchmark_script):
         seconds = distributed.ring_cost(nbytes, N, alpha=8e-6, beta=2e9)
         alpha, beta = bench.fit_alpha_beta(nbytes, seconds, N)
         assert alpha == pytest.approx(8e-6, rel=1e-6) and beta == pytest.approx(2e9, rel=1e-6)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="stand-in mpiexec scripts are POSIX sh")
+@pytest.mark.parametrize("version, want", [
+    ("mpiexec (OpenRTE) 4.1.6", ("--oversubscribe",)),           # Open MPI 4, as on the lent H100
+    ("mpiexec (Open MPI) 5.0.3", ("--oversubscribe",)),
+    ("HYDRA build details:", ()),                                 # Hydra without mpiexec.hydra beside it
+])
+def test_mpiexec_flags_follow_the_mpi_that_mpiexec_belongs_to(tmp_path, monkeypatch, version, want):
+    """Open MPI's mpiexec refuses to start as root without --allow-run-as-root (seen on the lent
+    GPU machine, 2026-11-26) and ranks beyond the cores without --oversubscribe; Hydra (the
+    mpich wheel's, found by its mpiexec.hydra) gets -launcher fork."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text(f"#!/bin/sh\necho '{version}'\n")
+    fake.chmod(0o755)
+    distributed.mpiexec_flags.cache_clear()
+    for root in (False, True):
+        monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+        distributed.mpiexec_flags.cache_clear()
+        extra = ("--allow-run-as-root",) if root and want else ()
+        assert distributed.mpiexec_flags(str(fake)) == want + extra
+    (tmp_path / "mpiexec.hydra").write_text("")
+    distributed.mpiexec_flags.cache_clear()
+    assert distributed.mpiexec_flags(str(fake)) == distributed.MPIEXEC_ARGS
+    distributed.mpiexec_flags.cache_clear()

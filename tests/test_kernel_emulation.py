@@ -26,6 +26,7 @@ runs the Python wrappers and the layers' kernel branches on the emulated kernels
 cannot show is speed, and what happens when threads really do run at once (a GPU runs the same
 code in test_kernels.py and the rest of the suite).
 """
+import contextlib
 import dataclasses
 import re
 import sys
@@ -562,3 +563,36 @@ def test_emulated_per_axis_stride_or_padding_runs_the_array_code(emulated_gpu):
                                dl.conv.conv2d_backward_naive(dout, x, W, (1, 2), (0, 2))[0], atol=1e-12)
     pool = dl.MaxPool2d((1, 3), stride=(1, 2))
     np.testing.assert_array_equal(pool.forward(x), dl.conv.maxpool_forward_naive(x, 1, 3, (1, 2)))
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_emulated_products_on_kernel_train_like_the_array_code(emulated_gpu, monkeypatch, name):
+    """dl.kernels.products_on_kernel() (lesson 08c's CUDA graph: CuPy refuses to capture cuBLAS)
+    runs every product of a float32 training step, forward and backward (transposed operands
+    included), on matmul_regblock: the step must equal the one computed with `@`."""
+    monkeypatch.setattr(K.matmul, "device_of", lambda a: "gpu")
+    calls, regblock = [], K.matmul.matmul_regblock
+    monkeypatch.setattr(K.matmul, "matmul_regblock", lambda A, B: calls.append(1) or regblock(A, B))
+    rng = np.random.default_rng(1)
+    shape = (6, 12) if name == "mlp" else (4, 1, 6, 6)
+    x, labels = device_array(rng.standard_normal(shape).astype(np.float32)), rng.integers(0, 10, 6)[:shape[0]]
+    make = ((lambda: dl.MLP([12, 16, 10], seed=0)) if name == "mlp" else
+            (lambda: dl.Sequential(dl.Conv2d(1, 4, 3, padding=1), dl.ReLU(), dl.Flatten(),
+                                   dl.Linear(4 * 36, 10))))
+    runs = []
+    for on_kernel in (False, True):
+        dl.manual_seed(0)
+        model = make().map_arrays(lambda a: a.view(EmuArray))
+        loss, opt = dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.1, momentum=0.9)
+        with K.products_on_kernel() if on_kernel else contextlib.nullcontext():
+            for _ in range(2):
+                value = loss.forward(model.forward(x), labels)
+                model.backward(loss.backward(), input_grad=False)
+                opt.step()
+        runs.append((float(value), {k: np.asarray(p).copy() for k, p in model.params.items()}))
+    # per step, two layers with weights: 2 forward, 2 dW, 1 dx (the first layer's is not asked)
+    assert len(calls) == 2 * 5
+    assert runs[1][0] == pytest.approx(runs[0][0], rel=1e-5)
+    for k, want in runs[0][1].items():
+        np.testing.assert_allclose(runs[1][1][k], want, rtol=1e-4, atol=1e-5, err_msg=k)
+    assert dl.ops.matmul(np.eye(2), np.ones((2, 2))).tolist() == [[1, 1], [1, 1]]  # put back

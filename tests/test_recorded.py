@@ -178,6 +178,11 @@ def test_kernel_report_says_only_what_was_recorded():
     assert "dlcourse 3.000 ms, PyTorch 2.000 ms" in lines[1] and "no kernels" not in lines[1]
     assert lines[2] == "launch overhead: 6.2 µs of host time per tiny kernel launch"
     assert lines[3] == "MLP step batch 64: eager 1.000 ms, as a CUDA graph 0.250 ms (4.00x)"
+    now = {"batch": 64, "eager_fused_loss": {"median_ms": 1.0}, "graph": {"median_ms": 0.5},
+           "eager_kernel_products": {"median_ms": 2.0}}
+    assert kernel_report({"training": {"cuda_graph": now}}) == [
+        "MLP step batch 64, products on matmul_regblock: eager 2.000 ms, as a CUDA graph "
+        "0.500 ms (4.00x); eager with cuBLAS 1.000 ms"]
     assert kernel_report({}) == []
     assert kernel_report({"training": {"cuda_graph": {"error": "capture failed"}}}) == [
         "CUDA graph: not measured (capture failed)"]

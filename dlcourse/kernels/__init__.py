@@ -22,7 +22,8 @@ bias+ReLU kernels, the loss and the optimizers theirs; ``dl.use_kernels(obj, Fal
 that off for a model, loss or optimizer.
 
 The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
-``matmul_regblock``. Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``
+``matmul_regblock``; ``products_on_kernel()`` runs the library's products on the last (a CUDA
+graph can capture them, not cuBLAS's). Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``
 (bias along columns, used by ``dl.LinearReLU``), ``bias_relu_rows_forward``,
 ``bias_relu_rows_backward`` (bias along rows, used by ``dl.Conv2dReLU``),
 ``softmax_cross_entropy`` (used by ``dl.SoftmaxCrossEntropy``), ``sgd_momentum_update`` and
@@ -45,7 +46,7 @@ from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, define_op
 from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_naive,
-                     matmul_regblock, matmul_tiled)
+                     matmul_regblock, matmul_tiled, products_on_kernel)
 from .unfold import col2im, im2col, maxpool_backward, maxpool_forward
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
     "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
-    "REGBLOCK_TUNINGS",
+    "REGBLOCK_TUNINGS", "products_on_kernel",
     "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
     "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",

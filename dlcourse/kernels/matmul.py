@@ -22,9 +22,12 @@ in its docstring. Their NumPy reference is ``dlcourse.kernels.reference.matmul``
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
-from ..backend import require_cupy
+from .. import ops
+from ..backend import device_of, require_cupy
 from ._build import LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
 __all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock",
@@ -208,6 +211,29 @@ def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_confl
     Bp[:K, :N] = B
     C = _launch(launch_config("regblock", M, N4, K4, **tuning), Ap, Bp, M, N4, K4, defines)
     return cupy.ascontiguousarray(C[:, :N])
+
+
+@contextlib.contextmanager
+def products_on_kernel(**tuning):
+    """Within ``with products_on_kernel():`` every matrix product the library computes
+    (``dl.ops.matmul``: Linear, Conv2d and the fused layers, forward and backward) of two float32
+    CuPy arrays runs on :func:`matmul_regblock` (built with ``tuning``) instead of cuBLAS.
+
+    Why: CuPy refuses to call cuBLAS while a stream is being captured into a CUDA graph
+    (``NotImplementedError: calling cuBLAS API during stream capture is currently unsupported``,
+    seen on an H100 with CuPy 14.2), so a training step captured as a graph must compute its
+    products with a kernel of its own. Transposed operands are copied to C order first (one
+    small copy kernel each). Other arrays (float64, NumPy) are left to ``@``."""
+    def product(a, b):
+        if a.dtype != np.float32 or b.dtype != np.float32 or device_of(a) != "gpu":
+            return None
+        cupy = require_cupy()
+        return matmul_regblock(cupy.ascontiguousarray(a), cupy.ascontiguousarray(b), **tuning)
+    before = ops.compute_products(product)
+    try:
+        yield
+    finally:
+        ops.compute_products(before)
 
 
 #: The ladder in order, name -> wrapper (the benchmark walks this).

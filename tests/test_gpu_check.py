@@ -1,0 +1,76 @@
+"""benchmarks/gpu_check.sh, the prepared check for a lent GPU machine (docs/gpu_check.md): its
+launch command fits the device tool's 2,000 characters and names files that exist, and without a
+GPU it says so and exits 0 in seconds, having run nothing."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+needs_bash = pytest.mark.skipif(sys.platform == "win32", reason="the check is a bash script")
+
+
+def launch_command():
+    found = re.findall(r"^# launch: (.+)$", SCRIPT.read_text(), re.M)
+    assert len(found) == 1, "gpu_check.sh names its launch command once, on a '# launch:' line"
+    return found[0]
+
+
+def test_the_launch_command_fits_and_names_files_that_exist():
+    cmd = launch_command()
+    assert len(cmd) < 2000
+    words = shlex.split(cmd)
+    assert words[0] == "bash" and (ROOT / words[1]).is_file()
+    assert words[2] == "$OUT" and int(words[3]) <= 540, "a budget that leaves room for a rerun"
+    # and every file the script runs is there
+    text = SCRIPT.read_text()
+    for path in re.findall(r"\b((?:benchmarks|tests|notebooks)/[\w./*-]+)", text):
+        assert list(ROOT.glob(path.rstrip("."))), f"gpu_check.sh names {path}, which is not there"
+    assert (ROOT / "benchmarks" / "gpu_check_wheels.py").is_file()
+
+
+def run_check(tmp_path, nvidia_smi):
+    """The script with a stand-in nvidia-smi first on PATH, and no carried wheels."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\n{nvidia_smi}\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               PYTHON=sys.executable, DLCOURSE_WHEELS=str(tmp_path / "no-wheels"))
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    proc = subprocess.run(["bash", str(SCRIPT), str(out), "60"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    return proc, out, time.perf_counter() - started
+
+
+@needs_bash
+def test_without_a_gpu_it_says_so_and_exits_0_in_seconds(tmp_path):
+    proc, out, seconds = run_check(tmp_path, "echo 'No devices were found'; exit 6")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no GPU here" in proc.stdout and "nothing was run" in proc.stdout
+    assert seconds < 10
+    assert "no GPU here" in (out / "summary.txt").read_text()
+    assert not list(out.glob("*.json")) and not (out / "tests.xml").exists()
+
+
+@needs_bash
+def test_a_driver_without_a_usable_gpu_stops_after_describing_the_machine(tmp_path):
+    """nvidia-smi answers but CuPy cannot use a GPU (as on CI): the machine is described in
+    env.txt, then the script stops with dlcourse's reason, before any test or benchmark."""
+    from dlcourse import backend
+    if backend.gpu_available():
+        pytest.skip("a GPU is usable here: the script would run the whole check")
+    proc, out, seconds = run_check(tmp_path, "echo 'GPU 0: a stand-in (UUID: GPU-0)'")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dlcourse sees no usable GPU" in proc.stdout
+    assert "python" in (out / "env.txt").read_text()
+    assert not (out / "tests.xml").exists() and not list(out.glob("*.json"))
+    assert seconds < 60
