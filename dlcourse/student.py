@@ -50,11 +50,21 @@ from ._io import atomic_write
 __all__ = ["write_student_notebooks", "make_student_notebook", "student_source",
            "SolutionMarkerError", "BEGIN", "END", "HINT", "GENERIC_HINT",
            "Exercise", "exercises", "tag_nbgrader", "tag_notebooks", "notebooks_dir",
-           "find_exercise", "first_hint", "solution_text", "sync_notebooks", "MANIFEST"]
+           "find_exercise", "first_hint", "solution_text", "sync_notebooks", "MANIFEST",
+           "BEGIN_DERIVATION", "END_DERIVATION", "derivation_name", "derivations",
+           "derivation_text"]
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 HINT = "# HINT:"
+# A worked derivation the learner's copy holds back until their answer passes: a markdown cell
+# "<!-- BEGIN DERIVATION softmax_ce_grad -->" ... "<!-- END DERIVATION -->" (the comments do
+# not render). The check shows it on a pass (dl.check.derivation(name) again later).
+BEGIN_DERIVATION = "<!-- BEGIN DERIVATION"
+END_DERIVATION = "<!-- END DERIVATION -->"
+HELD_BACK = ("> **The derivation is held back** until your `{name}` passes: work it out from what "
+             "this section gives you (write it here if you like), then the check shows the worked "
+             "derivation to compare with yours; later, `dl.check.derivation(\"{name}\")`.")
 GENERIC_HINT = "replace this line with your code (the text above says what it should do)."
 MARKDOWN_PLACEHOLDER = "YOUR ANSWER HERE"
 
@@ -83,12 +93,37 @@ def _python_string(text: str) -> str:
     return repr(text)
 
 
+def derivation_name(source: str) -> str | None:
+    """The exercise whose derivation a markdown cell holds (its BEGIN DERIVATION marker), or None."""
+    for line in source.splitlines():
+        if _is_marker(line, BEGIN_DERIVATION):
+            name = line.strip()[len(BEGIN_DERIVATION):].strip().removesuffix("-->").strip()
+            return name or None
+    return None
+
+
+def _derivation_block(source: str, where: str) -> tuple[list[str], list[str], list[str]]:
+    """(lines before, the derivation's lines, lines after) of a cell with a derivation block."""
+    lines = source.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if _is_marker(line, BEGIN_DERIVATION)]
+    ends = [i for i, line in enumerate(lines) if _is_marker(line, END_DERIVATION)]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+        raise SolutionMarkerError(f"{where}: a derivation cell needs one `{BEGIN_DERIVATION} "
+                                  f"<name> -->` line and one `{END_DERIVATION}` after it.")
+    return lines[:starts[0]], lines[starts[0] + 1:ends[0]], lines[ends[0] + 1:]
+
+
 def student_source(source: str, *, cell_type: str = "code", where: str = "the cell") -> str:
-    """The student version of one cell's source (unchanged when it has no solution block).
+    """The student version of one cell's source (unchanged when it has no solution block; a
+    derivation block becomes the note that it is held back).
 
     ``where`` names the cell in error messages, e.g. ``"03_backpropagation.ipynb, cell 12"``.
     Raises :class:`SolutionMarkerError` for an unbalanced block.
     """
+    name = derivation_name(source) if cell_type == "markdown" else None
+    if name is not None:
+        before, _, after = _derivation_block(source, where)
+        return "".join(before) + HELD_BACK.format(name=name) + "\n" + "".join(after)
     lines = source.splitlines(keepends=True)
     out: list[str] = []
     begin_line = None          # 1-based line number of the open block's BEGIN marker
@@ -239,6 +274,9 @@ def tag_nbgrader(nb):
       name (``conv2d_backward``);
     - its check cell: a locked, autograded test cell, ``grade_id`` = ``check_<name>``, worth
       :data:`POINTS`; a markdown answer cell is graded by hand (grade and solution, 1 point);
+    - a held-back derivation (``<!-- BEGIN DERIVATION name -->``): an ungraded markdown
+      solution cell, ``grade_id`` = ``derivation_<name>`` (nbgrader releases it as an answer
+      cell for the learner's own derivation);
     - every other cell: no nbgrader metadata.
 
     Running it twice gives the same notebook (the tool is idempotent).
@@ -246,6 +284,9 @@ def tag_nbgrader(nb):
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         cell.metadata.pop("nbgrader", None)
+        name = derivation_name(cell.source) if cell.cell_type == "markdown" else None
+        if name is not None:
+            cell.metadata["nbgrader"] = _nbgrader_meta(False, True, False, f"derivation_{name}")
     for ex in exercises(nb):
         cell = nb.cells[ex.cell]
         if cell.cell_type == "markdown":
@@ -314,6 +355,27 @@ def find_exercise(name: str, folder=None):
 def first_hint(name: str, folder=None) -> str | None:
     """The first-level hint of exercise ``name`` (its ``# HINT:`` line)."""
     return find_exercise(name, folder)[2].hint
+
+
+def derivations(nb) -> dict[str, str]:
+    """Every held-back derivation of a notebook node: exercise name -> its markdown."""
+    found = {}
+    for i, cell in enumerate(nb.cells):
+        name = derivation_name(cell.source) if cell.cell_type == "markdown" else None
+        if name is not None:
+            found[name] = "".join(_derivation_block(cell.source, f"cell {i}")[1]).strip()
+    return found
+
+
+def derivation_text(name: str, folder=None) -> str | None:
+    """The worked derivation held back for exercise ``name``, or None if it has none."""
+    nbformat = _nbformat()
+    folder = Path(folder) if folder is not None else notebooks_dir()
+    for path in sorted(folder.glob("*.ipynb")):
+        text = derivations(nbformat.read(path, as_version=4)).get(name)
+        if text is not None:
+            return text
+    return None
 
 
 def solution_text(name: str, folder=None) -> str:

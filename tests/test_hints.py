@@ -117,3 +117,52 @@ def test_a_failing_check_shows_the_learners_cell_and_the_message_not_the_check(t
             if isinstance(node, ast.FunctionDef) and path.name not in ("hints.py", "__init__.py"):
                 assert any(isinstance(s, ast.Assign) and getattr(s.targets[0], "id", "") ==
                            "__tracebackhide__" for s in node.body[:2]), (path.name, node.name)
+
+
+# -- Issue 26: every level teaches, no message hands over the fix's code -----------------------
+def _all_solution_code():
+    """(statements, expressions) of every reference solution of every notebook, squashed."""
+    statements, expressions = set(), set()
+    for path, ex in EXERCISES:
+        s, e = _solution_code(nbformat.read(path, as_version=4).cells[ex.cell].source)
+        statements.update(s)
+        expressions.update(e)
+    return statements, expressions
+
+
+@pytest.mark.parametrize("path, ex", EXERCISES, ids=[f"{p.stem}-{e.name}" for p, e in EXERCISES])
+def test_no_hint_level_holds_solution_code(path, ex):
+    """Every level of the ladder is words, shapes, a question or pseudo-code with blanks
+    (``dx = ___ / sqrt(var + eps)``): never a line or an expression of the reference."""
+    statements, expressions = _solution_code(nbformat.read(path, as_version=4).cells[ex.cell].source)
+    for level, text in enumerate(hints_module.HINTS.get(ex.name, []), start=2):
+        shown = _squash(text)
+        leaked = [c for c in statements + expressions if c in shown]
+        assert not leaked, (f"{ex.name}: hint level {level} contains solution code {leaked}; say "
+                            f"it in words, or as pseudo-code with blanks")
+
+
+def _message_strings(module):
+    """Every string constant (and every constant part of an f-string) in a check module."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+CHECK_MODULES = ["basics", "cnn", "cuda", "playground", "compression", "deploy", "data_parallel",
+                 "capstone", "harness"]
+
+
+@pytest.mark.parametrize("name", CHECK_MODULES)
+def test_no_check_message_holds_a_line_of_a_reference_solution(name):
+    """A check names the mistake; its "likely fix" says the idea in words, never the reference's
+    code (a line of any solution, or one of its longer expressions)."""
+    import importlib
+    module = importlib.import_module(f"dlcourse.check.{name}")
+    statements, expressions = _all_solution_code()
+    code = statements | {e for e in expressions if len(e) >= 10}
+    leaks = [(line, c) for line, text in _message_strings(module) for c in code
+             if c in _squash(text)]
+    assert not leaks, (f"dlcourse/check/{name}.py: messages quote solution code "
+                       f"(line, code): {leaks[:8]}{' ...' if len(leaks) > 8 else ''}")

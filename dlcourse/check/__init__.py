@@ -5,7 +5,9 @@ Each check raises :class:`ExerciseError` (an AssertionError) with a message that
 case that failed, what was expected and what your function gave, and prints a short
 confirmation when everything passes. Stuck? ``dl.check.hint("linear_backward")`` gives the
 next hint, one level at a time; ``dl.check.solution("linear_backward")`` shows the reference
-solution, only when you ask for it.
+solution, only when you ask for it. Where a lesson holds a derivation back, the check shows it
+when your answer passes (``dl.check.derivation(name)`` shows it again). While a check runs your
+function, the library's own version of what you are building is refused.
 
 The machinery the checks share is ``harness.py``; the checks of each lesson sit beside it
 (``basics.py`` 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08a-08b, ``playground.py`` 09).
@@ -19,7 +21,7 @@ from .cnn import (accuracy, batchnorm_backward, batchnorm_forward,  # lessons 04
                   maxpool_backward, mlp_forward_batched, sgd_momentum_step)
 from .cuda import (arithmetic_intensity, bias_relu_backward, global_index,  # lessons 08a-08c
                    grid_size, tiled_matmul, warp_transactions)
-from .harness import ExerciseError
+from .harness import ExerciseError, derivation
 from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
 from .compression import loss_scale_step, magnitude_mask, quantize_symmetric  # lessons 10-11
@@ -29,7 +31,7 @@ from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
-    "ExerciseError", "hint", "solution",
+    "ExerciseError", "hint", "solution", "derivation",
     # lessons 00-03
     "normalize_rows", "perceptron_predict", "perceptron_update", "softmax", "cross_entropy",
     "softmax_ce_grad", "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",

@@ -572,3 +572,66 @@ def relu_backward(fn):
                          "the layer before may still hold. Build the mask as a new array: "
                          "(x > 0).")
     passed(fn, len(cases))
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'normalize_rows': [
+        ('sum the squares along the feature axis and keep that axis (keepdims), so the lengths '
+         'broadcast against x (N, D)'),
+        ('the row lengths should form an (N, 1) column: sum x * x over axis=1 with keepdims=True, '
+         'take xp.sqrt, and divide x by them'),
+    ],
+    'perceptron_predict': [
+        ('one matrix-vector product gives all N sums at once; a comparison gives booleans, which '
+         'you then convert to integers'),
+        ('the weighted sums X @ w + b have shape (N,); the step turns each into 1 where it is > 0 '
+         'and 0 elsewhere (booleans to integers: .astype(np.int64))'),
+    ],
+    'perceptron_update': [
+        'return new values rather than changing w in place: the caller still holds the old w',
+        ('the step lr * (y - y_hat) is 0 when the prediction is right; move w by the step times x, '
+         'and b by the step'),
+    ],
+    'sigmoid_ce_grad': [
+        ('compute the sigmoid of z as the lesson writes it (it stays finite for large |z|), then '
+         'subtract the labels'),
+        ('prediction minus target: sigmoid(z) - y (the sigmoid is 1 / (1 + xp.exp(-z))), divided '
+         'by N because the loss is a mean'),
+    ],
+    'softmax': [
+        'the row maxima and row sums need keepdims so they broadcast against z (..., K)',
+        ("subtract each row's max (z.max(axis=-1, keepdims=True)) before xp.exp, which changes "
+         'nothing mathematically; then divide by the row sums'),
+    ],
+    'cross_entropy': [
+        ('picking one entry per row needs two index arrays: the row numbers 0..N-1 and the labels; '
+         'slicing every row with all the labels picks N*N entries'),
+        ('log-softmax = shifted - log(sum of exp(shifted)) with shifted = logits minus the row '
+         'max; then average -logp[xp.arange(N), labels]'),
+    ],
+    'softmax_ce_grad': [
+        ("start from a copy of the probabilities and subtract 1 at each row's label only (one "
+         "entry per row), then scale by 1/N"),
+        ("index the copy with two arrays, the row numbers xp.arange(N) and the labels, to reach "
+         "one entry per row"),
+    ],
+    'linear_forward': [
+        'the cache holds the input and the weights, in that order',
+        ('one matrix product plus the bias (it broadcasts over the rows); the cache is the pair '
+         'linear_backward needs, (x, W)'),
+    ],
+    'linear_backward': [
+        ('write the shapes under each other and let them tell you which matrix to transpose and in '
+         'which order to multiply'),
+        ('each gradient has the shape of its variable: combine dout with W for dx and with x for '
+         'dW; b was added to every row, so db sums dout over the batch'),
+    ],
+    'relu_backward': [
+        'build a 0/1 mask from the cached input, not from dout, and multiply',
+        ('the gradient passes only where the input x was positive, and is 0 elsewhere (also where '
+         'x == 0)'),
+    ],
+}

@@ -311,3 +311,31 @@ def topological_order(fn):
                          "append a tensor after visiting ALL its parents (post-order), not "
                          "when you first reach it (pre-order).")
     passed(fn, len(graphs))
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'unbroadcast': [
+        ('the number of added leading axes is grad.ndim - len(shape); after summing them away, '
+         'the axes to sum with keepdims=True are the indices i where shape[i] == 1'),
+        ('grad.sum(axis=tuple(range(extra))) removes the leading axes; then '
+         'grad.sum(axis=ones, keepdims=True) with ones the tuple of indices where shape has a 1 '
+         '(skip each sum when its tuple of axes is empty)'),
+    ],
+    'tensor_mul': [
+        ('for out = a * b: d out / d a = b and d out / d b = a, each times the gradient that '
+         'arrives, out.grad; the product may have broadcast a or b to a bigger shape'),
+        ('a.grad += the unbroadcast (yours, or dl.autograd.unbroadcast) of out.grad * b.data to '
+         'a.shape, and the same for b with a.data and b.shape; += (never =) so that a tensor used '
+         'twice gets both contributions'),
+    ],
+    'topological_order': [
+        ('a tensor used twice is reached along two paths: keep a set of id(node) for the tensors '
+         'already visited, and return at once for one of them'),
+        ('only when the id of node is not yet in visited: add it to visited, call visit on '
+         'every tensor in node.parents, then order.append(node) (after the parents, so the root '
+         'comes last)'),
+    ],
+}

@@ -989,3 +989,88 @@ def batchnorm_backward(fn) -> None:
         expect_unchanged(fn, case, [(k, ref_, given[k]) for k, ref_ in
                                     (("dout", dout), ("x", x), ("gamma", gamma))])
     passed(fn, 3)
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'iterate_minibatches': [
+        'shuffle an index array, never the data; the last batch may be shorter',
+        ('order = a permutation of range(N) (or np.arange(N)); for start in range(0, N, '
+         'batch_size): idx = order[start:start + batch_size]; yield X[idx], y[idx]'),
+    ],
+    'accuracy': [
+        'compare the (N,) predictions with y and take the mean of the booleans',
+        'predictions = logits.argmax(axis=1); return the mean of (predictions == y) as a float',
+    ],
+    'sgd_momentum_step': [
+        ('use in-place operators on velocity[k] and params[k] (a model keeps references to those '
+         'very arrays)'),
+        ('velocity[k] = momentum * velocity[k] + grads[k]; then params[k] -= lr * velocity[k] (in '
+         'place!)'),
+    ],
+    'dropout_forward': [
+        "the mask holds 0 or 1/(1 - p); the output is x times the mask",
+        "mask = a boolean array (uniform numbers >= p) divided by (1 - p)",
+    ],
+    'dropout_backward': [
+        "dx is dout times the mask the forward returned (the scaled one)",
+    ],
+    'init_std': [
+        ('write Var(out) = fan_in * Var(w) * E[x²] for one output; after a ReLU E[x²] is half the '
+         'variance of its input, so He picks Var(w) = 2 / fan_in; Xavier asks the same of the '
+         'backward pass (fan_out) and takes the harmonic compromise 2 / (fan_in + fan_out)'),
+        ('the function returns a standard deviation: the square root of that variance, with '
+         'np.sqrt, for the scheme asked'),
+    ],
+    'mlp_forward_batched': [
+        "use xp's maximum against 0 for the ReLU, so the same code runs on NumPy and CuPy",
+        'hidden = xp.maximum(X @ W1 + b1, 0) is (N, H); the logits are hidden @ W2 + b2 (N, K)',
+    ],
+    'conv_output_size': [
+        'integer division counts the full strides that fit after the first window',
+        ('the padded input has H + 2 * padding pixels; count the start positions 0, stride, '
+         '2*stride, ... with // and do not forget the first one (+ 1)'),
+    ],
+    'conv2d_naive': [
+        "the window spans all C channels and KH x KW pixels, exactly W[f]'s shape (C, KH, KW)",
+        ('four loops over n, f, i, j; window = x_pad[n, :, i*stride:i*stride + KH, '
+         'j*stride:j*stride + KW]; out[n, f, i, j] = (window * W[f]).sum() + b[f]'),
+    ],
+    'im2col_simple': [
+        'the row index of window (n, i, j) is (n*OH + i)*OW + j',
+        'loop over n, i, j: cols[(n * OH + i) * OW + j] = x[n, :, i:i + KH, j:j + KW].reshape(-1)',
+    ],
+    'maxpool_backward': [
+        ('find the position of the maximum inside each window (argmax, then unravel it to a row '
+         'and a column) and add dout there'),
+        ('for each n, c, i, j: window = x[n, c, i*stride:i*stride + K, j*stride:j*stride + K]; kh, '
+         'kw = np.unravel_index(window.argmax(), window.shape); dx[n, c, i*stride + kh, j*stride + '
+         'kw] += dout[n, c, i, j]'),
+    ],
+    'conv2d_backward': [
+        ('the same four loops as the forward pass; the window starts at (i*stride, j*stride); '
+         'overlapping windows ADD into dx_pad'),
+        ('db = dout.sum(axis=(0, 2, 3)); then loop over n, f, i, j with hs, ws = i*stride, '
+         'j*stride: dW[f] += x_pad[n, :, hs:hs+KH, ws:ws+KW] * dout[n, f, i, j] and dx_pad[n, :, '
+         'hs:hs+KH, ws:ws+KW] += W[f] * dout[n, f, i, j]'),
+    ],
+    'conv_params': [
+        'count the weights of the (out_channels, in_channels, K, K) array and add the biases',
+        ('weights W have shape (out_channels, in_channels, kernel_size, kernel_size); add one bias '
+         'per output channel'),
+    ],
+    'batchnorm_forward': [
+        'x_hat = (x - mean) / sqrt(var + eps), then gamma * x_hat + beta',
+        ('mean = x.mean(axis=(0, 2, 3), keepdims=True) and var = x.var(axis=(0, 2, 3), '
+         'keepdims=True) have shape (1, C, 1, 1); x_hat = (x - mean) / sqrt(var + eps); out = '
+         'gamma.reshape(1, C, 1, 1) * x_hat + beta.reshape(1, C, 1, 1)'),
+    ],
+    'batchnorm_backward': [
+        ("with d = dout * gamma (as (1, C, 1, 1)): dx = (d - mean(d) - x_hat * mean(d * x_hat)) / "
+         "sqrt(var + eps), every mean over axes (0, 2, 3) with keepdims"),
+        ("dbeta is the sum of dout and dgamma the sum of dout * x_hat over axes (0, 2, 3); check "
+         "your dx against dl.gradcheck on a small input if the check's case is hard to read"),
+    ],
+}

@@ -145,3 +145,29 @@ def _fraction_mask(w, sparsity):
     keep = np.ones(w.size, bool)
     keep[np.argsort(np.abs(w), axis=None)[:k]] = False
     return keep.reshape(w.shape).astype(np.float64)
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'loss_scale_step': [
+        ('handle the overflow first and return at once; a clean step adds one to the count '
+         'BEFORE it is compared with growth_interval'),
+        ('with found_inf: the tuple (half the scale, 0, False); otherwise clean_steps + 1, and if '
+         'that equals growth_interval: (twice the scale, 0, True), else (scale, the new count, '
+         'True)'),
+    ],
+    'quantize_symmetric': [
+        ('the scale is max(|x|) / 127, a number; int8 holds -128..127 but the symmetric range '
+         'leaves -128 out, so that 0 stays exactly 0 and the range has no bias'),
+        ('np.abs(x).max() gives the largest magnitude; round with np.rint (a cast to int8 alone '
+         'cuts the fraction off), np.clip to -127..127, then .astype(np.int8)'),
+    ],
+    'magnitude_mask': [
+        ('k = the sparsity fraction of w.size, rounded to an integer, is the number of weights to '
+         'prune; np.argsort on the absolute values (flattened, axis=None) lists the smallest first'),
+        ('start from a flat boolean array of w.size Trues, set the entries at the first k indices '
+         'of the argsort of |w| to False, and reshape it to w.shape'),
+    ],
+}

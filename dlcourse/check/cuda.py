@@ -364,3 +364,37 @@ def bias_relu_backward(fn) -> None:
                          "return new arrays: zeroing dout in place changes the gradient the "
                          "next layer handed back.")
     passed(fn, len(cases))
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'global_index': [
+        ("the blocks before this one hold block_idx * block_dim threads; add the thread's place "
+         'inside its own block'),
+    ],
+    'grid_size': [
+        'adding block - 1 before an integer division rounds up',
+        'round n / block up with integers only: (n + block - 1) // block',
+    ],
+    'warp_transactions': [
+        'count the distinct segment numbers',
+        ('the segment of an address is address // segment_bytes; count how many different segments '
+         'there are (np.unique)'),
+    ],
+    'tiled_matmul': [
+        'copy only what lies inside the matrix into the top-left of each zero tile',
+        ('copy A[i0:i0 + tile, k0:k0 + tile] and B[k0:k0 + tile, j0:j0 + tile] into zero (tile, '
+         'tile) arrays As and Bs; then acc += As @ Bs'),
+    ],
+    'arithmetic_intensity': [
+        'flops = 2 * tile_m * tile_n * K; bytes_loaded = itemsize * (tile_m * K + K * tile_n)',
+    ],
+    'bias_relu_backward': [
+        ('x + b > 0 exactly where y > 0, so y alone gives the mask; the bias is added to every row, '
+         'so its gradient adds up over the rows'),
+        ('dx is dout masked by (y > 0), shape (N, F); db is dx summed over axis 0, shape (F,); '
+         'return both'),
+    ],
+}

@@ -148,3 +148,25 @@ def fit_alpha_beta(fn) -> None:
                      fix="alpha is the intercept: the time of a message of zero bytes.")
         n_cases += 1
     passed(fn, n_cases)
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'ring_all_reduce': [
+        ('draw 3 ranks and 3 chunks on paper: in reduce-scatter step s, rank r sends chunk r - s '
+         'and receives chunk r - s - 1 (both modulo N); after N-1 steps rank r holds the full sum '
+         'of chunk r + 1 (modulo N)'),
+        ('reduce-scatter: for s in range(N - 1), receive into xp.empty_like of chunk '
+         '(r - s - 1) % N with comm.sendrecv(send, right, recv, left), then add it into that '
+         'chunk; all-gather: for s in range(N - 1), send chunk (r + 1 - s) % N and receive '
+         'straight into chunk (r - s) % N'),
+    ],
+    'fit_alpha_beta': [
+        ('np.polyfit(x, y, 1, w=...) fits a straight line and returns (slope, intercept); its '
+         'weights multiply each residual, so weights 1 / seconds fit the relative error'),
+        ('fit seconds against nbytes with degree 1 and weights 1 / seconds; alpha is the '
+         'intercept and beta is 1 divided by the slope'),
+    ],
+}

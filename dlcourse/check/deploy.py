@@ -118,3 +118,24 @@ def validate_batch(fn) -> None:
               "an empty batch": "a batch needs at least one sample: check len(x) > 0."}.get(
                  what, "compare x.shape[1:] with shape (or with (prod(shape),) for flat samples)."))
     passed(fn, len(good) + len(bad))
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'fold_batchnorm': [
+        ('write BatchNorm of the convolution output y as s * (y - mean) + beta with '
+         's = gamma / sqrt(var + eps); y = W * x + b is linear, so s can move into W and b'),
+        ('s has shape (F,): give it three axes of size 1 (s[:, None, None, None]) to scale the '
+         'filters of W along axis 0; the folded bias is (b - mean) times s, plus beta'),
+    ],
+    'validate_batch': [
+        ('np.asarray raises ValueError on ragged rows; x.dtype.kind tells integers (i, u) and '
+         'floats (f) from strings (U) and booleans (b); np.isfinite finds NaN and infinity'),
+        ('in order: x = np.asarray(inputs) (turn its ValueError into yours); refuse a dtype kind '
+         'outside "iuf"; if x is 2-D with int(np.prod(shape)) columns, reshape it to (N,) + shape; '
+         'refuse x.ndim == 0, len(x) == 0 or x.shape[1:] != shape; refuse non-finite values; '
+         'return x as float32'),
+    ],
+}

@@ -30,7 +30,7 @@ from .. import backend
 
 __all__ = ["ExerciseError", "fail", "call", "to_array", "to_number", "expect_tuple",
            "expect_shape", "expect_finite", "expect_close", "expect_unchanged", "passed",
-           "gpu", "expect_on_gpu", "rng", "shape_text"]
+           "gpu", "expect_on_gpu", "rng", "shape_text", "refusing", "derivation"]
 
 
 class ExerciseError(AssertionError):
@@ -88,17 +88,20 @@ def fail(fn, case: str, problem: str, fix: str | None = None):
     _raise(ExerciseError("\n".join(lines)))
 
 
-def call(fn, *args, case: str, on_error: str | None = None, **kwargs):
+def call(fn, *args, case: str, on_error: str | None = None, refuse=(), **kwargs):
     """Call the learner's ``fn(*args, **kwargs)`` and return what it returns.
 
     ``NotImplementedError`` becomes ``ExerciseError("<fn> is not implemented yet: <hint>")``;
     any other exception becomes an ExerciseError naming the case (the original error, with
     the line in the learner's function, stays in the traceback). ``on_error`` is a likely
-    fix to add when the function raises.
+    fix to add when the function raises. ``refuse``: the library's own versions of what the
+    exercise builds (dotted names, see :func:`refusing`), which answer with an ExerciseError
+    while ``fn`` runs.
     """
     __tracebackhide__ = True
     try:
-        return fn(*args, **kwargs)
+        with refusing(refuse, fn, case):
+            return fn(*args, **kwargs)
     except NotImplementedError as err:
         hint = str(err).strip() or _first_hint(_name(fn))
         _raise(ExerciseError(f"{_name(fn)} is not implemented yet: {hint}"))
@@ -110,6 +113,73 @@ def call(fn, *args, case: str, on_error: str | None = None, **kwargs):
             f"{_name(fn)} raised {type(err).__name__}: {err}\n"
             f"  case:    {case}\n"
             f"  likely fix: {fix}"), cause=err)
+
+
+class refusing:
+    """``with refusing(["dlcourse.losses.softmax", "dlcourse.layers.Dropout.forward"], fn,
+    case):`` while the block runs, each named function of the library (and every alias of it in
+    a dlcourse module, such as its alias at the top of ``dl``) raises an ExerciseError that says it is what the
+    learner is writing. NumPy and CuPy stay usable: only the library's answer is refused."""
+
+    def __init__(self, names, fn, case):
+        __tracebackhide__ = True
+        self.names, self.fn, self.case, self.saved = tuple(names), fn, case, []
+
+    def __enter__(self):
+        __tracebackhide__ = True
+        import importlib
+        import sys
+        for dotted in self.names:
+            owner, attr = _resolve_owner(importlib, dotted)
+            original = getattr(owner, attr)
+            refused = _refuser(dotted, original, self.fn, self.case)
+            places = [(owner, attr)] + [
+                (module, key) for name, module in list(sys.modules.items())
+                if name.split(".")[0] == "dlcourse" and module is not owner
+                for key, value in list(vars(module).items()) if value is original]
+            for place, key in places:
+                self.saved.append((place, key, vars(place)[key] if isinstance(place, type)
+                                   else getattr(place, key)))
+                setattr(place, key, refused)
+        return self
+
+    def __exit__(self, *exc):
+        __tracebackhide__ = True
+        for place, key, value in reversed(self.saved):
+            setattr(place, key, value)
+        self.saved = []
+        return False
+
+
+def _resolve_owner(importlib, dotted):
+    """("dlcourse.layers.Dropout.forward") -> (the Dropout class, "forward")."""
+    __tracebackhide__ = True
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:-1]:
+            owner = getattr(owner, part)
+        return owner, parts[-1]
+    raise ValueError(f"refusing: {dotted} names nothing importable")
+
+
+def _refuser(dotted, original, fn, case):
+    """A stand-in for ``original`` that fails the exercise, naming what was called."""
+    __tracebackhide__ = True
+    shown = "dl." + dotted.removeprefix("dlcourse.").replace("layers.", "").replace(
+        "losses.", "").replace("optim.", "")
+
+    def refused(*args, **kwargs):
+        __tracebackhide__ = True
+        fail(fn, case, f"it calls {shown}, the library's own version of what this exercise "
+                       f"asks you to build, so the check would be testing the library, not you.",
+             "compute it yourself from the arrays (NumPy or CuPy operations, xp.*): the library "
+             "is there to check your answer, not to be it.")
+    refused.__name__ = getattr(original, "__name__", "refused")
+    return refused
 
 
 def _first_hint(name: str) -> str:
@@ -254,11 +324,62 @@ def expect_unchanged(fn, case: str, inputs, fix: str | None = None):
              .replace("{name}", name))
 
 
-def passed(fn, n_cases: int, on_gpu: bool = False):
-    """Print the success line: ``"✓ linear_backward: all 4 cases pass (NumPy)."``."""
+_passed: set[str] = set()    # exercises whose check passed in this session
+
+
+def passed(fn, n_cases: int, on_gpu: bool = False, name: str | None = None):
+    """Print the success line, ``"✓ linear_backward: all 4 cases pass (NumPy)."``, and, where
+    the exercise (``name``, by default the function's name) has a held-back derivation, show it
+    now: the learner has derived it and can compare."""
     __tracebackhide__ = True
     where = "NumPy and CuPy" if on_gpu else "NumPy"
+    name = name or _name(fn)
     print(f"\u2713 {_name(fn)}: all {n_cases} cases pass ({where}).")
+    _passed.add(name)
+    text = _derivation_text(name)
+    if text:
+        _show_derivation(name, text)
+
+
+def _derivation_text(name):
+    __tracebackhide__ = True
+    from ..student import derivation_text
+    try:
+        return derivation_text(name)
+    except (FileNotFoundError, ImportError):
+        return None
+
+
+def _show_derivation(name, text):
+    """Rendered markdown in a notebook, plain text elsewhere."""
+    __tracebackhide__ = True
+    heading = f"The derivation of {name}: compare it with yours."
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+        if get_ipython() is not None:
+            display(Markdown(f"**{heading}**\n\n{text}"))
+            return
+    except ImportError:
+        pass
+    print(f"{heading}\n\n{text}")
+
+
+def derivation(name: str) -> str:
+    """The worked derivation of exercise ``name``, once its check has passed in this session
+    (it was shown then; this shows it again)."""
+    __tracebackhide__ = True
+    text = _derivation_text(name)
+    if text is None:
+        raise KeyError(f"{name} has no held-back derivation (its lesson shows the reasoning in "
+                       "place).")
+    if name not in _passed:
+        _raise(ExerciseError(
+            f"The derivation of {name} is shown once your answer passes: derive it yourself, "
+            f"then run its check (dl.check.{name}(your_function)). Stuck? "
+            f"dl.check.hint({name!r}) gives the next hint."))
+    _show_derivation(name, text)
+    return text
 
 
 def gpu():

@@ -212,3 +212,23 @@ def mlp_parameter_count(fn) -> None:
             hint = "each Linear(d_in, d_out) has d_in * d_out weights and d_out biases."
         fail(fn, case, f"it returned {got:g}, expected {expected}.", hint)
     passed(fn, len(cases))
+
+
+# Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
+# exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
+# at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
+HINTS: dict[str, list[str]] = {
+    'decision_grid': [
+        ("the grid's first axis runs over the second coordinate (as meshgrid gives it); put the "
+         'model back in training mode afterwards'),
+        ("R values per axis over X's box widened by pad (np.linspace), np.meshgrid(xs, ys), the "
+         'model on the (R*R, 2) points in eval mode, then dl.softmax'),
+    ],
+    'early_stop': [
+        ('compare the last validation accuracy (if there is one) with target; return False to '
+         'stop, True to go on'),
+    ],
+    'mlp_parameter_count': [
+        'a Linear(d_in, d_out) layer has d_in * d_out weights and d_out biases',
+    ],
+}
