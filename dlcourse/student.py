@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -369,13 +370,19 @@ def derivations(nb) -> dict[str, str]:
 
 def derivation_text(name: str, folder=None) -> str | None:
     """The worked derivation held back for exercise ``name``, or None if it has none."""
-    nbformat = _nbformat()
     folder = Path(folder) if folder is not None else notebooks_dir()
-    for path in sorted(folder.glob("*.ipynb")):
-        text = derivations(nbformat.read(path, as_version=4)).get(name)
-        if text is not None:
-            return text
-    return None
+    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.ipynb")))
+    return _all_derivations(str(folder), stamp).get(name)
+
+
+@functools.lru_cache(maxsize=4)
+def _all_derivations(folder: str, stamp) -> dict[str, str]:
+    """Every derivation of the notebooks in ``folder`` (read once while they are unchanged)."""
+    nbformat = _nbformat()
+    found = {}
+    for name, _ in stamp:
+        found.update(derivations(nbformat.read(Path(folder) / name, as_version=4)))
+    return found
 
 
 def solution_text(name: str, folder=None) -> str:

@@ -186,6 +186,17 @@ def _mul(a, b, accumulate=True, unbroadcast_grads=True, swap=False):
     return out
 
 
+def _mul_unbroadcast_b_only(a, b):
+    """A tensor_mul written for the lesson's one broadcast case (b broadcast over a's rows)."""
+    out = Tensor(a.data * b.data, (a, b))
+
+    def grad_fn():
+        a.grad += out.grad * b.data
+        b.grad += unbroadcast(out.grad * a.data, b.shape)
+    out.grad_fn = grad_fn
+    return out
+
+
 def _preorder(root):
     order, seen = [], set()
 
@@ -228,7 +239,6 @@ def _recursive_topo(root):
     ("unbroadcast", lambda g, shape: g.sum(axis=tuple(range(g.ndim - len(shape)))).sum(
         axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)),
     ("tensor_mul", _mul),
-    ("tensor_mul", lambda a, b: a * b),               # the library's own operation
     ("topological_order", topological_order),
     ("topological_order", _recursive_topo),
 ])
@@ -237,10 +247,16 @@ def test_checks_accept_right_solutions(checker, right, capsys):
     assert "\u2713" in capsys.readouterr().out
 
 
+def _own_unbroadcast(g, shape):
+    """A learner's correct unbroadcast (the library's is refused inside the check)."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape))))
+    return g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)
+
+
 @pytest.mark.parametrize("checker, wrong, words", [
     ("unbroadcast", lambda g, shape: g, "unchanged"),
     ("unbroadcast", lambda g, shape: g.sum(axis=0), "keepdims"),
-    ("unbroadcast", lambda g, shape: unbroadcast(g, shape) / 4, "averaged"),
+    ("unbroadcast", lambda g, shape: _own_unbroadcast(g, shape) / 4, "averaged"),
     ("tensor_mul", lambda a, b: _mul(a, b, accumulate=False), "Accumulate"),
     ("tensor_mul", lambda a, b: _mul(a, b, swap=True), "OTHER input"),
     ("tensor_mul", lambda a, b: _mul(a, b, unbroadcast_grads=False), "unbroadcast"),
@@ -249,7 +265,19 @@ def test_checks_accept_right_solutions(checker, right, capsys):
     ("topological_order", _preorder, "wrong direction"),
     ("topological_order", _no_seen_set, "set of the tensors already visited"),
     ("topological_order", lambda root: list(root.parents) + [root], "missing"),
-    ("topological_order", lambda root: [n.data for n in topological_order(root)], "not only Tensors"),
+    ("topological_order", lambda root: [n.data for n in _recursive_topo(root)], "not only Tensors"),
+    # the library's own versions are refused while the learner's function runs (issue 26)
+    ("tensor_mul", lambda a, b: a * b, "library's own version"),
+    ("tensor_mul", lambda a, b: b.__rmul__(a), "library's own version"),
+    ("unbroadcast", lambda g, shape: dl.autograd.unbroadcast(g, shape), "library's own version"),
+    ("topological_order", lambda root: dl.autograd.topological_order(root), "library's own"),
+    ("topological_order", lambda root: (root.backward(), [root])[1], "library's own version"),
+    # holes closed: the size-1 axis first, the broadcast operand first, both broadcast
+    ("unbroadcast", lambda g, shape: g.sum(axis=tuple(range(g.ndim - len(shape)))).sum(
+        axis=tuple(i for i, n in enumerate(shape) if n == 1 and i == len(shape) - 1),
+        keepdims=True) if any(n == 1 for n in shape[-1:]) else
+        g.sum(axis=tuple(range(g.ndim - len(shape)))), "shape \\(1, 3\\)"),
+    ("tensor_mul", lambda a, b: _mul_unbroadcast_b_only(a, b), "the other way round"),
 ])
 def test_checks_name_the_mistake(checker, wrong, words):
     with pytest.raises(dl.check.ExerciseError, match=words):

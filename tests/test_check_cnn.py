@@ -3,6 +3,10 @@ gets the message that names its mistake (also the wrong answers a mutation test 
 
 Each wrong answer is a small function named after its mistake, written as a learner would."""
 
+import math
+
+import types
+
 import numpy as np
 import pytest
 
@@ -25,6 +29,17 @@ def expect_fail(check, fn, *words):
     print('\n---", fn.__name__, "->', msg)
     for w in words:
         assert w in msg, (w, msg)
+
+
+def _own(f):
+    """A copy of a library loop, standing in for the learner's own code (the checks refuse the
+    library's function itself, under any name, while they run the learner's)."""
+    return types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__)
+
+
+_conv_fwd = _own(conv2d_forward_naive)
+_conv_bwd = _own(conv2d_backward_naive)
+_pool_bwd = _own(maxpool_backward_naive)
 
 
 # ---- minibatches
@@ -95,7 +110,7 @@ def test_minibatches():
         "shuffle=True",
         "changed its input X in place",
         "shuffle an index array, not the data",
-        "order[start:start + batch_size]",
+        "a slice of it",
     )
     expect_fail(C.iterate_minibatches, mb_nolast, "last, smaller batch")
     expect_fail(C.iterate_minibatches, mb_unpaired, "SAME indices")
@@ -160,8 +175,11 @@ def test_sgd():
     C.sgd_momentum_step(sgd_reuses_grads)
     expect_fail(C.sgd_momentum_step, sgd_rebind, "NEW array")
     expect_fail(C.sgd_momentum_step, sgd_plain, "plain SGD")
-    C.sgd_momentum_step(sgd_cs)  # the lesson's other convention: the same parameters
+    C.sgd_momentum_step(sgd_cs)  # the lesson's other convention, consistently: passes
     expect_fail(C.sgd_momentum_step, sgd_ema, "averaged")
+    expect_fail(C.sgd_momentum_step, sgd_switches_convention, "step 2 of 3", "Pick one for both")
+    expect_fail(C.sgd_momentum_step, sgd_cs_fixed_lr_velocity, "step 2 of 3", "lr=0.05")
+    expect_fail(C.sgd_momentum_step, sgd_library, "library's own version")
 
 
 def fwd_good(X, W1, b1, W2, b2):
@@ -259,7 +277,7 @@ def test_fwd_catches_every_per_sample_loop(fn, words):
         fn,
         "the numbers are right",
         *words,
-        "write it for the whole batch, with no loop: X @ W1 + b1",
+        "write it for the whole batch, with no loop: one matrix product",
     )
 
 
@@ -327,37 +345,52 @@ def test_cos():
     expect_fail(C.conv_output_size, cos_noplus, "+ 1")
     expect_fail(C.conv_output_size, cos_div, "//")
     expect_fail(C.conv_output_size, cos_pad1, "BOTH")
+    expect_fail(C.conv_output_size, lambda H, K, stride=1, padding=0: int((H + 2 * padding - K) /
+                stride) + 1, "H=2, K=3", "round DOWN")
 
 
 def conv_good(x, W, b, stride=1, padding=0):
-    return conv2d_forward_naive(x, W, b, stride, padding)
+    return _conv_fwd(x, W, b, stride, padding)
 
 
 def conv_flip(x, W, b, stride=1, padding=0):
-    return conv2d_forward_naive(x, W[:, :, ::-1, ::-1], b, stride, padding)
+    return _conv_fwd(x, W[:, :, ::-1, ::-1], b, stride, padding)
 
 
 def conv_nob(x, W, b, stride=1, padding=0):
-    return conv2d_forward_naive(x, W, 0 * b, stride, padding)
+    return _conv_fwd(x, W, 0 * b, stride, padding)
 
 
 def conv_nopad(x, W, b, stride=1, padding=0):
-    return conv2d_forward_naive(x, W, b, stride, 0)
+    return _conv_fwd(x, W, b, stride, 0)
 
 
 def test_conv():
     C.conv2d_naive(conv_good)
+    expect_fail(C.conv2d_naive, lambda x, W, b, stride=1, padding=0: conv2d_forward_naive(
+        x, W, b, stride, padding), "dl.conv.conv2d_forward_naive", "library's own version")
     expect_fail(C.conv2d_naive, conv_flip, "flipped")
     expect_fail(C.conv2d_naive, conv_nob, "bias")
     expect_fail(C.conv2d_naive, conv_nopad, "OH =")
 
 
+def _im2col(x, KH, KW):  # the learner's loops (dl.im2col is refused while the check runs)
+    N, C, H, W = x.shape
+    OH, OW = (H - KH + 1, W - KW + 1)
+    return np.array([x[n, :, i : i + KH, j : j + KW].reshape(-1)
+                     for n in range(N) for i in range(OH) for j in range(OW)])
+
+
 def i2c_good(x, KH, KW):
-    return im2col(x, KH, KW)
+    return _im2col(x, KH, KW)
 
 
 def i2c_T(x, KH, KW):
-    return im2col(x, KH, KW).T
+    return _im2col(x, KH, KW).T
+
+
+def i2c_library(x, KH, KW):
+    return im2col(x, KH, KW)
 
 
 def i2c_cols(x, KH, KW):
@@ -389,32 +422,35 @@ def i2c_rows(x, KH, KW):
 def test_i2c():
     C.im2col_simple(i2c_good)
     expect_fail(C.im2col_simple, i2c_T, "transpose")
+    expect_fail(C.im2col_simple, i2c_library, "library's own version")
     expect_fail(C.im2col_simple, i2c_cols, "c, then kh")
     expect_fail(C.im2col_simple, i2c_rows, "n, then i")
 
 
 def cb_good(dout, x, W, stride=1, padding=0):
-    return conv2d_backward_naive(dout, x, W, stride, padding)
+    return _conv_bwd(dout, x, W, stride, padding)
 
 
 def cb_pad(dout, x, W, stride=1, padding=0):
-    dx, dW, db = conv2d_backward_naive(dout, x, W, stride, padding)
+    dx, dW, db = _conv_bwd(dout, x, W, stride, padding)
     return (np.pad(dx, ((0, 0), (0, 0), (padding,) * 2, (padding,) * 2)), dW, db)
 
 
 def cb_db(dout, x, W, stride=1, padding=0):
-    dx, dW, db = conv2d_backward_naive(dout, x, W, stride, padding)
+    dx, dW, db = _conv_bwd(dout, x, W, stride, padding)
     return (dx, dW, dout.sum(axis=(0,)))
 
 
 def test_cb():
     C.conv2d_backward(cb_good)
+    expect_fail(C.conv2d_backward, lambda dout, x, W, stride=1, padding=0: conv2d_backward_naive(
+        dout, x, W, stride, padding), "library's own version")
     expect_fail(C.conv2d_backward, cb_pad, "crop")
     expect_fail(C.conv2d_backward, cb_db, "db")
 
 
 def mp_good(dout, x, K, stride):
-    return maxpool_backward_naive(dout, x, K, K, stride)
+    return _pool_bwd(dout, x, K, K, stride)
 
 
 def mp_over(dout, x, K, stride):
@@ -464,11 +500,13 @@ def mp_first_mask(dout, x, K, stride):  # right: a mask that keeps the first max
 
 def test_mp():
     C.maxpool_backward(mp_good)
+    expect_fail(C.maxpool_backward, lambda dout, x, K, stride: maxpool_backward_naive(
+        dout, x, K, K, stride), "library's own version")
     C.maxpool_backward(mp_first_mask)
     expect_fail(C.maxpool_backward, mp_over, "ADD")
     expect_fail(C.maxpool_backward, mp_spread, "every pixel")
     for wrong, words in (
-        (mp_mask, ["EVERY one of them", "window.argmax()"]),
+        (mp_mask, ["EVERY one of them", "Exactly one position gets it"]),
         (mp_last, ["the LAST one", "(>, not >=)"]),
     ):
         expect_fail(
@@ -530,6 +568,10 @@ def bn_eps_outside(x, gamma, beta, eps=1e-05):
     return gamma.reshape(1, -1, 1, 1) * (x - m) / (np.sqrt(v) + eps) + beta.reshape(1, -1, 1, 1)
 
 
+def bn_fixed_eps(x, gamma, beta, eps=1e-05):  # ignores the eps it is given
+    return bn_good(x, gamma, beta, 1e-5)
+
+
 def bn_in_place(x, gamma, beta, eps=1e-05):
     x -= x.mean(axis=(0, 2, 3), keepdims=True)
     x /= np.sqrt(x.var(axis=(0, 2, 3), keepdims=True) + eps)
@@ -538,7 +580,8 @@ def bn_in_place(x, gamma, beta, eps=1e-05):
 
 def test_bn():
     C.batchnorm_forward(bn_good)
-    expect_fail(C.batchnorm_forward, bn_no_eps, "channel 1 nearly constant", "eps is missing")
+    expect_fail(C.batchnorm_forward, bn_no_eps, "eps is missing")
+    expect_fail(C.batchnorm_forward, bn_fixed_eps, "eps=0.001", "use the eps argument")
     expect_fail(
         C.batchnorm_forward,
         bn_eps_outside,
@@ -556,6 +599,41 @@ def sgd_cs(params, grads, velocity, lr, momentum):
         velocity[k] *= momentum
         velocity[k] -= lr * grads[k]
         params[k] += velocity[k]
+
+
+_own = {}
+
+
+def sgd_switches_convention(params, grads, velocity, lr, momentum):
+    # right parameters (PyTorch's way, from a velocity of its own), but the velocity it stores
+    # is PyTorch's at odd steps and the other convention's at even ones: with a constant lr
+    # each step's velocity fits one of the two conventions, so only consistency catches it
+    if not any(v.any() for v in velocity.values()):
+        _own.clear()
+        _own.update(t=0, v={k: np.zeros_like(p) for k, p in params.items()})
+    _own["t"] += 1
+    for k in params:
+        _own["v"][k] = momentum * _own["v"][k] + grads[k]
+        params[k] -= lr * _own["v"][k]
+        velocity[k][...] = _own["v"][k] if _own["t"] % 2 else -lr * _own["v"][k]
+
+
+def sgd_cs_fixed_lr_velocity(params, grads, velocity, lr, momentum):
+    # the other convention, but the velocity scaled by the FIRST step's lr only
+    for k in params:
+        velocity[k] *= momentum
+        velocity[k] -= 0.1 * grads[k] if lr in (0.1, 0.05, 0.2) else lr * grads[k]
+        params[k] += velocity[k] * (lr / 0.1 if lr in (0.1, 0.05, 0.2) else 1)
+
+
+def sgd_library(params, grads, velocity, lr, momentum):
+    class Model:
+        pass
+    m = Model()
+    m.params, m.grads = params, grads
+    opt = dl.SGD(m, lr=lr, momentum=momentum)
+    opt.state = velocity
+    opt.step()
 
 
 # ---- lessons 08a and 08b (08a_gpu_execution_and_memory, 08b_tiling_and_occupancy)
@@ -583,10 +661,23 @@ def test_grid_size():
         "n=768",
         "one block too many",
         "round(n / block + 0.5)",
-        "(n + block - 1) // block",
+        "an exact multiple",
     )
     expect_fail(C.grid_size, gs_999, "n=1025", "the last 1 element(s) get none", "Adding 0.999")
     expect_fail(C.grid_size, gs_at_least_one, "n=0", "no element needs a thread", "max(1, ...)")
+    expect_fail(C.grid_size, lambda n, block: math.ceil(n / block), "n=1152921504606846977",
+                "FLOATING POINT")
+
+
+def test_global_index():
+    C.global_index(lambda b, d, t: b * d + t)
+    expect_fail(C.global_index, lambda b, d, t: t * d + b, "block_idx=0", "THREAD index")
+    expect_fail(C.global_index, lambda b, d, t: b + t, "block_idx=3", "block_dim threads, not one")
+    def blocks_always_rows(b, d, t):   # right for ints, but puts the blocks on the rows
+        if np.ndim(b) == 0:
+            return b * d + t
+        return np.ravel(b)[:, None] * d + np.ravel(t)[None, :]
+    expect_fail(C.global_index, blocks_always_rows, "blocks along the columns", "broadcasts")
 
 
 def wt_good(addresses, segment_bytes=32):
@@ -613,7 +704,7 @@ def test_warp_transactions():
         wt_range,
         "starting at byte 64",
         "address RANGE (max - min)",
-        "np.unique(addresses // segment_bytes)",
+        "Count the segments the threads touch, each once",
     )
     expect_fail(C.warp_transactions, wt_elements, "32 consecutive float64", "already in BYTES")
     expect_fail(C.warp_transactions, wt_sorts, "changed its input addresses in place")
@@ -649,15 +740,20 @@ def test_tiled_matmul():
 
 
 # ---- lesson 02 (02_loss_and_gradient_descent): the softmax cross-entropy gradient
+def _softmax(z):  # the learner's own (dl.softmax is refused while the check runs)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def sce_good(logits, labels):
     N = len(labels)
-    p = dl.softmax(logits).copy()
+    p = _softmax(logits).copy()
     p[np.arange(N), labels] -= 1
     return p / N
 
 
 def sce_every_label(logits, labels):
-    p = dl.softmax(logits).copy()
+    p = _softmax(logits).copy()
     p[:, labels] -= 1
     return p / len(labels)
 
@@ -676,7 +772,7 @@ def sce_whole_array(logits, labels):
 
 def test_softmax_ce_grad():
     C.softmax_ce_grad(sce_good)
-    expect_fail(C.softmax_ce_grad, sce_every_label, "p[:, labels] -= 1", "p[xp.arange(N), labels]")
+    expect_fail(C.softmax_ce_grad, sce_every_label, "p[:, labels] -= 1", "two index arrays")
     expect_fail(C.softmax_ce_grad, sce_no_mean, "times too large")
     expect_fail(C.softmax_ce_grad, sce_whole_array, "whole array")
 
@@ -702,8 +798,39 @@ def do_scaled_down(x, p, rng):
     return x * mask, mask
 
 
+def do_keep_below(x, p, rng):  # the other half of the uniform numbers: equally good
+    mask = (rng.random(x.shape) < 1 - p) / (1 - p)
+    return x * mask, mask
+
+
+def do_global(x, p, rng):  # NumPy's global generator, not the one it is given
+    mask = (np.random.random(x.shape) >= p) / (1 - p)
+    return x * mask, mask
+
+
+def do_own_generator(x, p, rng):  # a fixed generator of its own
+    mask = (np.random.default_rng(0).random(x.shape) >= p) / (1 - p)
+    return x * mask, mask
+
+
+def do_returns_mask(x, p, rng):
+    mask = (rng.random(x.shape) >= p) / (1 - p)
+    return mask, mask
+
+
+def do_library(x, p, rng):
+    layer = dl.Dropout(p)
+    return layer.forward(x), layer.cache
+
+
 def test_dropout_forward():
     C.dropout_forward(do_good)
+    C.dropout_forward(do_keep_below)
+    expect_fail(C.dropout_forward, do_global, "not the entries", "rng was not used at all",
+                "not from np.random")
+    expect_fail(C.dropout_forward, do_own_generator, "rng was not used at all")
+    expect_fail(C.dropout_forward, do_returns_mask, "out is the mask itself")
+    expect_fail(C.dropout_forward, do_library, "dl.Dropout.forward", "library's own version")
     expect_fail(C.dropout_forward, do_unscaled, "not scaled", "inverted")
     expect_fail(C.dropout_forward, do_keep_p, "probability to DROP")
     expect_fail(C.dropout_forward, do_scaled_down, "scaled UP")
@@ -762,6 +889,8 @@ def test_batchnorm_backward():
     expect_fail(C.batchnorm_backward, bnb_no_mean_path, "mean's path is missing")
     expect_fail(C.batchnorm_backward, bnb_image_axes, "axes (2, 3) only")
     expect_fail(C.batchnorm_backward, bnb_dgamma_without_x_hat, "x_hat")
+    expect_fail(C.batchnorm_backward, lambda dout, x, gamma, eps=1e-5: bnb_good(dout, x, gamma),
+                "eps=0.1", "use the eps argument")
 
 
 # ---- lesson 08c (08c_fusion_and_graphs)
@@ -798,3 +927,130 @@ def test_bias_relu_backward_passes_the_right_answer():
     (brb_in_place, "in place"), (lambda dout, y: dout * (y > 0), "2 values")])
 def test_bias_relu_backward_names_the_mistake(fn, words):
     expect_fail(C.bias_relu_backward, fn, words)
+
+
+# ---- new exercises (issue 26): Adam, per-axis output size, ties of a max, running statistics
+def adam_good(params, grads, m, v, t, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+    for k in params:
+        g = grads[k]
+        m[k] *= beta1
+        m[k] += (1 - beta1) * g
+        v[k] *= beta2
+        v[k] += (1 - beta2) * g**2
+        params[k] -= lr * (m[k] / (1 - beta1**t)) / (np.sqrt(v[k] / (1 - beta2**t)) + eps)
+
+
+def adam_uncorrected(params, grads, m, v, t, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+    adam_good(params, grads, m, v, 10**6, lr, beta1, beta2, eps)
+
+
+def adam_stores_corrected(params, grads, m, v, t, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+    adam_good(params, grads, m, v, t, lr, beta1, beta2, eps)
+    for k in params:
+        m[k] /= 1 - beta1**t
+        v[k] /= 1 - beta2**t
+
+
+def adam_eps_inside(params, grads, m, v, t, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+    for k in params:
+        g = grads[k]
+        m[k] *= beta1
+        m[k] += (1 - beta1) * g
+        v[k] *= beta2
+        v[k] += (1 - beta2) * g**2
+        params[k] -= lr * (m[k] / (1 - beta1**t)) / np.sqrt(v[k] / (1 - beta2**t) + eps)
+
+
+def adam_library(params, grads, m, v, t, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+    class Model:
+        pass
+    model = Model()
+    model.params, model.grads = params, grads
+    dl.Adam(model, lr=lr, betas=(beta1, beta2), eps=eps).step()
+
+
+def test_adam_step():
+    C.adam_step(adam_good)
+    expect_fail(C.adam_step, adam_uncorrected, "no bias correction")
+    expect_fail(C.adam_step, adam_stores_corrected, "bias-CORRECTED")
+    expect_fail(C.adam_step, adam_eps_inside, "outside the square root")
+    expect_fail(C.adam_step, adam_library, "dl.Adam.step", "library's own version")
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def os2_good(H, W, kernel_size, stride=1, padding=0):
+    (kh, kw), (sh, sw), (ph, pw) = _pair(kernel_size), _pair(stride), _pair(padding)
+    return (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+
+
+def os2_swapped(H, W, kernel_size, stride=1, padding=0):
+    return os2_good(H, W, kernel_size, stride, padding)[::-1]
+
+
+def os2_height_only(H, W, kernel_size, stride=1, padding=0):
+    (kh, _), (sh, _), (ph, _) = _pair(kernel_size), _pair(stride), _pair(padding)
+    return (H + 2 * ph - kh) // sh + 1, (W + 2 * ph - kh) // sh + 1
+
+
+def test_conv_output_size_2d():
+    C.conv_output_size_2d(os2_good)
+    expect_fail(C.conv_output_size_2d, os2_swapped, "swapped")
+    expect_fail(C.conv_output_size_2d, os2_height_only, "the width used the height's settings")
+    expect_fail(C.conv_output_size_2d,
+                lambda H, W, kernel_size, stride=1, padding=0: dl.conv.output_size(
+                    H, W, *_pair(kernel_size), stride, padding), "library's own version")
+
+
+def mwg_good(window):
+    g = np.zeros_like(window)
+    g[np.unravel_index(window.argmax(), window.shape)] = 1
+    return g
+
+
+def test_max_window_grad():
+    C.max_window_grad(mwg_good)
+    expect_fail(C.max_window_grad, lambda w: (w == w.max()).astype(float), "two 2s tie",
+                "add up to 1")
+    expect_fail(C.max_window_grad, lambda w: (w == w.max()) / (w == w.max()).sum(),
+                "split the 1 evenly")
+    expect_fail(C.max_window_grad, lambda w: np.eye(w.size)[w.argmax()], "shape")
+
+
+def bnr_good(x, gamma, beta, running_mean, running_var, momentum=0.1, eps=1e-5, training=True):
+    C_ = x.shape[1]
+    if training:
+        mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+        M = x.size // C_
+        running_mean *= 1 - momentum
+        running_mean += momentum * mean
+        running_var *= 1 - momentum
+        running_var += momentum * var * M / (M - 1)
+    else:
+        mean, var = running_mean, running_var
+    x_hat = (x - mean.reshape(1, C_, 1, 1)) / np.sqrt(var.reshape(1, C_, 1, 1) + eps)
+    return gamma.reshape(1, C_, 1, 1) * x_hat + beta.reshape(1, C_, 1, 1)
+
+
+def bnr_biased(x, gamma, beta, running_mean, running_var, momentum=0.1, eps=1e-5, training=True):
+    M = x.size // x.shape[1]
+    out = bnr_good(x, gamma, beta, running_mean, running_var, momentum, eps, training)
+    if training:   # undo the unbiasing
+        running_var -= momentum * x.var(axis=(0, 2, 3)) * (M / (M - 1) - 1)
+    return out
+
+
+def bnr_eval_batch(x, gamma, beta, running_mean, running_var, momentum=0.1, eps=1e-5,
+                   training=True):
+    if training:
+        return bnr_good(x, gamma, beta, running_mean, running_var, momentum, eps, True)
+    # evaluation with the batch's statistics (on copies, so the running ones stay)
+    return bnr_good(x, gamma, beta, running_mean.copy(), running_var.copy(), momentum, eps, True)
+
+
+def test_batchnorm_running():
+    C.batchnorm_running(bnr_good)
+    expect_fail(C.batchnorm_running, bnr_biased, "BIASED batch variance")
+    expect_fail(C.batchnorm_running, bnr_eval_batch, "evaluation mode", "RUNNING statistics")

@@ -447,6 +447,46 @@ def _mask_keeps_sparsity(w, sparsity):
     return m.reshape(w.shape)
 
 
+def _mask_truncates(w, sparsity):
+    k = int(sparsity * w.size)
+    m = np.ones(w.size, bool)
+    m[np.argsort(np.abs(w), axis=None)[:k]] = False
+    return m.reshape(w.shape)
+
+
+def _mask_rounds_up(w, sparsity):
+    k = int(np.ceil(sparsity * w.size - 1e-9))
+    m = np.ones(w.size, bool)
+    m[np.argsort(np.abs(w), axis=None)[:k]] = False
+    return m.reshape(w.shape)
+
+
+def _mask_by_library(w, sparsity):
+    layer = dl.Linear(w.size, 1)
+    layer.params["W"][...] = w.reshape(-1, 1)
+    dl.prune(dl.Sequential(layer), sparsity, scope="layer")
+    return layer.masks["W"].reshape(w.shape)
+
+
+def _scale_fixed_interval(scale, clean, found_inf, interval):
+    if found_inf:
+        return scale / 2, 0, False
+    return (scale * 2, 0, True) if clean + 1 == 3 or clean + 1 == 2000 else (scale, clean + 1, True)
+
+
+def _scale_by_library(scale, clean, found_inf, interval):
+    scaler = dl.LossScaler(init_scale=scale, growth_interval=interval)
+    scaler.clean_steps = clean
+    take = scaler.update(found_inf)
+    return scaler.scale, scaler.clean_steps, take
+
+
+def _quantize_by_library(x):
+    from dlcourse.quantize import quantize_array, symmetric_scale
+    s = symmetric_scale(x)
+    return quantize_array(x, s), s
+
+
 def _right_scale_step(scale, clean, found_inf, interval):
     if found_inf:
         return scale / 2, 0, False
@@ -462,13 +502,21 @@ def _not_implemented(*args):
     ("loss_scale_step", _scale_grows_one_late, ["expected 2048", "count this step first"]),
     ("loss_scale_step", _scale_no_reset, ["clean_steps is 2", "starts again at 0"]),
     ("loss_scale_step", _not_implemented, ["not implemented yet: HINT: the rule"]),
-    ("quantize_symmetric", _quantize_by_max, ["MAGNITUDE", "max(|x|)"]),
-    ("quantize_symmetric", _quantize_255, ["/ 255"]),
+    ("quantize_symmetric", _quantize_by_max, ["MAGNITUDE", "largest absolute value"]),
+    ("quantize_symmetric", _quantize_255, ["dividing by 255"]),
     ("quantize_symmetric", _quantize_truncates, ["NEAREST integer", "cuts the fraction off"]),
-    ("quantize_symmetric", _quantize_float, ["dtype float32, expected int8", ".astype(np.int8)"]),
+    ("quantize_symmetric", _quantize_float, ["dtype float32, expected int8", "8-bit integers"]),
     ("magnitude_mask", _mask_inverted, ["other way round"]),
     ("magnitude_mask", _mask_signed, ["magnitude, |w|"]),
     ("magnitude_mask", _mask_keeps_sparsity, ["fraction to REMOVE"]),
+    # holes closed (issue 26): a count that must be rounded, a growth interval of 1 and 5
+    ("magnitude_mask", _mask_truncates, ["sparsity=0.33", "NEAREST whole number (7)"]),
+    ("magnitude_mask", _mask_rounds_up, ["sparsity=0.42", "rounding up overshoots"]),
+    ("loss_scale_step", _scale_fixed_interval, ["growth_interval=1", "it changes from case"]),
+    # the library's own versions are refused
+    ("loss_scale_step", _scale_by_library, ["dl.precision.LossScaler.update", "library's own"]),
+    ("quantize_symmetric", _quantize_by_library, ["dl.quantize.symmetric_scale", "library's own"]),
+    ("magnitude_mask", _mask_by_library, ["dl.prune.prune", "library's own"]),
 ])
 def test_checks_name_the_mistake(checker, wrong, expected):
     with pytest.raises(dl.check.ExerciseError) as info:

@@ -95,6 +95,16 @@ def test_refusing_names_the_shortcut_and_puts_everything_back():
     assert dl.Dropout.forward.__qualname__ == "Dropout.forward"
 
 
+def test_refusing_covers_a_name_imported_into_the_learners_namespace():
+    namespace = {}
+    exec("from dlcourse.losses import softmax\n"            # noqa: S102 - the test's own code
+         "def my_softmax(z):\n    return softmax(z)\n", namespace)
+    with pytest.raises(dl.check.ExerciseError, match="library's own version"):
+        harness.call(namespace["my_softmax"], np.ones((1, 2)), case="z",
+                     refuse=["dlcourse.losses.softmax"])
+    assert namespace["softmax"] is dl.losses.softmax
+
+
 CELL = ("Some setting.\n<!-- BEGIN DERIVATION demo_grad -->\n"
         "$\\partial L/\\partial x = 2x$, because ...\n<!-- END DERIVATION -->\n")
 

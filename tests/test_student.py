@@ -304,11 +304,11 @@ def _relu_backward_writes_cache(dout, cache):
 
 @pytest.mark.parametrize("checker, wrong, expected", [
     ("linear_backward", _linear_backward_no_bias_sum,
-     ["db has shape (4, 2) but b has shape (2,)", "sum of dout over the batch", "dout.sum(axis=0)"]),
+     ["db has shape (4, 2) but b has shape (2,)", "sum of dout over the batch"]),
     ("linear_backward", _linear_backward_transposed_dW,
-     ["dW has shape (2, 3) but W has shape (3, 2)", "dout.T @ x instead of x.T @ dout"]),
+     ["dW has shape (2, 3) but W has shape (3, 2)", "multiply dout's transpose by x"]),
     ("linear_backward", _linear_backward_mean_db, ["times too small", "SUM dout over the batch"]),
-    ("linear_backward", _linear_backward_W_not_transposed, ["raised ValueError", "W.T"]),
+    ("linear_backward", _linear_backward_W_not_transposed, ["raised ValueError", "transposed"]),
     ("relu_backward", _relu_backward_mask_from_dout, ["INPUT x", "not from dout"]),
     ("relu_backward", _relu_backward_ge, ["x > 0, not x >= 0"]),
     ("softmax", _softmax_naive, ["large logits", "nan", "Subtract each row's max"]),
@@ -318,7 +318,8 @@ def _relu_backward_writes_cache(dout, cache):
     ("perceptron_predict", _perceptron_predict_ge, ["exactly 0 should give class 0", "> 0"]),
     ("perceptron_update", _perceptron_update_always,    # y = 0: it does not move at all
      ["w did not change", "misclassified (predicted 1, label 0)", "moves w away from x"]),
-    ("perceptron_predict", _perceptron_predict_sign, ["np.sign gives -1, 0 or +1", "(s > 0)"]),
+    ("perceptron_predict", _perceptron_predict_sign, ["np.sign gives -1, 0 or +1", "(s > 0)",
+                                                    "0 elsewhere"]),
     ("perceptron_update", _perceptron_update_ge,
      ["x @ w + b is exactly 0 here", "x @ w + b > 0, strictly, not >= 0"]),
     # found by the mutation test: these passed before
@@ -328,21 +329,30 @@ def _relu_backward_writes_cache(dout, cache):
                      lambda z: z.mean(axis=-1, keepdims=True),
                      lambda z: z[..., :1])],
     ("softmax", _softmax_in_place,
-     ["changed its input z in place", "shifted = z - z.max(axis=-1, keepdims=True)"]),
+     ["changed its input z in place", "into a new array"]),
     ("cross_entropy", _cross_entropy_global_max,
      ["rows 1000 apart", "each ROW's own max", "not the max of the whole array"]),
     ("sigmoid_ce_grad", _sigmoid_ce_grad_unstable,
      ["z = [1000, -1000, 0]", "1 / (1 + exp(-z))", "inf / inf = nan"]),
     ("sigmoid_ce_grad", _sigmoid_ce_grad_float32, ["dL/dz is float32 but z is float64"]),
     ("normalize_rows", _normalize_rows_in_place,
-     ["changed its input x in place", "out = x / lengths"]),
-    ("perceptron_predict", _perceptron_predict_bool, ["booleans", "(s > 0).astype(np.int64)"]),
+     ["changed its input x in place", "divide into a new array"]),
+    ("perceptron_predict", _perceptron_predict_bool, ["booleans", "integers"]),
     ("perceptron_predict", _perceptron_predict_float, ["float32 numbers", "integers 0 and 1"]),
     ("perceptron_predict", _perceptron_predict_minus_b, ["wrong sign", "not X @ w - b"]),
     ("relu_backward", _relu_backward_zeroes_dout,
-     ["changed its input dout in place", "dx = dout * (x > 0)"]),
+     ["changed its input dout in place", "return a new array"]),
     ("relu_backward", _relu_backward_writes_cache,
      ["changed its input x (the cache) in place", "read the cache"]),
+    # issue 26: the sigmoid's derivative in terms of its output (02)
+    ("sigmoid_derivative", lambda s: s * (1 + s), ["s (1 + s) grows", "sign inside"]),
+    ("sigmoid_derivative", lambda s: 1 - s, ["only one factor", "vanishes at s = 0"]),
+    ("sigmoid_derivative", lambda s: np.exp(-s) / (1 + np.exp(-s)) ** 2,
+     ["the derivative in terms of z", "already the OUTPUT"]),
+    ("sigmoid_derivative", lambda s: 1 - s * s, ["derivative of tanh"]),
+    ("perceptron_update", lambda w, b, x, y, lr=1.0: (
+        w + lr * (y - (x @ w + b > 0)) * x, b + (y - (x @ w + b > 0))),
+     ["lr = 0.5", "lr was ignored in the bias update"]),
     ("init_std", lambda fan_in, fan_out, scheme: 2.0 / fan_in if scheme == "he" else
      2.0 / (fan_in + fan_out), ["that is the VARIANCE", "its square root"]),
     ("init_std", lambda fan_in, fan_out, scheme: float(np.sqrt(2.0 / fan_out)),
@@ -428,7 +438,7 @@ def test_dl_check_exports_every_check_of_every_lesson():
     lessons = [importlib.import_module(f"dlcourse.check.{m.name}")
                for m in pkgutil.iter_modules(dl.check.__path__) if m.name not in ("harness", "hints")]
     every_check = {name for module in lessons for name in module.__all__}
-    every_check |= {"ExerciseError", "hint", "solution"}
+    every_check |= {"ExerciseError", "hint", "solution", "derivation"}
     assert set(dl.check.__all__) == every_check
     assert all(callable(getattr(dl.check, name)) for name in every_check)
 

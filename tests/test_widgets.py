@@ -250,40 +250,43 @@ def test_cnn_explorer_rejects_a_model_for_other_images():
 # --------------------------------------------------------------------------------------
 # The lesson's exercise checks
 # --------------------------------------------------------------------------------------
+def _grid_by_hand(model, X, R, pad):
+    """The exercise's decision grid, written out (the library's own is refused in the check)."""
+    xs = np.linspace(X[:, 0].min() - pad, X[:, 0].max() + pad, R)
+    ys = np.linspace(X[:, 1].min() - pad, X[:, 1].max() + pad, R)
+    points = np.stack([a.ravel() for a in np.meshgrid(xs, ys)], axis=1).astype(np.float32)
+    return dl.to_numpy(dl.softmax(model.forward(points))).reshape(R, R, -1)
+
+
 def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
     from dlcourse import check
 
-    check.decision_grid(lambda m, X, R, pad: widgets.decision_grid(m, X, R, pad)[0])
+    def by_hand(model, X, R, pad):
+        with dl.layers.eval_mode(model):
+            return _grid_by_hand(model, X, R, pad)
+    check.decision_grid(by_hand)
     with pytest.raises(AssertionError, match="rows and columns are swapped"):
-        check.decision_grid(lambda m, X, R, pad: widgets.decision_grid(m, X, R, pad)[0]
-                            .transpose(1, 0, 2))
+        check.decision_grid(lambda m, X, R, pad: by_hand(m, X, R, pad).transpose(1, 0, 2))
+    with pytest.raises(AssertionError, match="library's own version"):
+        check.decision_grid(lambda m, X, R, pad: widgets.decision_grid(m, X, R, pad)[0])
 
-    def forgets_eval(model, X, R, pad):       # the library's grid, from a training-mode forward
-        probs, _ = widgets.decision_grid(model, X, R, pad)
-        if model.dropout:
-            xs = np.linspace(X[:, 0].min() - pad, X[:, 0].max() + pad, R)
-            ys = np.linspace(X[:, 1].min() - pad, X[:, 1].max() + pad, R)
-            points = np.stack([a.ravel() for a in np.meshgrid(xs, ys)], axis=1).astype(np.float32)
-            probs = dl.to_numpy(dl.softmax(model.forward(points))).reshape(R, R, -1)
-        return probs
-    with pytest.raises(AssertionError, match=r"(?s)only this model has Dropout.*model\.eval\(\)"):
+    def forgets_eval(model, X, R, pad):       # the grid from a training-mode forward
+        return _grid_by_hand(model, X, R, pad)
+    with pytest.raises(AssertionError, match=r"(?s)only this model has Dropout.*evaluation mode"):
         check.decision_grid(forgets_eval)
 
     def stays_in_eval(model, X, R, pad):      # right numbers, but the model is not put back
         model.eval()
-        return widgets.decision_grid(model, X, R, pad)[0]
+        return _grid_by_hand(model, X, R, pad)
     with pytest.raises(AssertionError, match=r"(?s)left it in evaluation mode.*likely fix: put "
-                                             r"the model back with model\.train\(\) \(or use "
-                                             r"`with dl\.layers\.eval_mode\(model\):`\)"):
+                                             r"the model back in training mode .*"
+                                             r"`with dl\.layers\.eval_mode\(model\):`"):
         check.decision_grid(stays_in_eval)
 
-    def with_eval_mode(model, X, R, pad):     # the context manager puts the mode back itself
-        with dl.layers.eval_mode(model):
-            return widgets.decision_grid(model, X, R, pad)[0]
-    check.decision_grid(with_eval_mode)
+    check.decision_grid(by_hand)              # the context manager puts the mode back itself
 
     def moves_X(model, X, R, pad):
-        probs = widgets.decision_grid(model, X, R, pad)[0]
+        probs = by_hand(model, X, R, pad)
         X -= X.mean(axis=0)
         return probs
     with pytest.raises(AssertionError, match="changed its input X in place"):
@@ -298,7 +301,8 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
         check.early_stop(lambda target: lambda epoch, h: not (h.val_accuracy
                                                                and h.val_accuracy[-1] > target))
     with pytest.raises(AssertionError, match=r"(?s)did not stop at epoch 3.*"
-                                             r"likely fix: return False \(or raise StopTraining"):
+                                             r"likely fix: to stop fit, the callback answers "
+                                             r"False \(or raises StopTraining"):
         check.early_stop(lambda target: lambda epoch, h: None)   # never stops
 
     # The histories' training accuracy (1.0) differs from the validation accuracy, so a callback
@@ -310,7 +314,7 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
          r"did not stop at epoch 3.*likely fix: it reacts to the validation LOSS"),
         (lambda t: lambda e, h: not (h.val_accuracy and h.val_accuracy[0] >= t),
          r"did not stop at epoch 3.*likely fix: it stopped once EVERY entry reached the target.*"
-         r"history\.val_accuracy\[-1\]"),
+         r"the LAST entry"),
         (lambda t: lambda e, h: bool(h.val_accuracy and h.val_accuracy[-1] >= t),
          r"stopped at epoch 1.*likely fix: .*swap the returns"),
     ]
@@ -318,7 +322,9 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
         with pytest.raises(AssertionError, match="(?s)" + message):
             check.early_stop(wrong)
 
-    check.mlp_parameter_count(widgets.count_parameters)
+    check.mlp_parameter_count(widgets.count_parameters)   # the function itself, not a call to it
+    with pytest.raises(AssertionError, match="library's own version"):
+        check.mlp_parameter_count(lambda s: dl.MLP(s, seed=0).num_parameters())
     with pytest.raises(AssertionError, match="weights only"):
         check.mlp_parameter_count(lambda s: sum(a * b for a, b in zip(s[:-1], s[1:])))
 

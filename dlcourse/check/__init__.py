@@ -14,11 +14,12 @@ The machinery the checks share is ``harness.py``; the checks of each lesson sit 
 """
 from .basics import (cross_entropy, linear_backward, linear_forward,  # lessons 00-03
                      normalize_rows, perceptron_predict, perceptron_update, relu_backward,
-                     sigmoid_ce_grad, softmax, softmax_ce_grad)
+                     sigmoid_ce_grad, sigmoid_derivative, softmax, softmax_ce_grad)
 from .cnn import (accuracy, batchnorm_backward, batchnorm_forward,  # lessons 04-07
                   conv2d_backward, conv2d_naive, conv_output_size, conv_params, dropout_backward,
                   dropout_forward, im2col_simple, init_std, iterate_minibatches,
                   maxpool_backward, mlp_forward_batched, sgd_momentum_step)
+from .cnn import adam_step, batchnorm_running, conv_output_size_2d, max_window_grad  # 04-07 new
 from .cuda import (arithmetic_intensity, bias_relu_backward, global_index,  # lessons 08a-08c
                    grid_size, tiled_matmul, warp_transactions)
 from .harness import ExerciseError, derivation
@@ -34,12 +35,13 @@ __all__ = [
     "ExerciseError", "hint", "solution", "derivation",
     # lessons 00-03
     "normalize_rows", "perceptron_predict", "perceptron_update", "softmax", "cross_entropy",
-    "softmax_ce_grad", "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",
+    "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",
     # lessons 04-07
     "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward",
     "dropout_backward", "init_std", "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
     "conv_params", "batchnorm_forward", "batchnorm_backward",
+    "adam_step", "conv_output_size_2d", "max_window_grad", "batchnorm_running",
     # lessons 08a (global_index, grid_size, warp_transactions), 08b (tiled_matmul,
     # arithmetic_intensity), 08c (bias_relu_backward)
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",

@@ -23,9 +23,32 @@ from .harness import (call, expect_close, expect_finite, expect_on_gpu,
 __all__ = [
     "normalize_rows",
     "perceptron_predict", "perceptron_update",
-    "softmax", "cross_entropy", "softmax_ce_grad", "sigmoid_ce_grad",
+    "softmax", "cross_entropy", "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad",
     "linear_forward", "linear_backward", "relu_backward",
 ]
+
+# The library's own versions of what each exercise builds (and close relatives): refused while
+# the learner's function runs (harness.call(..., refuse=...)), so that an answer that only calls
+# the library does not pass. (normalize_rows has no library version.)
+_PERCEPTRON = ["dlcourse.models.Perceptron.predict", "dlcourse.models.Perceptron.decision_function"]
+_PERCEPTRON_FIT = ["dlcourse.models.Perceptron.fit", *_PERCEPTRON]
+_SOFTMAX = ["dlcourse.losses.softmax", "dlcourse.losses.log_softmax",
+            "dlcourse.autograd.Tensor.log_softmax"]
+_CROSS_ENTROPY = [*_SOFTMAX, "dlcourse.losses.SoftmaxCrossEntropy.forward",
+                  "dlcourse.autograd.cross_entropy",
+                  "dlcourse.kernels.reference.softmax_cross_entropy_ref"]
+_SOFTMAX_CE_GRAD = [*_CROSS_ENTROPY, "dlcourse.losses.SoftmaxCrossEntropy.backward",
+                    "dlcourse.autograd.Tensor.backward"]
+_SIGMOID_DERIVATIVE = ["dlcourse.layers.Sigmoid.backward"]
+_SIGMOID_CE = ["dlcourse.losses.SigmoidCrossEntropy.forward",
+               "dlcourse.losses.SigmoidCrossEntropy.backward", *_SIGMOID_DERIVATIVE]
+_LINEAR_FORWARD = ["dlcourse.layers.Linear.forward", "dlcourse.fusion.LinearReLU.forward"]
+_LINEAR_BACKWARD = ["dlcourse.layers.Linear.backward", "dlcourse.fusion.LinearReLU.backward",
+                    "dlcourse.autograd.Tensor.backward"]
+_RELU_BACKWARD = ["dlcourse.layers.ReLU.backward", "dlcourse.fusion.LinearReLU.backward",
+                  "dlcourse.fusion.bias_relu_backward",
+                  "dlcourse.kernels.reference.bias_relu_backward_ref",
+                  "dlcourse.autograd.Tensor.backward"]
 
 
 # ======================================================================================
@@ -52,8 +75,10 @@ def normalize_rows(fn):
         expected = _ref_normalize_rows(x)
         given = x.copy()
         got = to_array(call(fn, given, case=case,
-                            on_error="the row norms should form an (N, 1) column: sum with "
-                                     "axis=1 and keepdims=True."), fn, case, "the result")
+                            on_error="the row lengths should form an (N, 1) column: which "
+                                     "axis do you sum over, and how do you keep it?",
+                            refuse=()),       # the library has no row normalizer to refuse
+                       fn, case, "the result")
         expect_shape(got, x.shape, fn, case, "the result", "return an array shaped like x.")
         col = np.sqrt((x * x).sum(axis=1))
         tol = 1e-5 if x.dtype == np.float32 else 1e-10
@@ -61,7 +86,8 @@ def normalize_rows(fn):
             (x / np.sqrt((x * x).sum(axis=0, keepdims=True)),
              "you normalized the columns (axis=0); each ROW should get length 1: sum over axis=1."),
             (x / (x * x).sum(axis=1, keepdims=True),
-             "you divided by the squared length: take xp.sqrt of the sum of squares."),
+             "you divided by the squared length: the length is the square root of the sum "
+             "of squares."),
             (x / np.abs(x).sum(axis=1, keepdims=True),
              "you divided by the sum of absolute values; the Euclidean length is "
              "sqrt(sum of squares)."),
@@ -71,16 +97,16 @@ def normalize_rows(fn):
         ])
         if got.dtype != x.dtype:
             fail(fn, case, f"the result is {got.dtype} but x is {x.dtype}.",
-                 "use x's own operations (x * x, .sum, xp.sqrt); mixing in np.float64 values "
-                 "promotes float32 to float64.")
+                 "compute with x's own operations (its products and sums, xp's functions); "
+                 "mixing in float64 constants or arrays promotes float32 to float64.")
         expect_unchanged(fn, case, [("x", x, given)],
-                         "divide into a new array, out = x / lengths: x /= lengths overwrites "
-                         "the caller's x with the result.")
+                         "divide into a new array (an in-place division writes the result "
+                         "over the caller's x).")
     cp = gpu()
     if cp is not None:
         case = "the first case again, with x on the GPU (a CuPy array)"
         x = cases[0][1]
-        out = call(fn, cp.asarray(x), case=case)
+        out = call(fn, cp.asarray(x), case=case, refuse=())
         expect_on_gpu(out, fn, case, "the result")
         expect_close(to_array(out, fn, case, "the result"), _ref_normalize_rows(x), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
@@ -109,13 +135,15 @@ def perceptron_predict(fn):
         expected = (s > 0).astype(np.int64)
         X_given, w_given = X.copy(), w.copy()
         got = to_array(call(fn, X_given, w_given, b, case=case,
-                            on_error="X is (N, D) and w is (D,): the weighted sums are X @ w + b."),
+                            on_error="X is (N, D) and w is (D,): one matrix-vector product gives "
+                                     "the N weighted sums, then add the bias.",
+                            refuse=_PERCEPTRON),
                        fn, case, "the prediction")
         if got.ndim == 2 and got.shape == (len(X), 1):
             fail(fn, case, f"the prediction has shape {shape_text(got.shape)}; expected ({len(X)},).",
                  "return one label per sample, a flat array of shape (N,).")
         expect_shape(got, expected.shape, fn, case, "the prediction",
-                     "one label per row of X: (X @ w + b) has shape (N,).")
+                     "one label per row of X: the weighted sums have shape (N,).")
         if not (np.issubdtype(got.dtype, np.number) or got.dtype == bool):
             fail(fn, case, f"the prediction has dtype {got.dtype}; expected 0/1 integers.")
         expect_close(got, expected, fn, case, "the prediction", mistakes=[
@@ -123,20 +151,23 @@ def perceptron_predict(fn):
              "a weighted sum of exactly 0 should give class 0: the step is 1 only where "
              "x @ w + b > 0 (strictly), as in dl.Perceptron."),
             (np.sign(s),
-             "np.sign gives -1, 0 or +1; this perceptron's classes are 0 and 1: "
-             "(s > 0).astype(np.int64)."),
+             "np.sign gives -1, 0 or +1; this perceptron's classes are 0 and 1: the step is 1 "
+             "where the sum is strictly positive (s > 0) and 0 elsewhere."),
             (np.where(s > 0, 1, -1),
-             "you returned -1/+1; this perceptron's classes are 0 and 1: (s > 0).astype(int)."),
+             "you returned -1/+1; this perceptron's classes are 0 and 1 (0 where the sum is "
+             "not positive)."),
             (s, "you returned the weighted sums themselves: apply the step, 1 where s > 0 else 0."),
-            ((X @ w > 0).astype(np.int64), "you forgot the bias: s = X @ w + b."),
+            ((X @ w > 0).astype(np.int64),
+             "you forgot the bias: it is added to every weighted sum."),
             ((X @ w - b > 0).astype(np.int64),
-             "the bias has the wrong sign: s = X @ w + b, not X @ w - b."),
+             "the bias has the wrong sign: it is added to the weighted sum, not X @ w - b."),
         ])
         if got.dtype.kind not in "iu":
             kind = "booleans (True/False)" if got.dtype == bool else f"{got.dtype} numbers"
             fail(fn, case, f"the labels are right but they are {kind}; the classes are the "
                            f"integers 0 and 1.",
-                 "turn the step's booleans into integers: (s > 0).astype(np.int64).")
+                 "convert the comparison's booleans to integers (an integer dtype such as "
+                 "int64).")
         expect_unchanged(fn, case, [("X", X, X_given), ("w", w, w_given)])
     passed(fn, len(cases))
 
@@ -154,6 +185,9 @@ def perceptron_update(fn):
          np.array([1.0, 1.0]), 0.0, np.array([1.0, 1.0]), 1, 1.0),
         ("w = [0.5, -1, 2], b = 0.1, x = [1, 2, -1], y = 1: a mistake with lr = 0.5",
          np.array([0.5, -1.0, 2.0]), 0.1, np.array([1.0, 2.0, -1.0]), 1, 0.5),
+        ("w = [2, -1], b = 0.5, x = [1, 1], y = 0: predicted 1 (sum 1.5), a mistake with "
+         "lr = 0.3 (the learning rate scales the bias's step too)",
+         np.array([2.0, -1.0]), 0.5, np.array([1.0, 1.0]), 0, 0.3),
     ]
     for case, w, b, x, y, lr in cases:
         y_hat = 1 if x @ w + b > 0 else 0
@@ -163,7 +197,7 @@ def perceptron_update(fn):
         at_zero = ("x @ w + b is exactly 0 here, which predicts class 0 (class 1 needs "
                    "x @ w + b > 0, strictly, not >= 0), so this is a mistake to learn from.")
         w_given, x_given = w.copy(), x.copy()
-        out = call(fn, w_given, b, x_given, y, lr, case=case)
+        out = call(fn, w_given, b, x_given, y, lr, case=case, refuse=_PERCEPTRON_FIT)
         w_got, b_got = expect_tuple(out, 2, fn, case, "w, b")
         w_got = to_array(w_got, fn, case, "the new w")
         b_got = to_array(b_got, fn, case, "the new b")
@@ -174,24 +208,29 @@ def perceptron_update(fn):
         right = y_hat == y
         w_mistakes = []
         if right and y == 1:   # (on a mistake, or with y = 0, lr * y * x is right or zero)
-            w_mistakes.append((w + lr * y * x, "the rule moves w only on a mistake: use "
-                               "lr * (y - y_hat) * x, which is 0 when the prediction is right."))
+            w_mistakes.append((w + lr * y * x, "the rule moves w only on a mistake: the step "
+                               "should scale with the error (the label minus the prediction), "
+                               "which is 0 when the prediction is right."))
         w_mistakes += [
-            (w - step * x, "w moved the wrong way: the step is lr * (y - y_hat), not (y_hat - y)."),
-            (w + (y - y_hat) * x, "lr was ignored: multiply the step by lr."),
+            (w - step * x, "w moved the wrong way: the error is the label minus the prediction, "
+                           "not the prediction minus the label."),
+            (w + (y - y_hat) * x, "lr was ignored: the step is the error scaled by the learning "
+                                  "rate."),
             (w + step_ge * x, at_zero),
         ]
         if not right:
             w_mistakes.append((w, f"w did not change, but this sample is misclassified (predicted "
-                                  f"{y_hat}, label {y}): the step lr * (y - y_hat) = {step:g} is "
-                                  f"not 0, so w + step * x moves w "
+                                  f"{y_hat}, label {y}): the step (learning rate times error) is "
+                                  f"{step:g}, not 0, so adding the step times x moves w "
                                   f"{'towards' if step > 0 else 'away from'} x."))
         expect_close(w_got, w_exp, fn, case, "the new w", rtol=1e-12, atol=1e-12,
                      mistakes=w_mistakes,
                      fix=("nothing should change when the prediction is right." if right else None))
         expect_close(b_got, b_exp, fn, case, "the new b", rtol=1e-12, atol=1e-12, mistakes=[
-            (np.asarray(b), "b did not change: the bias learns too, b + lr * (y - y_hat)."),
-            (np.asarray(b - step), "b moved the wrong way: add lr * (y - y_hat)."),
+            (np.asarray(b), "b did not change: the bias learns too, by the same step as w "
+                            "(without the factor x)."),
+            (np.asarray(b - step), "b moved the wrong way: add the step (learning rate times "
+                                   "the label minus the prediction), do not subtract it."),
             (np.asarray(b + (y - y_hat)), "lr was ignored in the bias update."),
             (np.asarray(b + step_ge), at_zero),
         ])
@@ -229,19 +268,21 @@ def softmax(fn):
         given = z.copy()
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             got = to_array(call(fn, given, case=case,
-                                on_error="reduce over the last axis with axis=-1 and "
-                                         "keepdims=True, so any number of axes works."),
+                                on_error="reduce over the last axis (axis=-1) and keep it "
+                                         "(keepdims), so any number of axes works.",
+                                refuse=_SOFTMAX),
                            fn, case, "the result")
         expect_shape(got, z.shape, fn, case, "the result", "softmax keeps the shape of z.")
         if not np.isfinite(got).all():
             first_row_bad = not np.isfinite(got.reshape(-1, z.shape[-1])[0]).all()
             fix = ("exp(1000) overflows to inf and inf/inf is nan. Subtract each row's max "
-                   "first: z - z.max(axis=-1, keepdims=True); the result is mathematically the same."
+                   "from that row first (a column of row maxima, kept as an axis so it "
+                   "broadcasts); the result is mathematically the same."
                    if first_row_bad else
                    "subtract each ROW's own max (keepdims=True), not the max of the whole array: "
                    "a row far below the global max underflows to 0/0.")
             if case == SPREAD:
-                fix = ("subtract each row's MAX, z - z.max(axis=-1, keepdims=True). Any other "
+                fix = ("subtract each row's MAX from that row. Any other "
                        "shift (the row's min, its mean, its first entry) leaves an exponent of "
                        "1000 or 2000 in one of these rows, and exp overflows to inf (inf/inf is "
                        "nan); only the max makes every exponent <= 0.")
@@ -260,14 +301,15 @@ def softmax(fn):
             fail(fn, case, f"the result is {got.dtype} but z is {z.dtype}.",
                  "use z's own operations; float64 constants or arrays promote float32.")
         expect_unchanged(fn, case, [("z", z, given)],
-                         "compute into a new array: shifted = z - z.max(axis=-1, keepdims=True) "
-                         "(z -= ... overwrites the caller's logits).")
+                         "compute the shifted logits into a new array (an in-place "
+                         "subtraction, z -= ..., overwrites the caller's logits).")
     passed(fn, len(cases))
 
 
 def cross_entropy(fn):
-    """Check ``fn(logits, labels)``: the mean over the batch of -log softmax(logits)[n, labels[n]],
-    a single number, finite even for logits 1000 apart (use log-softmax, not log(softmax)) and
+    """Check ``fn(logits, labels)``: the mean over the batch of minus the log-probability
+    (softmax over each row of logits) of each sample's label, a single number, finite even for
+    logits 1000 apart (use log-softmax, not log(softmax)) and
     for rows 1000 apart (subtract each row's own max)."""
     __tracebackhide__ = True
     r = rng(3)
@@ -289,30 +331,33 @@ def cross_entropy(fn):
         logits_given, labels_given = logits.copy(), labels.copy()
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             out = call(fn, logits_given, labels_given, case=case,
-                       on_error="index the log-probabilities with [xp.arange(N), labels].")
+                       on_error="one entry per row needs two index arrays: the row numbers "
+                                "0..N-1 and the labels.", refuse=_CROSS_ENTROPY)
         got = to_array(out, fn, case, "the loss")
         if got.size != 1:
             fail(fn, case, f"the loss has shape {shape_text(got.shape)}; it should be one number.",
-                 "average over the batch: -logp[xp.arange(N), labels].mean().")
+                 "average the picked log-probabilities over the batch (and negate): the "
+                 "loss is one number.")
         got = got.reshape(())
         if not np.isfinite(got):
             expect_finite(got, fn, case, "the loss",
-                          "subtract each ROW's own max, logits.max(axis=1, keepdims=True), not "
+                          "subtract each ROW's own max (one per row, kept as a column), not "
                           "the max of the whole array: the second row lies 2000 below the "
                           "global max, so all its exps underflow to 0 and log(0) = -inf."
                           if case == ROWS_APART else
                           "softmax underflows to exactly 0 for a logit 1000 below the max, and "
-                          "log(0) = -inf. Compute log-softmax directly: "
-                          "shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True)).")
+                          "log(0) = -inf. Never take the log of a probability: simplify "
+                          "log softmax on paper first (the log of a quotient, the log of an "
+                          "exponential), so that only the log of the row's sum is left.")
         expect_close(got, expected, fn, case, "the loss", rtol=1e-6, atol=1e-9, mistakes=[
             (-picked.sum(), f"the loss is {N} times too large: take the mean over the batch "
                             "(.mean()), not the sum."),
             (picked.mean(), "the sign is flipped: the loss is MINUS the log-probability."),
             (-logp.mean(), "you averaged over every class; use only the log-probability of each "
-                           "sample's label: logp[xp.arange(N), labels]."),
+                           "sample's label (one entry per row)."),
             (-logp[:, labels].mean(), "logp[:, labels] picks every label's column for EVERY row "
                                       "(an (N, N) array); one entry per row needs two index "
-                                      "arrays: logp[xp.arange(N), labels]."),
+                                      "arrays, the row numbers and the labels, paired up."),
             (-_ref_log_softmax(logits.T).T[np.arange(N), labels].mean(),
              "softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
         ])
@@ -323,7 +368,7 @@ def cross_entropy(fn):
 
 def softmax_ce_grad(fn):
     """Check ``fn(logits, labels)``: dL/dlogits of L = mean over the batch of the softmax
-    cross-entropy, ``(softmax(logits) - onehot(labels)) / N``, shaped like logits (N, K)."""
+    cross-entropy, shaped like logits (N, K), against the reference gradient."""
     __tracebackhide__ = True
     r = rng(7)
     cases = [
@@ -343,8 +388,9 @@ def softmax_ce_grad(fn):
         given = {"logits": logits.copy(), "labels": labels.copy()}
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             got = to_array(call(fn, given["logits"], given["labels"], case=case,
-                                on_error="subtract 1 at one entry per row: index with "
-                                         "[xp.arange(N), labels]."), fn, case, "dL/dlogits")
+                                on_error="reaching one entry per row needs two index arrays: "
+                                         "the row numbers 0..N-1 and the labels.",
+                                refuse=_SOFTMAX_CE_GRAD), fn, case, "dL/dlogits")
         expect_shape(got, logits.shape, fn, case, "dL/dlogits",
                      "the gradient has the logits' shape (N, K): one entry per logit.")
         expect_finite(got, fn, case, "dL/dlogits",
@@ -358,12 +404,14 @@ def softmax_ce_grad(fn):
         expect_close(got, expected, fn, case, "dL/dlogits", rtol=1e-6, atol=1e-12, mistakes=[
             (p - onehot, f"the gradient is {N} times too large: the loss is a mean over N "
                          "samples, so divide by N."),
-            ((onehot - p) / N, "the sign is flipped: the gradient is softmax MINUS the one-hot "
-                               "target."),
-            (p / N, "the target is missing: subtract 1 at each row's label (the one-hot "
-                    "target) from the probabilities."),
-            (every_label, "p[:, labels] -= 1 subtracts 1 in every row at EVERY label's column; "
-                          "one entry per row: p[xp.arange(N), labels] -= 1."),
+            ((onehot - p) / N, "the sign is flipped: check the sign of the derivative of "
+                               "-log p_y with respect to the logit of the label."),
+            (p / N, "the label's own term is missing: differentiating log p_y gives an extra "
+                    "term for the logit z_y itself (where k = y). Which entry does it touch in "
+                    "each row?"),
+            (every_label, "p[:, labels] -= 1 changes every row at EVERY label's column; "
+                          "one entry per row needs two index arrays, the row numbers "
+                          "0..N-1 paired with the labels."),
             ((_ref_softmax(logits.T).T - onehot) / N,
              "the softmax went over axis 0 (the batch); it must go over the classes, axis=1."),
             ((np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum() - onehot) / N,
@@ -371,14 +419,67 @@ def softmax_ce_grad(fn):
         ])
         expect_unchanged(fn, case, [("logits", logits, given["logits"]),
                                     ("labels", labels, given["labels"])],
-                         "compute into a new array (p = softmax(logits), then change p): do not "
-                         "write into {name}.")
+                         "compute into a new array (the probabilities, then change those): do "
+                         "not write into {name}.")
+    passed(fn, len(cases))
+
+
+def _sigmoid(z):
+    __tracebackhide__ = True
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-z))
+
+
+def sigmoid_derivative(fn):
+    """Check ``fn(s)``: the sigmoid's derivative dσ/dz written in terms of its OUTPUT
+    s = σ(z), any shape, against central finite differences of σ at the z that gave s."""
+    __tracebackhide__ = True
+    r = rng(8)
+    h = 1e-5
+    cases = [
+        ("s = sigmoid([0, 2, -1]) = [0.5, 0.8808, 0.2689] (the slope at z = 0 is 0.25)",
+         np.array([0.0, 2.0, -1.0])),
+        ("s = sigmoid(z) for 12 random z, shape (3, 4)", r.standard_normal((3, 4)) * 3),
+        ("s near 0 and near 1: s = sigmoid([-8, 8, 0.5]) (the sigmoid is almost flat there)",
+         np.array([-8.0, 8.0, 0.5])),
+    ]
+    for case, z in cases:
+        s = _sigmoid(z)
+        numerical = (_sigmoid(z + h) - _sigmoid(z - h)) / (2 * h)    # dσ/dz, by finite differences
+        given = s.copy()
+        got = to_array(call(fn, given, case=case, refuse=_SIGMOID_DERIVATIVE,
+                            on_error="your function gets the sigmoid's output s (numbers in "
+                                     "(0, 1)), not z; write the derivative with s alone."),
+                       fn, case, "dσ/dz")
+        expect_shape(got, s.shape, fn, case, "dσ/dz", "one derivative per entry of s: same shape.")
+        expect_finite(got, fn, case, "dσ/dz")
+        expect_close(got, numerical, fn, case, "dσ/dz (compared with the finite difference "
+                     "(σ(z + h) - σ(z - h)) / 2h)", rtol=1e-6, atol=1e-9, mistakes=[
+            (s * (1 + s), "s (1 + s) grows as s goes to 1, but the sigmoid flattens out there "
+                          "(its slope goes to 0): check the sign inside the second factor."),
+            (1 - s, "only one factor: 1 - s goes to 0 as s goes to 1, but near s = 0 the sigmoid "
+                    "is flat too and 1 - s is close to 1 there. What other factor vanishes at "
+                    "s = 0?"),
+            (s, "only one factor: s goes to 0 where the sigmoid is flat on the left, but not on "
+                "the right (s near 1). What other factor vanishes at s = 1?"),
+            (-s * (1 - s), "the sign is flipped: the sigmoid only ever goes up, so its slope is "
+                           "positive."),
+            (_sigmoid(s) * (1 - _sigmoid(s)),
+             "that is the derivative in terms of z, evaluated at s (as if s were the logit, "
+             "the sigmoid applied to it again): the input is already the OUTPUT s = σ(z). "
+             "Write e^(-z) in terms of s and simplify, so that the backward pass needs nothing "
+             "but the s the forward pass kept."),
+            (1 - s * s, "1 - s^2 is the derivative of tanh in terms of its output; the sigmoid's "
+                        "is different: differentiate 1 / (1 + e^(-z)) once more."),
+            (s * (1 - s) ** 2, "one factor too many: check the derivative of 1 / u again."),
+        ])
+        expect_unchanged(fn, case, [("s", s, given)])
     passed(fn, len(cases))
 
 
 def sigmoid_ce_grad(fn):
     """Check ``fn(z, y)``: dL/dz of L = mean binary cross-entropy of sigmoid(z) and y,
-    i.e. ``(sigmoid(z) - y) / N``, shaped like z."""
+    shaped like z, against the reference gradient."""
     __tracebackhide__ = True
     r = rng(4)
     cases = [
@@ -396,26 +497,29 @@ def sigmoid_ce_grad(fn):
         expected = (sig - y) / N
         z_given, y_given = z.copy(), y.copy()
         with np.errstate(over="ignore", invalid="ignore"):
-            got = to_array(call(fn, z_given, y_given, case=case), fn, case, "dL/dz")
+            got = to_array(call(fn, z_given, y_given, case=case, refuse=_SIGMOID_CE),
+                           fn, case, "dL/dz")
         expect_shape(got, z.shape, fn, case, "dL/dz", "the gradient has one entry per logit.")
         expect_finite(got, fn, case, "dL/dz",
-                      "compute the sigmoid as the lesson writes it, 1 / (1 + exp(-z)) (or as "
-                      "0.5 * (1 + tanh(z / 2))): at z = 1000 that is 1 / (1 + 0) = 1 and at "
+                      "compute the sigmoid as the lesson writes it, 1 / (1 + exp(-z)) (or "
+                      "through tanh): at z = 1000 that is 1 / (1 + 0) = 1 and at "
                       "z = -1000 it is 1 / (1 + inf) = 0, while exp(z) / (1 + exp(z)) is "
                       "inf / inf = nan at z = 1000.")
         expect_close(got, expected, fn, case, "dL/dz", rtol=1e-6, atol=1e-12, mistakes=[
             (sig - y, f"the gradient is {N} times too large: the loss is a mean over N samples, "
                       "so divide by N."),
-            ((y - sig) / N, "the sign is flipped: dL/dz = (sigmoid(z) - y) / N."),
+            ((y - sig) / N, "the sign is flipped: the loss falls as sigmoid(z) approaches y, so "
+                            "where sigmoid(z) > y the gradient is positive."),
             ((sig - y) * sig * (1 - sig) / N,
-             "you multiplied by sigmoid'(z): for cross-entropy on logits that factor cancels, "
-             "leaving (sigmoid(z) - y) / N."),
+             "you multiplied by sigmoid'(z) once too often: the derivative of the loss with "
+             "respect to the sigmoid's output already has it in its denominator, and they "
+             "cancel. Multiply the two local derivatives out on paper."),
             (y - sig, "the sign is flipped and the mean's 1/N is missing."),
         ])
         if got.dtype != z.dtype:
             fail(fn, case, f"dL/dz is {got.dtype} but z is {z.dtype}.",
                  "keep z's dtype: compute with z's own operations and do not cast the result "
-                 "(.astype(np.float32) throws away digits the gradient check needs).")
+                 "(a cast to float32 throws away digits the gradient check needs).")
         expect_unchanged(fn, case, [("z", z, z_given), ("y", y, y_given)])
     passed(fn, len(cases))
 
@@ -439,40 +543,43 @@ def _linear_cases():
 
 
 def linear_forward(fn):
-    """Check ``fn(x, W, b)`` -> ``(out, cache)``: ``out = x @ W + b`` of shape (N, M) and
-    ``cache = (x, W)``, exactly what linear_backward needs."""
+    """Check ``fn(x, W, b)`` -> ``(out, cache)``: the Linear layer's output (the batch times
+    the weights, plus the bias) of shape (N, M), and the cache, the pair of the input and the
+    weights, exactly what linear_backward needs."""
     __tracebackhide__ = True
     cases = _linear_cases()
     for case, x, W, b, _ in cases:
         given = {"x": x.copy(), "W": W.copy(), "b": b.copy()}
         out = call(fn, given["x"], given["W"], given["b"], case=case,
-                   on_error="x is (N, D) and W is (D, M): the product is x @ W, shape (N, M).")
+                   on_error="x is (N, D) and W is (D, M): which order of the matrix product "
+                            "gives (N, M)?", refuse=_LINEAR_FORWARD)
         out, cache = expect_tuple(out, 2, fn, case, "out, cache")
         got = to_array(out, fn, case, "out")
         expect_shape(got, (x.shape[0], W.shape[1]), fn, case, "out",
-                     "out = x @ W + b has one row per sample and one column per output.")
+                     "the output has one row per sample and one column per output.")
         expect_close(got, x @ W + b, fn, case, "out", rtol=1e-10, atol=1e-10, mistakes=[
-            (x @ W, "you forgot the bias: out = x @ W + b."),
-            (lambda: x @ W.T + b, "W is (D, M): use x @ W, not x @ W.T."),
+            (x @ W, "you forgot the bias: it is added to every row of the product."),
+            (lambda: x @ W.T + b, "W is (D, M) already: it needs no transpose."),
         ])
         if not isinstance(cache, (tuple, list)) or len(cache) != 2:
             fail(fn, case, f"cache is {type(cache).__name__}"
                            + (f" of {len(cache)} items" if isinstance(cache, (tuple, list)) else "")
                            + "; expected the pair (x, W).",
-                 "cache = (x, W): linear_backward needs x for dW and W for dx.")
+                 "the cache is the pair of the input and the weights, in that order: "
+                 "linear_backward needs x for dW and W for dx.")
         for item, (name, ref) in zip(cache, (("x", x), ("W", W))):
             item = to_array(item, fn, case, f"cache's {name}")
             if item.shape != ref.shape or not np.allclose(item, ref):
                 fail(fn, case, f"cache should be (x, W), but its {'first' if name == 'x' else 'second'} "
                                f"item is not {name} (shape {shape_text(item.shape)}).",
-                     "cache = (x, W).")
+                     "the cache is the pair of the input and the weights, in that order.")
         expect_unchanged(fn, case, [(k, ref, given[k]) for k, ref in (("x", x), ("W", W), ("b", b))])
     passed(fn, len(cases))
 
 
 def linear_backward(fn):
-    """Check ``fn(dout, cache)`` with ``cache = (x, W)`` -> ``(dx, dW, db)``:
-    ``dx = dout @ W.T`` (N, D), ``dW = x.T @ dout`` (D, M), ``db = dout.sum(axis=0)`` (M,)."""
+    """Check ``fn(dout, cache)`` with the cache the pair (x, W) -> ``(dx, dW, db)`` of the
+    shapes of x (N, D), W (D, M) and b (M,), against the reference gradients."""
     __tracebackhide__ = True
     cases = _linear_cases()
     cp = gpu()
@@ -482,40 +589,48 @@ def linear_backward(fn):
         dx, dW, db = dout @ W.T, x.T @ dout, dout.sum(axis=0)
         given = {"dout": dout.copy(), "x": x.copy(), "W": W.copy()}
         out = call(fn, given["dout"], (given["x"], given["W"]), case=case,
-                   on_error="check each product's shapes: dx (N, D) = dout (N, M) @ W.T (M, D); "
-                            "dW (D, M) = x.T (D, N) @ dout (N, M).")
+                   on_error="check each product's shapes: dx must come out (N, D) from dout "
+                            "(N, M) and W (D, M); dW must come out (D, M) from x (N, D) and "
+                            "dout (N, M). Which one is transposed, and on which side?",
+                   refuse=_LINEAR_BACKWARD)
         got = expect_tuple(out, 3, fn, case, "dx, dW, db")
         g_dx, g_dW, g_db = (to_array(g, fn, case, n) for g, n in zip(got, ("dx", "dW", "db")))
         # Shapes first: they name the mistake most clearly.
         expect_shape(g_dx, (N, D), fn, case, f"dx (x has shape {shape_text((N, D))})",
-                     "dx has x's shape: dx = dout @ W.T, (N, M) @ (M, D).")
+                     "dx has x's shape (N, D): it combines dout (N, M) with W (D, M); which "
+                     "side does W go, and transposed how?")
         if g_dW.shape == (M, D) and M != D:
             fail(fn, case, f"dW has shape {shape_text(g_dW.shape)} but W has shape {shape_text((D, M))}.",
-                 "did you compute dout.T @ x instead of x.T @ dout?")
+                 "did you multiply dout's transpose by x? That gives the transpose of dW: "
+                 "swap the roles of the two factors.")
         expect_shape(g_dW, (D, M), fn, case, f"dW (W has shape {shape_text((D, M))})",
-                     "dW has W's shape: dW = x.T @ dout, (D, N) @ (N, M).")
+                     "dW has W's shape (D, M): it combines x (N, D) with dout (N, M), and the "
+                     "batch axis N is the one summed over.")
         if g_db.shape != (M,):
             if g_db.shape == (N, M):
                 fix = ("b is added to every row of the batch, so its gradient is the sum of dout "
-                       "over the batch: db = dout.sum(axis=0). (Did you forget the sum over the batch?)")
+                       "over the batch. (Did you forget the sum over the batch?)")
             elif g_db.shape == (1, M):
                 fix = "the sum over the batch is right, but drop keepdims=True: db has b's shape (M,)."
             elif g_db.shape == ():
-                fix = "you summed over every axis; sum over the batch axis only: dout.sum(axis=0)."
+                fix = "you summed over every axis; sum over the batch axis (the first) only."
             elif g_db.shape == (N,):
                 fix = "you summed over the outputs (axis=1); sum over the batch, axis=0."
             else:
-                fix = "db = dout.sum(axis=0): the sum of dout over the batch."
+                fix = "db is the sum of dout over the batch, one entry per output."
             fail(fn, case, f"db has shape {shape_text(g_db.shape)} but b has shape {shape_text((M,))}.", fix)
         # Then values.
         expect_close(g_dx, dx, fn, case, "dx", rtol=1e-10, atol=1e-10, mistakes=[
-            (lambda: dout @ W, "dx = dout @ W.T: transpose W."),
-            (np.zeros_like(dx), "dx is all zeros: dx = dout @ W.T."),
+            (lambda: dout @ W, "W needs a transpose here: the gradient goes back through W, "
+                               "from the M outputs to the D inputs."),
+            (np.zeros_like(dx), "dx is all zeros: the gradient reaching x goes back through W; "
+                                "every input touches every output."),
         ])
         dW_mistakes = [(x.T @ dout / N, "dW is divided by N: the loss's mean already sits in dout.")]
         if D == M:
-            dW_mistakes.append((dout.T @ x, "dW is the transpose of the right answer: "
-                                            "dW = x.T @ dout, not dout.T @ x."))
+            dW_mistakes.append((dout.T @ x, "dW is the transpose of the right answer: did you "
+                                            "multiply dout's transpose by x? Swap the roles of the "
+                                            "two factors."))
         expect_close(g_dW, dW, fn, case, "dW", rtol=1e-10, atol=1e-10, mistakes=dW_mistakes)
         db_mistakes = [(dout.mean(axis=0), f"db is {N} times too small: SUM dout over the batch, "
                                            "don't average.")]
@@ -528,8 +643,8 @@ def linear_backward(fn):
     if cp is not None:
         case, x, W, b, dout = cases[0]
         case = f"{case}, on the GPU (CuPy arrays)"
-        out = expect_tuple(call(fn, cp.asarray(dout), (cp.asarray(x), cp.asarray(W)), case=case),
-                           3, fn, case, "dx, dW, db")
+        out = expect_tuple(call(fn, cp.asarray(dout), (cp.asarray(x), cp.asarray(W)), case=case,
+                                refuse=_LINEAR_BACKWARD), 3, fn, case, "dx, dW, db")
         for g, name, ref in zip(out, ("dx", "dW", "db"), (dout @ W.T, x.T @ dout, dout.sum(0))):
             expect_on_gpu(g, fn, case, name)
             expect_close(to_array(g, fn, case, name), ref, fn, case, name, rtol=1e-10, atol=1e-10)
@@ -552,7 +667,8 @@ def relu_backward(fn):
     for case, x, dout in cases:
         expected = dout * (x > 0)
         dout_given, x_given = dout.copy(), x.copy()
-        got = to_array(call(fn, dout_given, x_given, case=case), fn, case, "dx")
+        got = to_array(call(fn, dout_given, x_given, case=case, refuse=_RELU_BACKWARD),
+                       fn, case, "dx")
         expect_shape(got, x.shape, fn, case, "dx", "dx has the shape of x (and of dout).")
         expect_close(got, expected, fn, case, "dx", rtol=1e-12, atol=1e-12, mistakes=[
             (dout * (x >= 0), "at x == 0 the gradient should be 0 (we take ReLU's slope there "
@@ -561,16 +677,17 @@ def relu_backward(fn):
                                 "signal through), not from dout."),
             ((x > 0).astype(float), "you returned the mask alone: multiply it by dout."),
             (dout, "dout passed through everywhere: zero it where x <= 0."),
-            (dout * np.maximum(x, 0), "multiply dout by the 0/1 mask (x > 0), not by max(x, 0)."),
+            (dout * np.maximum(x, 0), "you multiplied dout by the ReLU's output; the local "
+                                      "derivative is 1 or 0, not the value max(x, 0)."),
         ])
         expect_unchanged(fn, case, [("dout", dout, dout_given)],
-                         "return a new array, dx = dout * (x > 0): zeroing dout in place "
+                         "return a new array: zeroing dout in place "
                          "(dout[x <= 0] = 0) also changes the gradient the next layer handed "
                          "back, wherever else it is used.")
         expect_unchanged(fn, case, [("x (the cache)", x, x_given)],
                          "read the cache, do not write into it: x is the ReLU's input, which "
-                         "the layer before may still hold. Build the mask as a new array: "
-                         "(x > 0).")
+                         "the layer before may still hold. Build the mask as a new array "
+                         "from a comparison.")
     passed(fn, len(cases))
 
 
@@ -581,57 +698,71 @@ HINTS: dict[str, list[str]] = {
     'normalize_rows': [
         ('sum the squares along the feature axis and keep that axis (keepdims), so the lengths '
          'broadcast against x (N, D)'),
-        ('the row lengths should form an (N, 1) column: sum x * x over axis=1 with keepdims=True, '
-         'take xp.sqrt, and divide x by them'),
+        ('pseudo-code: lengths = square root of ( sum over axis ___ of x squared, keeping the axis '
+         '), shape (N, 1); out = x divided by ___. The exercise text of section 5 defines the '
+         "length; section 2 shows where xp (the array's own module) comes from"),
     ],
     'perceptron_predict': [
         ('one matrix-vector product gives all N sums at once; a comparison gives booleans, which '
          'you then convert to integers'),
-        ('the weighted sums X @ w + b have shape (N,); the step turns each into 1 where it is > 0 '
-         'and 0 elsewhere (booleans to integers: .astype(np.int64))'),
+        ('pseudo-code: s = (X times w) plus ___, shape (N,); labels = (s ___ 0) as integers. '
+         'The first equation of section 1 is the rule; is a sum of exactly 0 class 0 or 1?'),
     ],
     'perceptron_update': [
-        'return new values rather than changing w in place: the caller still holds the old w',
-        ('the step lr * (y - y_hat) is 0 when the prediction is right; move w by the step times x, '
-         'and b by the step'),
+        'the error is the label minus the prediction: what is it when the prediction is right?',
+        ('pseudo-code: step = learning rate times ( ___ minus ___ ); new w = w plus step times '
+         '___; new b = b plus ___. The update equations of section 3 say which is which'),
+    ],
+    'sigmoid_derivative': [
+        ('start from sigma(z) = 1 / (1 + e^(-z)) and differentiate it as 1 / u with '
+         'u = 1 + e^(-z); then write e^(-z) in terms of s (solve s = 1 / (1 + e^(-z)) for it)'),
+        ('the derivative is a product of two factors, each a simple function of s; check it on '
+         'the numbers: at z = 0, s = 0.5 and the slope is 0.25. Where is the sigmoid flat? Your '
+         'expression must vanish there (s near 0 and s near 1)'),
     ],
     'sigmoid_ce_grad': [
-        ('compute the sigmoid of z as the lesson writes it (it stays finite for large |z|), then '
-         'subtract the labels'),
-        ('prediction minus target: sigmoid(z) - y (the sigmoid is 1 / (1 + xp.exp(-z))), divided '
-         'by N because the loss is a mean'),
+        ('chain rule through s = sigmoid(z): first the derivative of the loss of one sample with '
+         'respect to s, then multiply by ds/dz from the exercise before, and simplify'),
+        ('the two local derivatives have s (1 - s) in common: it cancels, leaving something '
+         'simple in s and y; the mean over N samples divides each entry by ___. The binary '
+         'cross-entropy equation of section 4 is where to start'),
     ],
     'softmax': [
         'the row maxima and row sums need keepdims so they broadcast against z (..., K)',
-        ("subtract each row's max (z.max(axis=-1, keepdims=True)) before xp.exp, which changes "
-         'nothing mathematically; then divide by the row sums'),
+        ("pseudo-code: shifted = z minus ( the max of each row, kept as an axis ); e = exp of "
+         "shifted; p = e divided by ( the sum of each row of e, kept as an axis ). The shift "
+         "argument just above the exercise says why the max"),
     ],
     'cross_entropy': [
         ('picking one entry per row needs two index arrays: the row numbers 0..N-1 and the labels; '
          'slicing every row with all the labels picks N*N entries'),
-        ('log-softmax = shifted - log(sum of exp(shifted)) with shifted = logits minus the row '
-         'max; then average -logp[xp.arange(N), labels]'),
+        ('take the log of the shifted softmax and simplify on paper: the log of a quotient is a '
+         'difference, the log of an exponential is its exponent, so only the log of the row sum '
+         'is left. Then pick ___[rows, labels], average, negate'),
     ],
     'softmax_ce_grad': [
-        ("start from a copy of the probabilities and subtract 1 at each row's label only (one "
-         "entry per row), then scale by 1/N"),
-        ("index the copy with two arrays, the row numbers xp.arange(N) and the labels, to reach "
-         "one entry per row"),
+        ("write log p_y = z_y - log(sum_j e^(z_j)) and differentiate with respect to one logit "
+         "z_k: the first term gives 1 only when k = y; the second is a probability"),
+        ("in the array: start from a copy of the probabilities, change one entry per row (the "
+         "label's column; index with the row numbers and the labels), then divide by ___. The "
+         "one-sample setting above the exercise is the place to start"),
     ],
     'linear_forward': [
         'the cache holds the input and the weights, in that order',
         ('one matrix product plus the bias (it broadcasts over the rows); the cache is the pair '
-         'linear_backward needs, (x, W)'),
+         'linear_backward needs. The sum in the first line of section 2 is the formula, entry '
+         'by entry'),
     ],
     'linear_backward': [
         ('write the shapes under each other and let them tell you which matrix to transpose and in '
          'which order to multiply'),
-        ('each gradient has the shape of its variable: combine dout with W for dx and with x for '
-         'dW; b was added to every row, so db sums dout over the batch'),
+        ('pseudo-code: dx (N, D) = dout (N, M) times ___ (M, D); dW (D, M) = ___ (D, N) times dout '
+         '(N, M); db (M,) = dout summed over axis ___. The index sums above the exercise '
+         '(local derivatives of out_nm) give each one'),
     ],
     'relu_backward': [
         'build a 0/1 mask from the cached input, not from dout, and multiply',
-        ('the gradient passes only where the input x was positive, and is 0 elsewhere (also where '
-         'x == 0)'),
+        ('the local derivative of max(x, 0) is 1 where x ___ 0 and 0 elsewhere (also at x == 0); '
+         'dx = dout times that mask. The max node of section 1 routes its gradient the same way'),
     ],
 }

@@ -16,15 +16,21 @@ lesson             check                             your function
 =================  ================================  ========================================
 
 The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``; the
-reference engine is ``dlcourse/autograd.py``.
+reference engine is ``dlcourse/autograd.py``, whose own versions of each exercise (its
+``unbroadcast``, ``Tensor.__mul__``, ``topological_order`` and ``Tensor.backward``) answer with
+an error while your function runs.
 """
 from __future__ import annotations
 
 from ..autograd import Tensor
-from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_unchanged, fail,
-                      gpu, passed, rng, shape_text, to_array)
+from .harness import (ExerciseError, call, expect_close, expect_on_gpu, expect_shape,
+                      expect_unchanged, fail, gpu, passed, refusing, rng, shape_text, to_array)
 
 __all__ = ["unbroadcast", "tensor_mul", "topological_order"]
+
+_REFUSE_UNBROADCAST = ["dlcourse.autograd.unbroadcast"]
+_REFUSE_MUL = ["dlcourse.autograd.Tensor.__mul__", "dlcourse.autograd.Tensor.__rmul__"]
+_REFUSE_ORDER = ["dlcourse.autograd.topological_order", "dlcourse.autograd.Tensor.backward"]
 
 
 # ======================================================================================
@@ -57,9 +63,9 @@ def _shape_fix(got_shape, grad_shape, shape):
 
 
 def unbroadcast(fn):
-    """Check ``fn(grad, shape)``: ``grad`` summed down to ``shape``, the backward pass of
-    broadcasting. A bias (M,) added to (N, M) gets ``grad.sum(axis=0)``; a column (N, 1) gets
-    ``grad.sum(axis=1, keepdims=True)``; a shape equal to grad's leaves it as it is."""
+    """Check ``fn(grad, shape)``: the gradient of a value of shape ``shape`` that broadcasting
+    stretched to ``grad.shape``, as an array of shape ``shape``: the backward pass of
+    broadcasting."""
     __tracebackhide__ = True
     r = rng(14)
     cases = [
@@ -71,10 +77,17 @@ def unbroadcast(fn):
          r.standard_normal((2, 3, 4)), (3, 1)),
         ("grad (2, 3), shape (2, 3): nothing was broadcast", r.standard_normal((2, 3)), (2, 3)),
         ("grad (2, 3), shape (): a single number broadcast everywhere", r.standard_normal((2, 3)), ()),
+        ("a row: grad (4, 3), shape (1, 3) (the size-1 axis is FIRST this time)",
+         r.standard_normal((4, 3)), (1, 3)),
+        ("grad (2, 3, 4), shape (1, 4): a leading axis added, then a size-1 axis stretched",
+         r.standard_normal((2, 3, 4)), (1, 4)),
+        ("grad (2, 3, 4), shape (2, 1, 4): the size-1 axis in the middle",
+         r.standard_normal((2, 3, 4)), (2, 1, 4)),
     ]
     for case, grad, shape in cases:
         given = grad.copy()
-        got = to_array(call(fn, given, shape, case=case), fn, case, "the result")
+        got = to_array(call(fn, given, shape, case=case, refuse=_REFUSE_UNBROADCAST), fn, case,
+                       "the result")
         expect_unchanged(fn, case, [("grad", grad, given)])
         expect_shape(got, shape, fn, case, "the result", _shape_fix(got.shape, grad.shape, shape))
         expect_close(got, _sum_to(grad, shape), fn, case, "the result", rtol=1e-10, atol=1e-10,
@@ -85,7 +98,7 @@ def unbroadcast(fn):
     if cp is not None:
         case, grad, shape = cases[0]
         case = f"{case}, on the GPU (a CuPy array)"
-        out = call(fn, cp.asarray(grad), shape, case=case)
+        out = call(fn, cp.asarray(grad), shape, case=case, refuse=_REFUSE_UNBROADCAST)
         expect_on_gpu(out, fn, case, "the result")
         expect_close(to_array(out, fn, case, "the result"), _sum_to(grad, shape), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
@@ -107,7 +120,10 @@ def _backward(loss, fn, case, fix):
     """loss.backward(), turning an error inside the learner's grad_fn into a named mistake."""
     __tracebackhide__ = True
     try:
-        loss.backward()
+        with refusing(_REFUSE_MUL, fn, case):      # the learner's grad_fn runs in here too
+            loss.backward()
+    except ExerciseError:
+        raise
     except NotImplementedError as err:             # the student version of grad_fn
         def not_yet():                             # the usual "not implemented yet: <hint>"
             __tracebackhide__ = True
@@ -119,14 +135,15 @@ def _backward(loss, fn, case, fix):
 
 
 def tensor_mul(fn):
-    """Check ``fn(a, b)`` -> a Tensor ``out`` with ``out.data = a.data * b.data`` (broadcasting
-    allowed), parents ``(a, b)`` and a ``grad_fn`` that ADDS ``out.grad * b.data`` to ``a.grad``
-    and ``out.grad * a.data`` to ``b.grad``, each summed back to its own shape."""
+    """Check ``fn(a, b)`` -> a Tensor ``out``, the elementwise product (broadcasting allowed),
+    with parents ``(a, b)`` and a ``grad_fn`` that passes the gradient of ``out`` on to both
+    parents, each in its own shape, adding to what they already hold."""
     __tracebackhide__ = True
     r = rng(15)
-    unbroadcast_fix = ("b was broadcast over the rows of a in the forward pass: sum each "
-                       "input's gradient back to that input's own shape with your unbroadcast "
-                       "(a's and b's alike).")
+    unbroadcast_fix = ("an input was broadcast in the forward pass (here b over the rows of a, "
+                       "or a over the rows of b, or both): bring each input's gradient back to "
+                       "that input's own shape with your unbroadcast (a's and b's alike, since "
+                       "either may be the broadcast one).")
     n_cases = 0
 
     def run(case, a_val, b_val, build, expected):
@@ -138,10 +155,11 @@ def tensor_mul(fn):
         _expect_tensor(out, fn, case)
         if out.grad_fn is None:
             fail(fn, case, "the result has no grad_fn, so backward cannot pass anything on.",
-                 "define grad_fn inside tensor_mul and attach it: out.grad_fn = grad_fn.")
+                 "define grad_fn inside tensor_mul and attach it to the result as its "
+                 "grad_fn attribute.")
         if not any(p is a for p in out.parents):
             fail(fn, case, "the result's parents do not include a, so backward never reaches it.",
-                 "give the result its inputs as parents: Tensor(a.data * b.data, (a, b)).")
+                 "give the result its inputs as parents, a and b, when you create it.")
         _backward(loss, fn, case, unbroadcast_fix)
         for name, leaf in (("a", a), ("b", b)):
             if name not in expected:
@@ -158,20 +176,20 @@ def tensor_mul(fn):
     a, b, c = r.standard_normal(3), r.standard_normal(3), r.standard_normal(3)
     case = "a, b of shape (3,), loss = (tensor_mul(a, b) * c).sum(), so out.grad = c"
     a_t, b_t = Tensor(a.copy()), Tensor(b.copy())
-    out = _expect_tensor(call(fn, a_t, b_t, case=case), fn, case)
+    out = _expect_tensor(call(fn, a_t, b_t, case=case, refuse=_REFUSE_MUL), fn, case)
     got = to_array(out.data, fn, case, "out.data")
     expect_shape(got, (3,), fn, case, "out.data")
     expect_close(got, a * b, fn, case, "out.data", rtol=1e-12, atol=1e-12, mistakes=[
-        (a @ b, "the product is elementwise, a.data * b.data, not a matrix product.")])
+        (a @ b, "the product is elementwise (entry by entry), not a matrix product.")])
 
     def plain(a_t, b_t):
         __tracebackhide__ = True
-        out = call(fn, a_t, b_t, case=case)
+        out = call(fn, a_t, b_t, case=case, refuse=_REFUSE_MUL)
         return (out * c).sum() if isinstance(out, Tensor) else None, out
-    swapped = ("each input's gradient is out.grad times the OTHER input's data (the derivative "
-               "of a * b with respect to a is b).")
-    no_chain = ("multiply by out.grad (the chain rule): the gradient arriving from the loss is "
-                "c here, not 1.")
+    swapped = ("each input's gradient uses the OTHER input's values: what is the derivative "
+               "of a * b with respect to a?")
+    no_chain = ("the local derivative must be multiplied by the gradient that arrives at the "
+                "result (the chain rule): that is c here, not 1.")
     run(case, a, b, plain, {"a": (c * b, [(c * a, swapped), (b, no_chain)]),
                             "b": (c * a, [(c * b, swapped), (a, no_chain)])})
 
@@ -181,11 +199,11 @@ def tensor_mul(fn):
 
     def squared(a_t, _):
         __tracebackhide__ = True
-        out = call(fn, a_t, a_t, case=case)
+        out = call(fn, a_t, a_t, case=case, refuse=_REFUSE_MUL)
         return out.sum() if isinstance(out, Tensor) else None, out
-    overwrite = ("x is both parents, so its gradient must receive BOTH contributions: with "
-                 "a.grad = ..., the second assignment replaced the first. Accumulate: a.grad += ... "
-                 "and b.grad += ....")
+    overwrite = ("x is both parents, so its gradient must receive BOTH contributions: an "
+                 "assignment to a parent's gradient replaced the first contribution with the "
+                 "second. Accumulate: add into each parent's gradient, never assign it.")
     run(case, x, x, squared, {"a": (2 * x, [(x, overwrite)])})
 
     # 3. a used again elsewhere: tensor_mul(a, b) + a
@@ -194,10 +212,10 @@ def tensor_mul(fn):
 
     def reused(a_t, b_t):
         __tracebackhide__ = True
-        out = call(fn, a_t, b_t, case=case)
+        out = call(fn, a_t, b_t, case=case, refuse=_REFUSE_MUL)
         return ((out + a_t).sum() if isinstance(out, Tensor) else None), out
-    run(case, a, b, reused, {"a": (b + 1, [(b, "a.grad lost the 1 that a's other use had added: "
-                                               "accumulate with a.grad += ..., never assign.")])})
+    run(case, a, b, reused, {"a": (b + 1, [(b, "a's gradient lost the 1 that a's other use had "
+                                               "added: accumulate into it, never assign.")])})
 
     # 4. broadcasting: a (4, 3) times b (3,)
     A, bias, C = r.standard_normal((4, 3)), r.standard_normal(3), r.standard_normal((4, 3))
@@ -205,11 +223,25 @@ def tensor_mul(fn):
 
     def broadcast(a_t, b_t):
         __tracebackhide__ = True
-        out = call(fn, a_t, b_t, case=case, on_error=unbroadcast_fix)
+        out = call(fn, a_t, b_t, case=case, on_error=unbroadcast_fix, refuse=_REFUSE_MUL)
         return ((out * C).sum() if isinstance(out, Tensor) else None), out
     run(case, A, bias, broadcast, {"a": (C * bias, []),
                                    "b": ((C * A).sum(axis=0), [((C * A).mean(axis=0),
                                           "sum over the rows b was copied to, do not average.")])})
+
+    # 5. broadcasting the other way: a (3,) times b (4, 3): the broadcast operand comes first
+    case = ("broadcasting, the other way round: a (3,) times b (4, 3), loss = "
+            "(tensor_mul(a, b) * c).sum(), c (4, 3)")
+    run(case, bias, A, broadcast, {"a": ((C * A).sum(axis=0), [((C * A).mean(axis=0),
+                                          "sum over the rows a was copied to, do not average.")]),
+                                   "b": (C * bias, [])})
+
+    # 6. both broadcast: a column (4, 1) times a row (1, 3)
+    col, row = r.standard_normal((4, 1)), r.standard_normal((1, 3))
+    case = ("both broadcast: a (4, 1) times b (1, 3), loss = (tensor_mul(a, b) * c).sum(), "
+            "c (4, 3)")
+    run(case, col, row, broadcast, {"a": ((C * row).sum(axis=1, keepdims=True), []),
+                                    "b": ((C * col).sum(axis=0, keepdims=True), [])})
     passed(fn, n_cases)
 
 
@@ -270,7 +302,7 @@ def topological_order(fn):
     __tracebackhide__ = True
     graphs = _graphs()
     for case, root in graphs:
-        order = call(fn, root, case=case)
+        order = call(fn, root, case=case, refuse=_REFUSE_ORDER)
         if order is None:
             fail(fn, case, "it returned None.", "return the list you built.")
         try:
@@ -318,24 +350,28 @@ def topological_order(fn):
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
 HINTS: dict[str, list[str]] = {
     'unbroadcast': [
-        ('the number of added leading axes is grad.ndim - len(shape); after summing them away, '
-         'the axes to sum with keepdims=True are the indices i where shape[i] == 1'),
-        ('grad.sum(axis=tuple(range(extra))) removes the leading axes; then '
-         'grad.sum(axis=ones, keepdims=True) with ones the tuple of indices where shape has a 1 '
-         '(skip each sum when its tuple of axes is empty)'),
+        ('two kinds of copies: leading axes that broadcasting added (how many? compare the '
+         'number of axes of grad and of shape), and axes where shape has a 1 that were '
+         'stretched. Each copy contributed to the loss, so the gradient adds them up along '
+         'those axes'),
+        ('pseudo-code: extra = (axes of grad) - (axes of shape); sum grad over the first ___ '
+         'axes; ones = the positions i where shape[i] is 1; sum over those with the size-1 axes '
+         'kept; skip a sum when it has no axes. Check it against the tiny example before the '
+         'exercise'),
     ],
     'tensor_mul': [
-        ('for out = a * b: d out / d a = b and d out / d b = a, each times the gradient that '
-         'arrives, out.grad; the product may have broadcast a or b to a bigger shape'),
-        ('a.grad += the unbroadcast (yours, or dl.autograd.unbroadcast) of out.grad * b.data to '
-         'a.shape, and the same for b with a.data and b.shape; += (never =) so that a tensor used '
-         'twice gets both contributions'),
+        ('for out = a * b the local derivatives are b (for a) and a (for b); the chain rule '
+         'multiplies each by the gradient that arrives at out; the product may have broadcast a '
+         'or b to a bigger shape, and a parent may be used twice'),
+        ('pseudo-code: (gradient of a) += unbroadcast(___ * ___, shape of a), and the same for '
+         'b with the roles swapped; add, never assign. Section 3 lists the local derivatives, '
+         'Exercise 1 the way back to a shape'),
     ],
     'topological_order': [
-        ('a tensor used twice is reached along two paths: keep a set of id(node) for the tensors '
-         'already visited, and return at once for one of them'),
-        ('only when the id of node is not yet in visited: add it to visited, call visit on '
-         'every tensor in node.parents, then order.append(node) (after the parents, so the root '
-         'comes last)'),
+        ('a tensor used twice is reached along two paths: keep a set of the identities of the '
+         'tensors already visited, and return at once for one of them'),
+        ('pseudo-code: visit(t): if t was seen, return; mark t seen; visit each of its ___; '
+         'append t to the list (after its parents, so the root comes last). Section 4 describes '
+         'the depth-first walk'),
     ],
 }

@@ -22,6 +22,11 @@ lesson                 check                            your function
 06_convolution         :func:`maxpool_backward`         ``(dout, x, K, stride) -> dx``
 07_training_a_cnn      :func:`conv_params`              ``(in_channels, out_channels, K) -> int``
 07_training_a_cnn      :func:`batchnorm_forward`        ``(x, gamma, beta, eps) -> out``
+07_training_a_cnn      :func:`batchnorm_running`        ``(x, gamma, beta, running_mean, ...)``
+07_training_a_cnn      :func:`batchnorm_backward`       ``(dout, x, gamma, eps) -> dx, ...``
+04_mlp_on_digits       :func:`adam_step`                ``(params, grads, m, v, t, lr, ...)``
+06_convolution         :func:`conv_output_size_2d`      ``(H, W, kernel_size, stride, padding)``
+06_convolution         :func:`max_window_grad`          ``(window) -> gradient of its max``
 =====================  ===============================  =========================================
 
 The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
@@ -39,7 +44,60 @@ __all__ = [
     "init_std", "mlp_forward_batched",
     "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
     "conv_params", "batchnorm_forward", "batchnorm_backward",
+    "adam_step", "conv_output_size_2d", "max_window_grad", "batchnorm_running",
 ]
+
+
+# The library's own versions of what each exercise builds: refused (an ExerciseError) while
+# the learner's function runs, with every alias of them in a dlcourse module (dl.im2col, ...).
+_CONV = ["dlcourse.conv.conv2d_forward_naive", "dlcourse.conv.Conv2d.forward",
+         "dlcourse.conv.unfold", "dlcourse.conv.im2col"]
+_CONV_BACK = ["dlcourse.conv.conv2d_backward_naive", "dlcourse.conv.Conv2d.backward",
+              "dlcourse.conv.fold", "dlcourse.conv.col2im"]
+_POOL = ["dlcourse.conv.maxpool_backward_naive", "dlcourse.conv.MaxPool2d.backward",
+         "dlcourse.conv.MaxPool2d.forward", "dlcourse.conv.MaxPool2d._max_and_where"]
+_BN = ["dlcourse.layers.BatchNorm2d.forward", "dlcourse.layers.BatchNorm2d.backward"]
+REFUSE = {
+    "iterate_minibatches": ["dlcourse.data.batching.batches"],
+    "accuracy": ["dlcourse.train.evaluate", "dlcourse.train.confusion_matrix",
+                 "dlcourse.train._correct"],
+    "sgd_momentum_step": ["dlcourse.optim.SGD.step"],
+    "dropout_forward": ["dlcourse.layers.Dropout.forward"],
+    "dropout_backward": ["dlcourse.layers.Dropout.backward", "dlcourse.layers.Dropout.forward"],
+    "init_std": ["dlcourse.layers.Linear.__init__"],
+    "mlp_forward_batched": ["dlcourse.layers.Linear.forward", "dlcourse.layers.ReLU.forward",
+                            "dlcourse.layers.Sequential.forward"],
+    "conv_output_size": ["dlcourse.shapes.output_size", "dlcourse.conv.conv_output_shape"],
+    "conv2d_naive": _CONV,
+    "im2col_simple": ["dlcourse.conv.im2col", "dlcourse.conv.unfold", "dlcourse.conv._windows"],
+    "conv2d_backward": _CONV_BACK + _CONV,
+    "maxpool_backward": _POOL + ["dlcourse.conv.maxpool_forward_naive"],
+    "conv_params": ["dlcourse.conv.Conv2d.__init__"],
+    "adam_step": ["dlcourse.optim.Adam.step"],
+    "conv_output_size_2d": ["dlcourse.shapes.output_size", "dlcourse.conv.conv_output_shape"],
+    "max_window_grad": _POOL + ["dlcourse.conv.maxpool_forward_naive"],
+    "batchnorm_running": _BN + ["dlcourse.layers.BatchNorm2d._update_running_stats"],
+    "batchnorm_forward": _BN,
+    "batchnorm_backward": _BN,
+}
+
+
+def _all_batches(fn):
+    """``fn`` (a generator function, or one that returns a list), run to the end inside the
+    call, so that what it calls while yielding is refused too; the same name in messages."""
+    __tracebackhide__ = True
+
+    def run(*args, **kwargs):
+        __tracebackhide__ = True
+        out = fn(*args, **kwargs)
+        try:
+            return out if out is None or isinstance(out, (list, tuple)) else list(out)
+        except TypeError:
+            return out
+    import types
+    # the learner's globals, so that a name they imported (from ... import batches) is refused too
+    return types.FunctionType(run.__code__, getattr(fn, "__globals__", globals()),
+                              getattr(fn, "__name__", "iterate_minibatches"), None, run.__closure__)
 
 
 # ======================================================================================
@@ -68,7 +126,8 @@ def iterate_minibatches(fn) -> None:
         __tracebackhide__ = True
         case = f"X of shape {X.shape}, batch_size={B}, shuffle={shuffle}, seed={seed}"
         X_given, y_given = X.copy(), y.copy()     # the check's own X and y stay as they are
-        out = call(fn, X_given, y_given, B, shuffle=shuffle, seed=seed, case=case)
+        out = call(_all_batches(fn), X_given, y_given, B, shuffle=shuffle, seed=seed, case=case,
+                   refuse=REFUSE["iterate_minibatches"])
         if out is None:
             fail(fn, case, "it returned None.", "`yield xb, yb` inside the loop (or return a list "
                  "of (xb, yb) pairs).")
@@ -84,18 +143,19 @@ def iterate_minibatches(fn) -> None:
                      "`yield xb, yb`.")
             pairs.append((to_array(item[0], fn, case, f"xb of batch {k}"),
                           to_array(item[1], fn, case, f"yb of batch {k}")))
-        shuffled_in_place = ("shuffle an index array, not the data: order = "
-                             "np.random.default_rng(seed).permutation(N); idx = "
-                             "order[start:start + batch_size]; yield X[idx], y[idx]. "
-                             "(rng.shuffle(X) reorders the caller's own arrays.)")
+        shuffled_in_place = ("shuffle an index array, not the data: draw one permutation of the "
+                             "N indices from the seeded generator and take each batch's rows of "
+                             "X and y at a slice of it. (Shuffling X itself reorders the "
+                             "caller's own arrays.)")
         expect_unchanged(fn, case, [("X", X, X_given), ("y", y, y_given)], shuffled_in_place)
         sizes = [B] * (N // B) + ([N % B] if N % B else [])
         got_sizes = [len(yb) for _, yb in pairs]
         if got_sizes != sizes:
             fix = None
             if sum(got_sizes) < N and got_sizes == sizes[:len(got_sizes)]:
-                fix = ("the last, smaller batch is missing: range(0, N, batch_size) gives every "
-                       "start, and X[start:start + batch_size] stops at N by itself.")
+                fix = ("the last, smaller batch is missing: let the batch starts run all the way "
+                       "up to N (a start past N - batch_size is still a start), and a slice that "
+                       "runs past the end stops at N by itself.")
             elif sum(got_sizes) > N:
                 fix = "there are more samples than in X: do the batches overlap?"
             fail(fn, case, f"the batch sizes are {got_sizes}; expected {sizes}.", fix)
@@ -106,8 +166,8 @@ def iterate_minibatches(fn) -> None:
                 fail(fn, case, f"in batch {k} the rows of xb and the labels in yb no longer belong "
                                f"together: xb holds samples {xb[:5, 0].astype(int).tolist()}..., "
                                f"yb the labels of {yb[:5].astype(int).tolist()}....",
-                     "index X and y with the SAME indices: idx = order[start:start + batch_size]; "
-                     "yield X[idx], y[idx].")
+                     "index X and y with the SAME indices: one slice of one order, used for "
+                     "both.")
         order = np.concatenate([yb for _, yb in pairs]).astype(np.int64)
         seen = np.sort(order)
         if not np.array_equal(seen, np.arange(N)):
@@ -128,16 +188,18 @@ def iterate_minibatches(fn) -> None:
     first, case = epoch(16, True, 0)
     if np.array_equal(first, np.arange(N)):
         fail(fn, case, "with shuffle=True the samples still came in order 0, 1, 2, ....",
-             "visit them in a random order: order = np.random.default_rng(seed).permutation(N).")
+             "visit them in a random order: a permutation of the N indices, drawn from a "
+             "generator made from seed.")
     again, _ = epoch(16, True, 0)
     if not np.array_equal(first, again):
         fail(fn, case, f"two calls with seed=0 gave different orders ({first[:6].tolist()}... and "
                        f"{again[:6].tolist()}...).",
-             "make the generator from the seed: np.random.default_rng(seed).")
+             "make the generator from the seed you are given (NumPy's default generator, "
+             "seeded with it), anew in every call.")
     other, case1 = epoch(16, True, 1)
     if np.array_equal(first, other):
         fail(fn, case1, "seed=0 and seed=1 gave the same order.",
-             "pass the seed to the generator: np.random.default_rng(seed).")
+             "pass the seed to the generator you make.")
     checks += 3
     passed(fn, checks)
 
@@ -161,11 +223,12 @@ def accuracy(fn) -> None:
         case = f"logits of shape ({N}, {K}), y = {yy.tolist()}"
         expected = float((lg.argmax(axis=1) == yy).mean())
         logits_given, y_given = lg.astype(np.float32), yy.copy()
-        got = to_number(call(fn, logits_given, y_given, case=case,
-                             on_error="the classes are along axis 1: logits.argmax(axis=1) gives "
-                                      "one prediction per row, shape (N,), to compare with y."),
+        got = to_number(call(fn, logits_given, y_given, case=case, refuse=REFUSE["accuracy"],
+                             on_error="the classes are along axis 1: the index of each ROW's "
+                                      "largest entry is one prediction per sample, shape (N,), to "
+                                      "compare with y."),
                         fn, case, "the accuracy",
-                        "take the mean over the batch: (predictions == y).mean().")
+                        "return one float: the fraction of the batch predicted right.")
         expect_unchanged(fn, case, [("logits", lg.astype(np.float32), logits_given),
                                     ("y", yy, y_given)])
         if np.isclose(got, expected):
@@ -175,7 +238,8 @@ def accuracy(fn) -> None:
         if np.isclose(got, n_right):
             fix = "that is the COUNT of right answers: divide by N (or take .mean()) for the fraction."
         elif N == K and np.isclose(got, float((lg.argmax(axis=0) == yy).mean())):
-            fix = "the classes are along axis 1: logits.argmax(axis=1)."
+            fix = ("the classes are along axis 1: take the largest entry of each ROW, not of "
+                   "each column.")
         fail(fn, case, f"the accuracy is {got:.4f}; expected {expected:.4f} ({n_right} of {N} right).",
              fix)
     passed(fn, len(cases))
@@ -183,13 +247,15 @@ def accuracy(fn) -> None:
 
 def sgd_momentum_step(fn) -> None:
     """Check ``fn(params, grads, velocity, lr, momentum)``, which updates ``params`` and
-    ``velocity`` (dicts of arrays with the same keys) **in place**, as ``dl.SGD`` does::
+    ``velocity`` (dicts of arrays with the same keys) **in place**, as ``dl.SGD`` does.
 
-        v = momentum * v + g;   p -= lr * v
-
-    Three steps from the same start are compared with that rule. The function gets a copy of
-    each step's ``grads``, so an update that reuses the gradient's memory (``g += ...``) is
-    fine, as long as ``params`` and ``velocity`` come out right.
+    Three steps from the same start, with a learning rate that changes from step to step,
+    are compared with the rule, parameters AND stored velocity, in either convention the
+    lesson names: PyTorch's (the velocity gathers the raw gradients and the step scales it by
+    lr) or the other one (the velocity already holds the lr-scaled, negated step). The first
+    step's velocity says which one the function follows; every later step must follow the
+    same one (with a changing lr the two give different parameters). ``dl.SGD.step`` is
+    refused while the function runs. The function gets a copy of each step's ``grads``.
     """
     __tracebackhide__ = True
     r = rng(5)
@@ -197,50 +263,76 @@ def sgd_momentum_step(fn) -> None:
     start = {k: r.standard_normal(s) for k, s in shapes.items()}
     grads_seq = [{k: r.standard_normal(s) for k, s in shapes.items()} for _ in range(3)]
     checks = 0
-    for lr, momentum in ((0.1, 0.9), (0.5, 0.0), (0.01, 0.5)):
+    other_way = ("the velocity you store follows one convention and the parameters the other: "
+                 "either the velocity gathers the raw gradients and the parameters move by lr "
+                 "times it, or the velocity already holds the lr-scaled, negated step and the "
+                 "parameters move by the velocity itself. Pick one for both lines.")
+    for momentum, lrs in ((0.9, (0.1, 0.05, 0.2)), (0.0, (0.5, 0.3, 0.1)),
+                          (0.5, (0.01, 0.03, 0.02))):
         params = {k: v.copy() for k, v in start.items()}
         originals = dict(params)                      # the arrays a model would hold
         velocity = {k: np.zeros_like(v) for k, v in start.items()}
-        ref_p = {k: v.copy() for k, v in start.items()}
-        ref_v = {k: np.zeros_like(v) for k, v in start.items()}
+        # the two conventions: "torch" v = m v + g, p -= lr v; "neg" v = m v - lr g, p += v
+        ref = {c: ({k: v.copy() for k, v in start.items()},
+                   {k: np.zeros_like(v) for k, v in start.items()}) for c in ("torch", "neg")}
         plain = {k: v.copy() for k, v in start.items()}
         ema_p = {k: v.copy() for k, v in start.items()}
         ema_v = {k: np.zeros_like(v) for k, v in start.items()}
-        for t, grads in enumerate(grads_seq, start=1):
-            case = f"lr={lr}, momentum={momentum}, step {t} of 3 (velocity starts at zero)"
+        convention = None
+        for t, (grads, lr) in enumerate(zip(grads_seq, lrs), start=1):
+            case = (f"momentum={momentum}, step {t} of 3 with lr={lr} (the learning rate changes "
+                    f"between steps: {', '.join(map(str, lrs))}; the velocity starts at zero)")
             # a copy: the reference below, and the next settings, use the untouched gradients
             call(fn, params, {k: g.copy() for k, g in grads.items()}, velocity, lr, momentum,
-                 case=case)
+                 case=case, refuse=REFUSE["sgd_momentum_step"])
             for k in shapes:
-                ref_v[k] = momentum * ref_v[k] + grads[k]
-                ref_p[k] = ref_p[k] - lr * ref_v[k]
+                tp, tv = ref["torch"]
+                tv[k] = momentum * tv[k] + grads[k]
+                tp[k] = tp[k] - lr * tv[k]
+                np_, nv = ref["neg"]
+                nv[k] = momentum * nv[k] - lr * grads[k]
+                np_[k] = np_[k] + nv[k]
                 plain[k] = plain[k] - lr * grads[k]
                 ema_v[k] = momentum * ema_v[k] + (1 - momentum) * grads[k]
                 ema_p[k] = ema_p[k] - lr * ema_v[k]
+            got_v = {k: to_array(velocity[k], fn, case, f"velocity[{k!r}]") for k in shapes}
+            if convention is None:     # the first step's velocity says which convention
+                for c in ("torch", "neg"):
+                    if all(got_v[k].shape == ref[c][1][k].shape and
+                           np.allclose(got_v[k], ref[c][1][k]) for k in shapes):
+                        convention = c
+                        break
+            c = convention or "torch"
+            ref_p, ref_v = ref[c]
+            other = ref["neg" if c == "torch" else "torch"][0]
             for k in shapes:
                 if params[k] is not originals[k]:
                     fail(fn, case, f"params[{k!r}] is now a NEW array. A model keeps its own "
                                    f"reference to the old one and would never see the update.",
-                         f"update in place: params[{k!r}] -= lr * velocity[{k!r}] "
-                         f"(not params[{k!r}] = params[{k!r}] - ...).")
+                         "update the array in place, with an augmented assignment on the array "
+                         "stored in the dict, not by building a new array and storing it under "
+                         "the key.")
                 expect_close(to_array(params[k], fn, case, f"params[{k!r}]"), ref_p[k], fn, case,
                              f"params[{k!r}] after the step", mistakes=[
                                  (start[k], "the parameters did not change at all."),
-                                 (plain[k], "that is plain SGD (p -= lr * g): the velocity must "
-                                            "carry the past steps, v = momentum * v + g; p -= lr * v."),
-                                 (ema_p[k], "you averaged, v = momentum * v + (1 - momentum) * g; "
-                                            "dl.SGD (like PyTorch) does not scale g: v = momentum * v + g."),
+                                 (plain[k], "that is plain SGD: the parameters moved by lr times "
+                                            "this step's gradient only. The velocity must carry "
+                                            "the past steps (it decays by momentum and takes in "
+                                            "the new gradient), and the parameters move by it."),
+                                 (ema_p[k], "you averaged: the new gradient was scaled by "
+                                            "(1 - momentum) before joining the velocity. dl.SGD "
+                                            "(like PyTorch) adds the gradient unscaled."),
+                                 (other[k], other_way),
                              ])
             for k in shapes:
-                v_got = to_array(velocity[k], fn, case, f"velocity[{k!r}]")
-                if v_got.shape == ref_v[k].shape and np.allclose(v_got, -lr * ref_v[k]):
-                    continue   # v = momentum*v - lr*g; p += v: the same parameters (the lesson)
-                expect_close(v_got, ref_v[k], fn, case,
+                expect_close(got_v[k], ref_v[k], fn, case,
                              f"velocity[{k!r}] (the parameters are right)", mistakes=[
                                  (np.zeros_like(ref_v[k]),
                                   f"velocity[{k!r}] is still zero, so the next step cannot use it "
-                                  f"(that is plain SGD): store v = momentum * v + g in velocity[{k!r}]."),
-                             ], fix=f"store v = momentum * v + g in velocity[{k!r}].")
+                                  f"(that is plain SGD): store the new velocity in it."),
+                             ], fix=other_way if t > 1 else
+                             f"store the new velocity in velocity[{k!r}], in one of the lesson's "
+                             f"two conventions.")
         checks += 1
     passed(fn, checks)
 
@@ -249,15 +341,22 @@ def dropout_forward(fn) -> None:
     """Check ``fn(x, p, rng)`` -> ``(out, mask)``, inverted dropout in training mode: each entry
     is kept with probability ``1 - p`` (``p`` is the probability to DROP) and scaled by
     ``1 / (1 - p)``, so that the output's expected value is ``x``; ``mask`` holds 0 or
-    ``1 / (1 - p)`` and ``out = x * mask``. Any random draw from ``rng`` passes: the check
-    looks at what the mask holds and at how many entries it keeps, not at which."""
+    ``1 / (1 - p)`` and the output is x times the mask, entry by entry. The mask must come
+    from the generator ``rng`` it is given, one uniform number per entry (the generator's ``random``),
+    the entry kept where its number is at least ``p`` (or, equally good, below ``1 - p``): the
+    same generator state must give the reference's mask. ``dl.Dropout`` is refused."""
     __tracebackhide__ = True
-    cases = [((400, 50), 0.5), ((200, 100), 0.2), ((100, 100), 0.8), ((10, 7), 0.0)]
-    for shape, p in cases:
-        case = f"x of shape {shape}, all ones, p={p}"
-        x = np.ones(shape)
+    r = rng(13)
+    cases = [((400, 50), 0.5), ((200, 100), 0.2), ((100, 100), 0.8), ((10, 7), 0.0),
+             ((3, 20, 30), 0.35)]
+    for k, (shape, p) in enumerate(cases):
+        seed = 100 + k
+        case = f"x of shape {shape}, p={p}, rng = a NumPy Generator seeded with {seed}"
+        x = r.standard_normal(shape)
         x_given = x.copy()
-        out = expect_tuple(call(fn, x_given, p, np.random.default_rng(0), case=case),
+        gen = np.random.default_rng(seed)
+        out = expect_tuple(call(fn, x_given, p, gen, case=case,
+                                refuse=REFUSE["dropout_forward"]),
                            2, fn, case, "out, mask")
         got, mask = (to_array(a, fn, case, n) for a, n in zip(out, ("out", "mask")))
         expect_shape(got, shape, fn, case, "out", "out has x's shape.")
@@ -269,11 +368,12 @@ def dropout_forward(fn) -> None:
         if p > 0 and abs(kept - p) < 0.05 and abs(kept - (1 - p)) > 0.1:
             fail(fn, case, f"the mask keeps {kept:.0%} of the entries; with p={p} it should keep "
                            f"about {1 - p:.0%}.",
-                 "p is the probability to DROP an entry: keep it where the uniform number is >= p "
-                 "(or < 1 - p).")
+                 "p is the probability to DROP an entry; keep an entry where its uniform number "
+                 "is at least p (or below 1 - p).")
         if abs(kept - (1 - p)) > 0.05:
             fail(fn, case, f"the mask keeps {kept:.0%} of the entries; expected about {1 - p:.0%}.",
-                 "draw one uniform number per entry (rng.random(x.shape)) and keep where it is >= p.")
+                 "draw one uniform number per entry of x from rng, and keep the entry where it "
+                 "is at least p.")
         if values.size and np.allclose(values, 1.0) and p > 0:
             fail(fn, case, "the kept entries are not scaled: the mask holds 0 and 1.",
                  f"divide the mask by (1 - p) = {1 - p}, so that the expected value of the output "
@@ -286,14 +386,32 @@ def dropout_forward(fn) -> None:
         if not (values.size == 1 and np.isclose(values[0], scale)):
             fail(fn, case, f"the mask's nonzero values are {values[:5].tolist()}; expected only "
                            f"1 / (1 - p) = {scale:.4g}.",
-                 "mask = (rng.random(x.shape) >= p) / (1 - p).")
-        expect_close(got, x * mask, fn, case, "out", fix="out = x * mask.")
+                 "the mask holds only two values: 0 for a dropped entry and 1 / (1 - p) for "
+                 "a kept one.")
+        u = np.random.default_rng(seed).random(shape)
+        if not any(np.array_equal(mask != 0, keep) for keep in (u >= p, u < 1 - p)):
+            untouched = (gen.bit_generator.state ==
+                         np.random.default_rng(seed).bit_generator.state)
+            fail(fn, case, "the mask keeps the right share of entries, but not the entries that "
+                           "the generator rng it was given picks"
+                           + (" (rng was not used at all)." if untouched else "."),
+                 "draw the randomness from the rng argument, not from np.random or a generator "
+                 "of your own: one uniform number per entry of x (rng's random method, in x's shape), "
+                 "kept where it is at least p. Then the same rng gives the same mask, and a "
+                 "training run can be repeated." if untouched else
+                 "draw exactly one uniform number per entry of x from rng (its random method, in "
+                 "x's shape), and keep the entry where it is at least p: the same rng must give the "
+                 "same mask as the reference.")
+        expect_close(got, x * mask, fn, case, "out", mistakes=[
+            (mask, "out is the mask itself: multiply x by it."),
+        ], fix="out is x multiplied, entry by entry, by the mask you return.")
     passed(fn, len(cases))
 
 
 def dropout_backward(fn) -> None:
-    """Check ``fn(dout, mask)`` -> ``dx``: the forward multiplied x by the (scaled) mask, so
-    ``dx = dout * mask``."""
+    """Check ``fn(dout, mask)`` -> ``dx``: the forward multiplied x by the (scaled) mask, a
+    constant for the backward pass, so the gradient goes back through the same entries with
+    the same scale."""
     __tracebackhide__ = True
     r = rng(12)
     cases = []
@@ -302,19 +420,123 @@ def dropout_backward(fn) -> None:
         cases.append((f"dout of shape {shape}, a mask with p={p}", r.standard_normal(shape), mask, p))
     for case, dout, mask, p in cases:
         given = {"dout": dout.copy(), "mask": mask.copy()}
-        got = to_array(call(fn, given["dout"], given["mask"], case=case), fn, case, "dx")
+        got = to_array(call(fn, given["dout"], given["mask"], case=case,
+                            refuse=REFUSE["dropout_backward"]), fn, case, "dx")
         expect_shape(got, dout.shape, fn, case, "dx", "dx has dout's shape.")
         expect_close(got, dout * mask, fn, case, "dx", mistakes=[
             (dout, "dout passed through everywhere: the dropped entries had no effect on the "
                    "output, so their gradient is 0; multiply by the mask."),
             (dout * (mask != 0), "the kept entries were multiplied by 1 / (1 - p) in the forward "
-                                 "pass, so their gradient is too: dx = dout * mask (the scaled "
-                                 "mask), not dout * (mask != 0)."),
+                                 "pass, so their gradient is too: use the scaled mask itself, "
+                                 "not only where it is nonzero."),
             (dout * (mask != 0) * (1 - p), "scale by 1 / (1 - p), as the forward did, not by "
-                                           "(1 - p): dx = dout * mask."),
+                                           "(1 - p)."),
         ])
         expect_unchanged(fn, case, [("dout", dout, given["dout"]), ("mask", mask, given["mask"])])
     passed(fn, len(cases))
+
+
+def adam_step(fn) -> None:
+    """Check ``fn(params, grads, m, v, t, lr, beta1, beta2, eps)``: one Adam step, updating
+    ``params``, ``m`` and ``v`` (dicts of arrays with the same keys; m and v start at zeros)
+    **in place**, ``t`` the number of the step (1 for the first). The running averages of the
+    gradient and of its square are stored uncorrected; their bias-corrected versions move the
+    parameters. Three steps each for three settings of (lr, beta1, beta2, eps), with gradients
+    whose size makes eps matter; compared with ``dl.Adam``'s rule, whose ``step`` is refused."""
+    __tracebackhide__ = True
+    r = rng(14)
+    shapes = {"W": (3, 4), "b": (4,)}
+    settings = [(1e-3, 0.9, 0.999, 1e-8, 1.0), (0.05, 0.8, 0.99, 1e-3, 0.01),
+                (0.1, 0.5, 0.9, 0.1, 0.3)]
+    for lr, b1, b2, eps, scale in settings:
+        start = {k: r.standard_normal(s) for k, s in shapes.items()}
+        grads_seq = [{k: r.standard_normal(s) * scale for k, s in shapes.items()}
+                     for _ in range(3)]
+        params = {k: p.copy() for k, p in start.items()}
+        m = {k: np.zeros_like(p) for k, p in start.items()}
+        v = {k: np.zeros_like(p) for k, p in start.items()}
+        held = (dict(params), dict(m), dict(v))        # the arrays an optimizer would hold
+        ref_p = {k: p.copy() for k, p in start.items()}
+        ref_m = {k: np.zeros_like(p) for k, p in start.items()}
+        ref_v = {k: np.zeros_like(p) for k, p in start.items()}
+        wrong = {name: {} for name in ("raw", "m_only", "v_only", "eps_in", "t_minus",
+                                       "eps_fixed")}
+        for t, grads in enumerate(grads_seq, start=1):
+            case = (f"lr={lr}, beta1={b1}, beta2={b2}, eps={eps}, step t={t} of 3 (m and v start "
+                    f"at zero; gradients of size about {scale})")
+            call(fn, params, {k: g.copy() for k, g in grads.items()}, m, v, t, lr, b1, b2, eps,
+                 case=case, refuse=REFUSE["adam_step"])
+            for k in shapes:
+                g, prev = grads[k], ref_p[k]     # each mistake: one step from the right start
+                ref_m[k] = b1 * ref_m[k] + (1 - b1) * g
+                ref_v[k] = b2 * ref_v[k] + (1 - b2) * g * g
+                mh, vh = ref_m[k] / (1 - b1 ** t), ref_v[k] / (1 - b2 ** t)
+                ref_p[k] = prev - lr * mh / (np.sqrt(vh) + eps)
+                wrong["raw"][k] = prev - lr * ref_m[k] / (np.sqrt(ref_v[k]) + eps)
+                wrong["m_only"][k] = prev - lr * mh / (np.sqrt(ref_v[k]) + eps)
+                wrong["v_only"][k] = prev - lr * ref_m[k] / (np.sqrt(vh) + eps)
+                wrong["eps_in"][k] = prev - lr * mh / np.sqrt(vh + eps)
+                wrong["eps_fixed"][k] = prev - lr * mh / (np.sqrt(vh) + 1e-8)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    wrong["t_minus"][k] = prev - lr * (ref_m[k] / (1 - b1 ** (t - 1))) / (
+                        np.sqrt(ref_v[k] / (1 - b2 ** (t - 1))) + eps)
+            if t == 1 and not all(np.isfinite(to_array(params[k], fn, case, f"params[{k!r}]")).all()
+                                  for k in shapes):
+                fail(fn, case, "after the first step the parameters hold nan or inf.",
+                     "a bias-correction factor is 0 at the first step if it uses t - 1: t is the "
+                     "number of the step being taken, 1 for the first.")
+            for name, (dct, was) in zip(("params", "m", "v"), zip((params, m, v), held)):
+                for k in shapes:
+                    if dct[k] is not was[k]:
+                        fail(fn, case, f"{name}[{k!r}] is now a NEW array; the optimizer (and the "
+                                       f"model) keep the old one and would never see the update.",
+                             "change the arrays stored in the dicts in place (augmented "
+                             "assignments), do not store new arrays under the keys.")
+            for k in shapes:
+                got_m = to_array(m[k], fn, case, f"m[{k!r}]")
+                expect_close(got_m, ref_m[k], fn, case, f"m[{k!r}], the running average of the "
+                             f"gradient", mistakes=[
+                                 (ref_m[k] / (1 - b1 ** t),
+                                  "m holds the bias-CORRECTED average; store the raw running "
+                                  "average in m and correct a copy of it for the step (the next "
+                                  "step must go on from the raw one)."),
+                                 (np.zeros_like(g), "m is still zero: update it in place."),
+                             ], fix="m is a running average of the gradient: the old m weighted "
+                                    "by beta1, plus the new gradient weighted by what is left "
+                                    "(1 minus beta1).")
+                got_v = to_array(v[k], fn, case, f"v[{k!r}]")
+                g = grads[k]
+                expect_close(got_v, ref_v[k], fn, case, f"v[{k!r}], the running average of the "
+                             f"squared gradient", mistakes=[
+                                 (ref_v[k] / (1 - b2 ** t),
+                                  "v holds the bias-CORRECTED average; store the raw running "
+                                  "average in v and correct a copy of it for the step."),
+                                 ((1 - b2) * g if t == 1 else None,
+                                  "v averages the SQUARED gradient, entry by entry."),
+                                 (np.zeros_like(g), "v is still zero: update it in place."),
+                             ], fix="v is a running average of the squared gradient: the old v "
+                                    "weighted by beta2, plus the new squared gradient weighted "
+                                    "by 1 minus beta2.")
+                expect_close(to_array(params[k], fn, case, f"params[{k!r}]"), ref_p[k], fn, case,
+                             f"params[{k!r}] after the step (m and v are right)", mistakes=[
+                                 (start[k], "the parameters did not change at all."),
+                                 (wrong["raw"][k], "no bias correction: early on m and v are "
+                                  "too small because they started at zero; divide each by the "
+                                  "factor that the derivation gives for step t."),
+                                 (wrong["m_only"][k], "only m is corrected: v started at zero "
+                                  "too, and needs its own factor (with beta2)."),
+                                 (wrong["v_only"][k], "only v is corrected: m started at zero "
+                                  "too, and needs its own factor (with beta1)."),
+                                 (wrong["eps_in"][k], "eps goes outside the square root: it is "
+                                  "added to the root of the corrected v."),
+                                 (wrong["t_minus"][k], "the correction uses t - 1: t is the "
+                                  "number of the step being taken, 1 for the first, and the "
+                                  "factor comes from the averages after t updates."),
+                                 (wrong["eps_fixed"][k], f"that is the step for eps = 1e-8, but "
+                                  f"this case passes eps={eps}: use the eps argument."),
+                             ], fix="the step is lr times the corrected m divided by (the "
+                                    "square root of the corrected v, plus eps).")
+    passed(fn, 3 * len(settings))
 
 
 # ======================================================================================
@@ -354,7 +576,8 @@ def init_std(fn) -> None:
              (256, 256, "xavier"), (40, 256, "xavier"), (300, 100, "xavier")]
     for fan_in, fan_out, scheme in cases:
         case = f"init_std({fan_in}, {fan_out}, {scheme!r})"
-        got = to_number(call(fn, fan_in, fan_out, scheme, case=case), fn, case, "the std",
+        got = to_number(call(fn, fan_in, fan_out, scheme, case=case, refuse=REFUSE["init_std"]),
+                        fn, case, "the std",
                         "return one positive number, the standard deviation.")
         expected = (np.sqrt(2.0 / fan_in) if scheme == "he"
                     else np.sqrt(2.0 / (fan_in + fan_out)))
@@ -541,13 +764,14 @@ def mlp_forward_batched(fn) -> None:
         for role, a in (("X", X), ("W1", W1), ("b1", b1), ("W2", W2), ("b2", b2)):
             spies.append(a.view(_Spy))
             spies[-1].role = role
-        out = call(fn, *spies, case=case)
+        out = call(fn, *spies, case=case, refuse=REFUSE["mlp_forward_batched"])
         loops = log.loops()
         got = to_array(out, fn, case, "the result")
         expect_shape(got, (N, K), fn, case, "the array of logits",
                      "one row of logits per sample: (N, D) @ (D, H) @ (H, K) gives (N, K).")
         expect_close(got, expected, fn, case, "the array of logits", mistakes=[
-            (hidden @ W2 + b2, "the ReLU is missing: np.maximum(X @ W1 + b1, 0)."),
+            (hidden @ W2 + b2, "the ReLU is missing: the hidden layer is clipped at 0 before "
+                               "the second product."),
             (np.maximum(X @ W1, 0) @ W2 + b2, "b1 is missing."),
             (np.maximum(hidden, 0) @ W2, "b2 is missing."),
             (np.maximum(hidden @ W2 + b2, 0), "the ReLU belongs after the first layer only: "
@@ -556,12 +780,12 @@ def mlp_forward_batched(fn) -> None:
         if loops and N > 1:
             fail(fn, case, "the numbers are right, but the function does not compute the batch "
                            "at once: " + "; ".join(loops) + ".",
-                 "write it for the whole batch, with no loop: X @ W1 + b1 multiplies every row "
-                 "of X at once (b1 broadcasts over the rows), then np.maximum(..., 0) @ W2 + b2.")
+                 "write it for the whole batch, with no loop: one matrix product multiplies "
+                 "every row of X at once, and a bias of shape (H,) broadcasts over the rows.")
         if got.dtype != np.float64:
             fail(fn, case, f"the logits are {got.dtype}, but X and the weights are float64.",
-                 "do not cast the result (.astype(np.float32)): float64 in gives float64 out, "
-                 "and the operators (@, +, xp.maximum) already keep the inputs' dtype.")
+                 "do not cast the result to float32: float64 in gives float64 out, "
+                 "and the operators (@, +) and xp's maximum already keep the inputs' dtype.")
         expect_unchanged(fn, case, [(spy.role, originals[spy.role], spy.view(np.ndarray))
                                     for spy in spies])
     on_gpu = backend.gpu_available()
@@ -570,11 +794,12 @@ def mlp_forward_batched(fn) -> None:
         N, D, H, K = 32, 16, 8, 4
         case = f"CuPy arrays on the GPU, X of shape ({N}, {D})"
         arrays = [r.standard_normal(s) for s in ((N, D), (D, H), (H,), (H, K), (K,))]
-        out = call(fn, *[cp.asarray(a) for a in arrays], case=case)
+        out = call(fn, *[cp.asarray(a) for a in arrays], case=case,
+                   refuse=REFUSE["mlp_forward_batched"])
         if backend.device_of(out) != "gpu":
             fail(fn, case, "the logits came back as a NumPy array for CuPy (GPU) inputs.",
-                 "use operators (@, +) or xp = dl.get_array_module(X); xp.maximum(...), "
-                 "not np.maximum, so the result stays where X lives.")
+                 "use operators (@, +) and the functions of X's own array module "
+                 "(dl.get_array_module), not NumPy's, so the result stays where X lives.")
         X, W1, b1, W2, b2 = arrays
         expect_close(to_array(out, fn, case, "the logits"), np.maximum(X @ W1 + b1, 0) @ W2 + b2,
                      fn, case, "the logits")
@@ -586,15 +811,16 @@ def mlp_forward_batched(fn) -> None:
 # ======================================================================================
 def conv_output_size(fn) -> None:
     """Check ``fn(H, K, stride=1, padding=0)``: how many positions a K-wide window takes
-    when slid with ``stride`` over H pixels padded by ``padding`` on each side,
-    ``(H + 2 * padding - K) // stride + 1`` (an int)."""
+    when slid with ``stride`` over H pixels padded by ``padding`` on each side (an int); the
+    cases include sizes where the stride does not divide the free space (a count that must be
+    rounded down)."""
     __tracebackhide__ = True
     cases = [(8, 3, 1, 0), (8, 3, 1, 1), (28, 5, 1, 2), (7, 3, 2, 0), (32, 3, 2, 1),
-             (5, 2, 2, 0), (6, 3, 3, 0), (4, 4, 1, 0)]
+             (5, 2, 2, 0), (6, 3, 3, 0), (4, 4, 1, 0), (2, 3, 2, 0)]   # the last: no room at all
     for H, K, s, p in cases:
         case = f"conv_output_size(H={H}, K={K}, stride={s}, padding={p})"
         expected = (H + 2 * p - K) // s + 1
-        got = call(fn, H, K, stride=s, padding=p, case=case)
+        got = call(fn, H, K, stride=s, padding=p, case=case, refuse=REFUSE["conv_output_size"])
         if isinstance(got, (float, np.floating)) and not float(got).is_integer():
             fail(fn, case, f"it returned {got}, not a whole number of pixels.",
                  "use // (floor division): a window that would stick out past the edge does "
@@ -604,13 +830,59 @@ def conv_output_size(fn) -> None:
             continue
         known = {
             (H + 2 * p - K) // s: "you forgot the + 1: the window's first position counts too.",
-            (H + p - K) // s + 1: "the padding goes on BOTH sides: H + 2 * padding.",
-            (H - K) // s + 1: "the padding is missing: the padded input has H + 2 * padding pixels.",
+            (H + p - K) // s + 1: "the padding goes on BOTH sides: count it twice.",
+            (H - K) // s + 1: "the padding is missing: the padded input is wider than H, by the "
+                              "padding on each side.",
             (H + 2 * p - K) + 1: "the stride is missing: divide the free space by the stride.",
             -(-(H + 2 * p - K) // s) + 1: "round DOWN (//): a window past the edge does not count.",
         }
-        fail(fn, case, f"it returned {int(value)}; expected ({H} + 2*{p} - {K}) // {s} + 1 = {expected}.",
+        if H + 2 * p < K:
+            known.setdefault(int((H + 2 * p - K) / s) + 1,
+                             "the window does not fit at all here, so there is no position; "
+                             "converting to int truncates towards 0 (-0.5 becomes 0), while "
+                             "floor division rounds down (-0.5 becomes -1).")
+        fail(fn, case, f"it returned {int(value)}; expected {expected} window positions.",
              known.get(int(value)))
+    passed(fn, len(cases))
+
+
+def conv_output_size_2d(fn) -> None:
+    """Check ``fn(H, W, kernel_size, stride=1, padding=0)`` -> ``(OH, OW)``, where each of
+    ``kernel_size``, ``stride`` and ``padding`` is an int (both axes) or a pair (h, w), the
+    first for the height and the second for the width (as ``dl.Conv2d`` takes them). Cases
+    mix ints and pairs, and differ between the axes, so a swapped or shared value shows."""
+    __tracebackhide__ = True
+    cases = [(8, 8, 3, 1, 1), (28, 20, (5, 3), 1, (2, 1)), (7, 9, (3, 2), (2, 3), 0),
+             (32, 17, 3, (2, 1), (1, 0)), (10, 6, (4, 2), 2, (1, 2)), (5, 12, (2, 5), (1, 3), (0, 2))]
+
+    def pair(v):
+        __tracebackhide__ = True
+        return (v, v) if isinstance(v, int) else tuple(v)
+
+    for H, W, k, s, p in cases:
+        case = f"conv_output_size_2d(H={H}, W={W}, kernel_size={k}, stride={s}, padding={p})"
+        (kh, kw), (sh, sw), (ph, pw) = pair(k), pair(s), pair(p)
+        expected = ((H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1)
+        out = expect_tuple(call(fn, H, W, k, stride=s, padding=p, case=case,
+                                refuse=REFUSE["conv_output_size_2d"],
+                                on_error="an int stands for both axes; a pair is (height, "
+                                         "width): turn each setting into a pair first."),
+                           2, fn, case, "OH, OW")
+        got = tuple(int(to_number(v, fn, case, n, "return ints.")) for v, n in
+                    zip(out, ("OH", "OW")))
+        if got == expected:
+            continue
+        known = {
+            ((W + 2 * pw - kw) // sw + 1, (H + 2 * ph - kh) // sh + 1):
+                "OH and OW are swapped: return (height, width).",
+            ((H + 2 * pw - kw) // sw + 1, (W + 2 * ph - kh) // sh + 1):
+                "the settings of the two axes are swapped: a pair is (height, width), its "
+                "first entry for H.",
+            ((H + 2 * ph - kh) // sh + 1, (W + 2 * ph - kh) // sh + 1):
+                "the width used the height's settings: each axis has its own kernel size, "
+                "stride and padding.",
+        }
+        fail(fn, case, f"it returned {got}; expected {expected}.", known.get(got))
     passed(fn, len(cases))
 
 
@@ -645,11 +917,12 @@ def conv2d_naive(fn) -> None:
         F, _, KH, KW = W.shape
         expected = ref(x, W, b, s, p)
         given = {"x": x.copy(), "W": W.copy(), "b": b.copy()}
-        got = to_array(call(fn, given["x"], given["W"], given["b"], stride=s, padding=p, case=case),
+        got = to_array(call(fn, given["x"], given["W"], given["b"], stride=s, padding=p, case=case,
+                            refuse=REFUSE["conv2d_naive"]),
                        fn, case, "the output")
         expect_shape(got, expected.shape, fn, case, "the output",
-                     f"(N, F, OH, OW) with OH = ({H} + 2*{p} - {KH}) // {s} + 1 = {expected.shape[2]} "
-                     f"and OW = ({Wd} + 2*{p} - {KW}) // {s} + 1 = {expected.shape[3]}.")
+                     f"(N, F, OH, OW) with OH = {expected.shape[2]} and OW = {expected.shape[3]} "
+                     f"(exercise 1's count, per axis).")
         expect_close(got, expected, fn, case, "the output", mistakes=[
             (lambda: ref(x, W[:, :, ::-1, ::-1], b, s, p),
              "you flipped the kernel (the mathematician's convolution). Deep learning's "
@@ -658,9 +931,10 @@ def conv2d_naive(fn) -> None:
             (lambda: ref(x, W, b * (C * KH * KW), s, p),
              "b[f] was added to every product: add it once, after the sum."),
             (lambda: ref(x[:, :1], W[:, :1], b, s, p),
-             "only channel 0 is used: the window is x_pad[n, :, ...], all channels."),
-        ], fix="compare your loops with out[n, f, i, j] = (x_pad[n, :, i*stride:i*stride+KH, "
-               "j*stride:j*stride+KW] * W[f]).sum() + b[f].")
+             "only channel 0 is used: the window spans all C channels."),
+        ], fix="each output pixel is the sum, over all channels and the KH×KW window of the "
+               "PADDED input that starts at (i times stride, j times stride), of the window "
+               "times filter f, plus filter f's bias once.")
         expect_unchanged(fn, case, [(k, ref_, given[k]) for k, ref_ in (("x", x), ("W", W), ("b", b))])
     passed(fn, len(cases))
 
@@ -668,8 +942,8 @@ def conv2d_naive(fn) -> None:
 def im2col_simple(fn) -> None:
     """Check ``fn(x, KH, KW)`` (stride 1, no padding): x (N, C, H, W) unfolded into
     cols (N*OH*OW, C*KH*KW), one row per window, in the order of ``dl.im2col``:
-    rows run over n, then i, then j; columns over c, then kh, then kw (the order of
-    ``W[f].reshape(-1)``)."""
+    rows run over n, then i, then j; columns over c, then kh, then kw (the order in which a
+    filter's weights are flattened)."""
     __tracebackhide__ = True
     from ..conv import im2col
     cases = [((1, 1, 3, 3), 2, 2), ((1, 1, 4, 5), 3, 2), ((2, 3, 4, 4), 2, 2),
@@ -681,7 +955,8 @@ def im2col_simple(fn) -> None:
         case = f"x = np.arange({N * C * H * W}).reshape{shape}, KH={KH}, KW={KW}"
         expected = im2col(x, KH, KW)
         x_given = x.copy()
-        got = to_array(call(fn, x_given, KH, KW, case=case), fn, case, "cols")
+        got = to_array(call(fn, x_given, KH, KW, case=case, refuse=REFUSE["im2col_simple"]),
+                       fn, case, "cols")
         expect_unchanged(fn, case, [("x", x, x_given)])
         if got.shape == expected.shape[::-1] != expected.shape:
             fail(fn, case, f"cols has shape {got.shape}: that is the transpose of the expected "
@@ -691,13 +966,14 @@ def im2col_simple(fn) -> None:
                      f"one row per window: (N*OH*OW, C*KH*KW) = ({N}*{OH}*{OW}, {C}*{KH}*{KW}).")
         if np.array_equal(got, expected):
             continue
-        fix = "row (n*OH + i)*OW + j must be x[n, :, i:i+KH, j:j+KW].reshape(-1)."
+        fix = ("each row is one window, flattened channel by channel, and the rows run over "
+               "n, then i, then j.")
         if np.array_equal(np.sort(got, axis=1), np.sort(expected, axis=1)):
             fix = ("each row holds the right pixels in another order: columns run over c, then "
-                   "kh, then kw, as x[n, :, i:i+KH, j:j+KW].reshape(-1) gives them.")
+                   "kh, then kw, as flattening the (C, KH, KW) window in C order gives them.")
         elif sorted(map(tuple, got.tolist())) == sorted(map(tuple, expected.tolist())):
             fix = ("the rows are right but in another order: they run over n, then i, then j "
-                   "(row index (n*OH + i)*OW + j).")
+                   "(count the windows that come before window (n, i, j)).")
         expect_close(got, expected, fn, case, "cols (x holds 0, 1, 2, ..., so each number names "
                      "its pixel)", fix=fix)
     passed(fn, len(cases))
@@ -716,29 +992,83 @@ def conv2d_backward(fn) -> None:
         e_dx, e_dW, e_db = conv2d_backward_naive(dout, x, W, s, p)
         given = {"dout": dout.copy(), "x": x.copy(), "W": W.copy()}
         out = expect_tuple(call(fn, given["dout"], given["x"], given["W"], stride=s, padding=p,
-                                case=case), 3, fn, case, "dx, dW, db")
+                                case=case, refuse=REFUSE["conv2d_backward"]), 3, fn, case, "dx, dW, db")
         dx, dW, db = (to_array(a, fn, case, n) for a, n in zip(out, ("dx", "dW", "db")))
         if dx.shape == W.shape and dW.shape == x.shape and x.shape != W.shape:
             fail(fn, case, "dx has W's shape and dW has x's shape.", "return dx, dW, db in that order.")
         expect_shape(db, (W.shape[0],), fn, case, "db",
-                     "one number per filter: dout summed over N, OH and OW, dout.sum(axis=(0, 2, 3)).")
+                     "one number per filter: dout summed over N, OH and OW.")
         expect_close(db, e_db, fn, case, "db",
                      fix="b[f] is added to every output pixel of filter f, so db[f] is dout[:, f] "
                          "summed over N, OH and OW.")
         expect_shape(dW, W.shape, fn, case, "dW", "dW has W's shape (F, C, KH, KW).")
         expect_close(dW, e_dW, fn, case, "dW",
-                     fix="for every output pixel, dW[f] += (the window of the PADDED input it saw) "
-                         "* dout[n, f, i, j].")
+                     fix="every output pixel adds (the window of the PADDED input it saw) times "
+                         "its own dout value to its filter's gradient.")
         fix = "dx has x's shape (N, C, H, W)."
         if p and dx.shape == (N, C, H + 2 * p, Wd + 2 * p):
-            fix = f"that is the padded input's shape: crop the padding off, dx_pad[:, :, {p}:-{p}, {p}:-{p}]."
+            fix = (f"that is the padded input's shape: crop the padding off ({p} pixel(s) on "
+                   f"each side), since x itself was not padded.")
         expect_shape(dx, x.shape, fn, case, "dx", fix)
         expect_close(dx, e_dx, fn, case, "dx",
-                     fix="every output pixel sends W[f] * dout[n, f, i, j] back to the window it came "
-                         "from (at i*stride, j*stride in the padded input), and overlapping windows "
-                         "ADD (+=).")
+                     fix="every output pixel sends its filter times its own dout value back to the "
+                         "window it came from (at i times stride, j times stride in the padded "
+                         "input), and overlapping windows ADD (+=).")
         expect_unchanged(fn, case, [(k, ref_, given[k])
                                     for k, ref_ in (("dout", dout), ("x", x), ("W", W))])
+    passed(fn, len(cases))
+
+
+def max_window_grad(fn) -> None:
+    """Check ``fn(window)`` -> the gradient of ``max(window)`` with respect to each entry of
+    ``window`` (any 2-D shape), as max pooling's backward uses it: 1 at the maximum, 0 elsewhere;
+    where several entries tie for the maximum, the whole 1 goes to the FIRST of them in
+    row-major order (row by row, left to right), the convention of ``dl.MaxPool2d``."""
+    __tracebackhide__ = True
+    cases = [
+        ("no tie", np.array([[1.0, 3.0], [2.0, 0.0]])),
+        ("two 2s tie", np.array([[0.0, 2.0], [2.0, 1.0]])),
+        ("all zeros (after a ReLU)", np.zeros((2, 2))),
+        ("three tie, the first in row 1", np.array([[-1.0, 0.5, -2.0], [4.0, 4.0, 1.0],
+                                                    [4.0, 0.0, 3.0]])),
+        ("all negative", np.array([[-3.0, -1.0], [-1.0, -2.0]])),
+        ("a 2x3 window, tie in one column", np.array([[0.0, 5.0, 1.0], [2.0, 5.0, 5.0]])),
+    ]
+    for what, window in cases:
+        case = f"window = {window.tolist()} ({what})"
+        given = window.copy()
+        got = to_array(call(fn, given, case=case, refuse=REFUSE["max_window_grad"]), fn, case,
+                       "the gradient")
+        expect_unchanged(fn, case, [("window", window, given)])
+        expect_shape(got, window.shape, fn, case, "the gradient",
+                     "one gradient entry per entry of the window: put the flat position of the "
+                     "maximum back into the window's shape.")
+        flat = window.ravel()
+        is_max = (window == window.max()).astype(float)
+        expected = np.zeros_like(window)
+        expected.flat[int(np.argmax(flat))] = 1.0
+        last = np.zeros_like(window)
+        last.flat[flat.size - 1 - int(np.argmax(flat[::-1]))] = 1.0
+        colmajor = np.zeros_like(window)
+        ci = int(np.argmax(window.T.ravel()))
+        colmajor.T.flat[ci] = 1.0
+        expect_close(got, expected, fn, case, "the gradient", mistakes=[
+            (is_max, "every tied maximum got a whole 1, so the window passes on its gradient "
+                     "several times over: the gradients of a max must add up to 1 (shift every "
+                     "entry by c and the max shifts by c). Exactly one entry gets it, the first "
+                     "in row-major order."),
+            (is_max / is_max.sum(), "you split the 1 evenly between the tied entries: a valid "
+                                    "subgradient (it is what a central difference measures), "
+                                    "but the convention here, as in dl.MaxPool2d, gives all of "
+                                    "it to the FIRST tied entry in row-major order."),
+            (last, "the LAST tied entry got it; the convention is the FIRST in row-major order "
+                   "(in a search loop, replace the best so far only when a value is strictly "
+                   "larger)."),
+            (colmajor, "you went column by column; row-major order goes row by row, left to "
+                       "right within a row."),
+            (window * is_max, "that is the window's values at the maximum, not the gradient: the "
+                              "gradient there is 1."),
+        ])
     passed(fn, len(cases))
 
 
@@ -767,15 +1097,15 @@ def maxpool_mistakes(dout, x, K, s):
 
 
 _TIES = ("ties go to the FIRST maximum in row-major order of the window (row by row, left to "
-         "right), which is what window.argmax() finds and what dl.MaxPool2d does")
+         "right), which is what NumPy's argmax of the window finds and what dl.MaxPool2d does")
 
 
 def maxpool_backward(fn) -> None:
     """Check ``fn(dout, x, K, stride)`` returning dx (N, C, H, W) for K×K max pooling: each
-    window's gradient dout[n, c, i, j] goes to the position of that window's maximum, and
+    window's gradient (its dout value) goes to the position of that window's maximum, and
     where windows overlap (stride < K) the gradients add up. Where a window holds several
     equal maxima (after a ReLU many values are exactly 0), only the first in row-major order
-    gets it, as with ``window.argmax()``. Compared with ``dlcourse.conv.maxpool_backward_naive``."""
+    gets it, as with NumPy's argmax. Compared with ``dlcourse.conv.maxpool_backward_naive``."""
     __tracebackhide__ = True
     from ..conv import maxpool_backward_naive, output_size
     r = rng(9)
@@ -796,7 +1126,8 @@ def maxpool_backward(fn) -> None:
         dout = r.standard_normal((x.shape[0], x.shape[1], OH, OW))
         expected = maxpool_backward_naive(dout, x, K, K, s)
         dout_given, x_given = dout.copy(), x.copy()
-        got = to_array(call(fn, dout_given, x_given, K, s, case=case), fn, case, "dx")
+        got = to_array(call(fn, dout_given, x_given, K, s, case=case,
+                            refuse=REFUSE["maxpool_backward"]), fn, case, "dx")
         expect_shape(got, x.shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
         spread, averaged, overwrite, every, last = maxpool_mistakes(dout, x, K, s)
         expect_close(got, expected, fn, case, "dx", mistakes=[
@@ -808,8 +1139,7 @@ def maxpool_backward(fn) -> None:
             (np.zeros_like(x), "dx is all zeros."),
             (every, "where a window has several equal maxima you gave dout to EVERY one of them "
                     "(a mask window == window.max()), so that window passes on its gradient "
-                    f"several times over. Exactly one position gets it: {_TIES}. Use kh, kw = "
-                    "np.unravel_index(window.argmax(), window.shape)."),
+                    f"several times over. Exactly one position gets it: {_TIES}."),
             (last, f"where a window has several equal maxima you gave dout to the LAST one; {_TIES}. "
                    "In a search loop, replace the best so far only when a value is strictly "
                    "larger (>, not >=)."),
@@ -830,7 +1160,8 @@ def conv_params(fn) -> None:
     for C_in, C_out, K in cases:
         case = f"conv_params({C_in}, {C_out}, {K})"
         expected = C_out * C_in * K * K + C_out
-        got = int(to_number(call(fn, C_in, C_out, K, case=case), fn, case, "the count",
+        got = int(to_number(call(fn, C_in, C_out, K, case=case, refuse=REFUSE["conv_params"]),
+                            fn, case, "the count",
                             "return an int."))
         if got == expected:
             continue
@@ -855,28 +1186,34 @@ def batchnorm_forward(fn) -> None:
     __tracebackhide__ = True
     from ..layers import BatchNorm2d
     r = rng(10)
-    shapes = [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1), (4, 3, 5, 6)]
-    for k, shape in enumerate(shapes):
+    shapes = [(4, 3, 5, 6), (4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1), (3, 2, 2, 2)]
+    # eps varies, so a hard-coded 1e-5 shows; the nearly constant channel (case 1) comes
+    # first, where a missing eps shows on its own
+    epses = [1e-5, 1e-5, 1e-3, 0.5, 2.0]
+    for k, (shape, eps) in enumerate(zip(shapes, epses)):
         N, C, H, W = shape
         x = r.standard_normal(shape) * 3 + r.standard_normal((1, C, 1, 1)) * 2
-        case = f"x of shape {shape}, gamma and beta of shape ({C},)"
-        if k == 3:   # channel 1 scaled by 1e-3: its variance (about 1e-5) is as small as eps
+        if k == 4:   # small variances, so that eps = 2 matters
+            x = x * 0.3
+        case = f"x of shape {shape}, gamma and beta of shape ({C},), eps={eps}"
+        if k == 1:   # channel 1 scaled by 1e-3: its variance (about 1e-5) is as small as eps
             x[:, 1] *= 1e-3
             case += (f", channel 1 nearly constant (variance {x[:, 1].var():.2g}, as small as "
                      f"eps = 1e-5)")
         gamma, beta = r.uniform(0.5, 2.0, C), r.standard_normal(C)
-        bn = BatchNorm2d(C, eps=1e-5, dtype=np.float64)
+        bn = BatchNorm2d(C, eps=eps, dtype=np.float64)
         bn.params = {"gamma": gamma.copy(), "beta": beta.copy()}
         expected = bn.forward(x)
         given = {"x": x.copy(), "gamma": gamma.copy(), "beta": beta.copy()}
-        got = to_array(call(fn, given["x"], given["gamma"], given["beta"], eps=1e-5, case=case,
+        got = to_array(call(fn, given["x"], given["gamma"], given["beta"], eps=eps, case=case,
+                            refuse=REFUSE["batchnorm_forward"],
                             on_error="gamma and beta have shape (C,): reshape them to (1, C, 1, 1) "
                                      "so they broadcast over (N, C, H, W)."), fn, case, "the output")
         expect_shape(got, shape, fn, case, "the output",
                      "keep x's shape; reshape gamma and beta to (1, C, 1, 1) to broadcast.")
         g4, b4 = gamma.reshape(1, C, 1, 1), beta.reshape(1, C, 1, 1)
 
-        def norm(axes, ddof=0, std=lambda v: np.sqrt(v + 1e-5)):
+        def norm(axes, ddof=0, std=lambda v, eps=eps: np.sqrt(v + eps)):
             __tracebackhide__ = True
             def f():
                 __tracebackhide__ = True
@@ -885,9 +1222,14 @@ def batchnorm_forward(fn) -> None:
                 return (x - m) / std(v)
             return f
         expect_close(got, expected, fn, case, "the output", rtol=1e-4, atol=1e-6, mistakes=[
-            (norm((0, 2, 3)), "gamma and beta are missing: out = gamma * x_hat + beta."),
+            (lambda: g4 * norm((0, 2, 3), std=lambda v: np.sqrt(v + 1e-5))() + b4 if eps != 1e-5
+             else None,
+             f"that is the output for eps = 1e-5, but this case passes eps={eps}: use the eps "
+             f"argument, not a number of your own."),
+            (norm((0, 2, 3)), "gamma and beta are missing: scale x_hat by gamma, then shift it "
+                              "by beta."),
             (lambda: g4 * norm((0, 2, 3), ddof=1)() + b4,
-             "use the biased variance (divide by N*H*W): x.var(axis=(0, 2, 3)), not ddof=1."),
+             "use the biased variance (divide by N*H*W, not by N*H*W - 1)."),
             (lambda: g4 * norm((2, 3))() + b4,
              "you normalized each image separately (axes 2, 3): BATCH norm averages over the batch "
              "too, axes (0, 2, 3)."),
@@ -899,15 +1241,113 @@ def batchnorm_forward(fn) -> None:
             (lambda: g4 * norm(None)() + b4,
              "one mean for everything: each channel needs its own, axes (0, 2, 3)."),
             (lambda: g4 * norm((0, 2, 3), std=np.sqrt)() + b4,
-             "eps is missing: x_hat = (x - mean) / sqrt(var + eps). It keeps a channel whose "
-             "variance is tiny (or 0) from being blown up (or divided by 0)."),
-            (lambda: g4 * norm((0, 2, 3), std=lambda v: np.sqrt(v) + 1e-5)() + b4,
+             "eps is missing: it goes under the square root, with the variance. It keeps a "
+             "channel whose variance is tiny (or 0) from being blown up (or divided by 0)."),
+            (lambda: g4 * norm((0, 2, 3), std=lambda v: np.sqrt(v) + eps)() + b4,
              "eps belongs INSIDE the square root: sqrt(var + eps), not sqrt(var) + eps. The two "
              "differ when the variance is as small as eps, as in channel 1 here."),
         ])
         expect_unchanged(fn, case, [(name, ref_, given[name]) for name, ref_ in
                                     (("x", x), ("gamma", gamma), ("beta", beta))])
     passed(fn, len(shapes))
+
+
+def batchnorm_running(fn) -> None:
+    """Check ``fn(x, gamma, beta, running_mean, running_var, momentum=0.1, eps=1e-5,
+    training=True)`` -> out, batch normalization with running statistics (as
+    ``dl.BatchNorm2d``). In training mode the output uses the batch's mean and biased variance,
+    and ``running_mean`` and ``running_var`` (C,) are updated **in place**:
+    ``running = (1 - momentum) * running + momentum * batch statistic``, the variance's batch
+    statistic being the UNBIASED one (times M / (M - 1), M = N*H*W). In evaluation mode the
+    output uses the running statistics, which stay as they are. A few training steps, then
+    evaluation, for several momentum and eps values; ``dl.BatchNorm2d`` is refused."""
+    __tracebackhide__ = True
+    from ..layers import BatchNorm2d
+    r = rng(15)
+    settings = [((4, 3, 5, 5), 0.1, 1e-5), ((2, 2, 3, 4), 0.3, 1e-3), ((8, 4, 1, 1), 0.5, 0.1)]
+    checks = 0
+    for shape, momentum, eps in settings:
+        N, C, H, W = shape
+        M = N * H * W
+        bn = BatchNorm2d(C, eps=eps, momentum=momentum, dtype=np.float64)
+        gamma, beta = r.uniform(0.5, 2.0, C), r.standard_normal(C)
+        bn.params = {"gamma": gamma.copy(), "beta": beta.copy()}
+        running_mean, running_var = np.zeros(C), np.ones(C)
+        held = (running_mean, running_var)
+        biased = (np.zeros(C), np.ones(C))
+        swapped = (np.zeros(C), np.ones(C))
+        steps = [True, True, True, False, False]
+        for t, training in enumerate(steps, start=1):
+            x = r.standard_normal(shape) * r.uniform(0.5, 3.0, (1, C, 1, 1)) + r.standard_normal(
+                (1, C, 1, 1)) * 2
+            mode = "training" if training else "evaluation"
+            case = (f"x of shape {shape}, momentum={momentum}, eps={eps}, call {t} of "
+                    f"{len(steps)} ({mode} mode; the running statistics start at mean 0 and "
+                    f"variance 1)")
+            bn.train(training)
+            before = (running_mean.copy(), running_var.copy())
+            expected = bn.forward(x)
+            given = {"x": x.copy(), "gamma": gamma.copy(), "beta": beta.copy()}
+            got = to_array(call(fn, given["x"], given["gamma"], given["beta"], running_mean,
+                                running_var, momentum=momentum, eps=eps, training=training,
+                                case=case, refuse=REFUSE["batchnorm_running"]), fn, case,
+                           "the output")
+            expect_shape(got, shape, fn, case, "the output", "keep x's shape.")
+            if training:
+                mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+                biased = ((1 - momentum) * biased[0] + momentum * mean,
+                          (1 - momentum) * biased[1] + momentum * var)
+                swapped = (momentum * swapped[0] + (1 - momentum) * mean,
+                           momentum * swapped[1] + (1 - momentum) * var * M / (M - 1))
+            for name, arr, was in (("running_mean", running_mean, held[0]),
+                                   ("running_var", running_var, held[1])):
+                if arr is not was:   # (the learner cannot rebind our names; a safety net)
+                    fail(fn, case, f"{name} is a new array.", f"update {name} in place.")
+            g4, b4 = gamma.reshape(1, C, 1, 1), beta.reshape(1, C, 1, 1)
+
+            def with_stats(mu, var):
+                __tracebackhide__ = True
+                return lambda: g4 * (x - mu.reshape(1, C, 1, 1)) / np.sqrt(
+                    var.reshape(1, C, 1, 1) + eps) + b4
+            batch_out = with_stats(x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3)))
+            run_out = with_stats(*before)
+            expect_close(got, expected, fn, case, "the output", rtol=1e-5, atol=1e-7, mistakes=[
+                (run_out if training else batch_out,
+                 "in training mode the output uses the BATCH's statistics (the running ones are "
+                 "only updated)" if training else
+                 "in evaluation mode the output uses the RUNNING statistics, not the batch's: "
+                 "then a prediction does not depend on which other images share its batch."),
+            ], fix="the output is gamma times the normalized x plus beta, with the statistics "
+                   "the mode asks for.")
+            if not training:
+                if not (np.allclose(running_mean, before[0]) and np.allclose(running_var,
+                                                                             before[1])):
+                    fail(fn, case, "the running statistics changed in evaluation mode.",
+                         "evaluation only reads them: update them in training mode only.")
+                continue
+            e_mean, e_var = bn.buffers["running_mean"], bn.buffers["running_var"]
+            expect_close(to_array(running_mean, fn, case, "running_mean"), e_mean, fn, case,
+                         "running_mean after the call", mistakes=[
+                             (before[0], "running_mean did not change: update it in place."),
+                             (swapped[0], "the weights are swapped: momentum is the weight of "
+                                          "the NEW batch statistic, (1 - momentum) that of the "
+                                          "old running value."),
+                             (x.mean(axis=(0, 2, 3)), "running_mean was replaced by the batch "
+                                                      "mean: it is a running AVERAGE."),
+                         ])
+            expect_close(to_array(running_var, fn, case, "running_var"), e_var, fn, case,
+                         "running_var after the call (running_mean is right)", mistakes=[
+                             (biased[1], "that averages the BIASED batch variance; the running "
+                                         "variance estimates the variance of the whole data, "
+                                         "so it takes the unbiased one (the derivation's "
+                                         "factor, with M = N*H*W)."),
+                             (before[1], "running_var did not change: update it in place."),
+                             (swapped[1], "the weights are swapped: momentum is the weight of "
+                                          "the NEW batch statistic."),
+                         ])
+            checks += 1
+        checks += 1
+    passed(fn, checks)
 
 
 def batchnorm_backward(fn) -> None:
@@ -918,13 +1358,13 @@ def batchnorm_backward(fn) -> None:
     __tracebackhide__ = True
     from ..layers import BatchNorm2d
     r = rng(11)
-    eps = 1e-5
-    for shape in [(4, 3, 5, 6), (2, 5, 3, 3), (8, 2, 1, 1)]:
+    cases = [((4, 3, 5, 6), 1e-5), ((2, 5, 3, 3), 0.1), ((8, 2, 1, 1), 1e-5), ((3, 2, 2, 3), 1.0)]
+    for shape, eps in cases:       # eps varies: a hard-coded 1e-5 shows
         N, C, H, W = shape
         x = r.standard_normal(shape) * 2 + r.standard_normal((1, C, 1, 1))
         gamma, beta = r.uniform(0.5, 2.0, C), r.standard_normal(C)
         dout = r.standard_normal(shape)
-        case = f"x and dout of shape {shape}, gamma of shape ({C},)"
+        case = f"x and dout of shape {shape}, gamma of shape ({C},), eps={eps}"
         bn = BatchNorm2d(C, eps=eps, dtype=np.float64)
         bn.params = {"gamma": gamma.copy(), "beta": beta.copy()}
         bn.forward(x)
@@ -932,6 +1372,7 @@ def batchnorm_backward(fn) -> None:
         e_dgamma, e_dbeta = bn.grads["gamma"], bn.grads["beta"]
         given = {"dout": dout.copy(), "x": x.copy(), "gamma": gamma.copy()}
         out = expect_tuple(call(fn, given["dout"], given["x"], given["gamma"], eps=eps, case=case,
+                                refuse=REFUSE["batchnorm_backward"],
                                 on_error="reduce over axes (0, 2, 3) with keepdims=True and "
                                          "reshape gamma to (1, C, 1, 1)."),
                            3, fn, case, "dx, dgamma, dbeta")
@@ -945,19 +1386,23 @@ def batchnorm_backward(fn) -> None:
                                                      "axes (0, 2, 3).")
         expect_close(dbeta, e_dbeta, fn, case, "dbeta", mistakes=[
             (dout.mean(axis=axes), "dbeta is a SUM over N, H and W, not a mean."),
-        ], fix="beta[c] is added to every value of channel c: dbeta = dout.sum(axis=(0, 2, 3)).")
+        ], fix="beta[c] is added to every value of channel c, so dbeta[c] gathers dout from all "
+               "of them (axes 0, 2 and 3).")
         expect_shape(dgamma, (C,), fn, case, "dgamma", "one number per channel.")
         expect_close(dgamma, e_dgamma, fn, case, "dgamma", mistakes=[
-            (dout.sum(axis=axes), "dgamma multiplies dout by x_hat (gamma scales x_hat): "
-                                  "(dout * x_hat).sum(axis=(0, 2, 3))."),
+            (dout.sum(axis=axes), "gamma scales x_hat, so each dout value reaches gamma "
+                                  "multiplied by its x_hat; summing dout alone is dbeta."),
             ((dout * x).sum(axis=axes), "gamma scales the NORMALIZED x: use x_hat, not x."),
             ((dout * x_hat).mean(axis=axes), "dgamma is a SUM over N, H and W, not a mean."),
+            ((dout * (x - mean) / np.sqrt(var + 1e-5)).sum(axis=axes),
+             f"that is dgamma for eps = 1e-5, but this case passes eps={eps}: use the eps "
+             f"argument, not a number of your own."),
         ])
         expect_shape(dx, shape, fn, case, "dx", "dx has x's shape (N, C, H, W).")
         dxh = dout * g4
         std = np.sqrt(var + eps)
 
-        def paths(mean_path=True, var_path=True, ax=axes):
+        def paths(mean_path=True, var_path=True, ax=axes, eps=eps):
             __tracebackhide__ = True
             def f():
                 __tracebackhide__ = True
@@ -976,19 +1421,22 @@ def batchnorm_backward(fn) -> None:
                         "depend on x too. Add their two paths, as the lesson derives them (each a "
                         "mean over axes (0, 2, 3))."),
             (dout / std, "gamma is missing: dx_hat = dout * gamma, and then the three paths."),
-            (paths(var_path=False), "the variance's path is missing: subtract x_hat * mean(dxh * "
-                                    "x_hat) as well (the variance depends on x)."),
-            (paths(mean_path=False), "the mean's path is missing: subtract mean(dxh) as well (the "
-                                     "mean depends on every x of the channel)."),
+            (paths(var_path=False), "the variance's path is missing: the variance depends on "
+                                    "every x of the channel too, and its path adds a term of "
+                                    "its own (one that involves x_hat)."),
+            (paths(mean_path=False), "the mean's path is missing: the mean depends on every x "
+                                     "of the channel, and its path adds a term of its own."),
             (paths(ax=(2, 3)), "the means go over axes (2, 3) only; batch norm's statistics, and "
                                "so their gradients, run over the batch too: axes (0, 2, 3)."),
             (paths(ax=(0,)), "the means go over axis 0 only; a channel shares its statistics over "
                              "N, H and W: axes (0, 2, 3)."),
+            (paths(eps=1e-5), f"that is dx for eps = 1e-5, but this case passes eps={eps}: use the "
+                              f"eps argument, not a number of your own."),
         ], fix="derive it path by path as in the lesson, and compare with dl.gradcheck on a "
                "small x.")
         expect_unchanged(fn, case, [(k, ref_, given[k]) for k, ref_ in
                                     (("dout", dout), ("x", x), ("gamma", gamma))])
-    passed(fn, 3)
+    passed(fn, len(cases))
 
 
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
@@ -997,80 +1445,136 @@ def batchnorm_backward(fn) -> None:
 HINTS: dict[str, list[str]] = {
     'iterate_minibatches': [
         'shuffle an index array, never the data; the last batch may be shorter',
-        ('order = a permutation of range(N) (or np.arange(N)); for start in range(0, N, '
-         'batch_size): idx = order[start:start + batch_size]; yield X[idx], y[idx]'),
+        ('pseudo-code: order = ___ (a permutation of the N indices from a generator seeded with '
+         'seed, or the indices in order); for each start from 0 in steps of batch_size: idx = '
+         'the next ___ entries of order; yield the rows of X and of y at idx. Section 2 of the '
+         'lesson says why both details matter.'),
     ],
     'accuracy': [
         'compare the (N,) predictions with y and take the mean of the booleans',
-        'predictions = logits.argmax(axis=1); return the mean of (predictions == y) as a float',
+        ('predictions = the index of the largest entry along axis ___ (one per row); accuracy = '
+         'the fraction of positions where the prediction equals ___, as a Python float. Section '
+         '3 defines it.'),
     ],
     'sgd_momentum_step': [
-        ('use in-place operators on velocity[k] and params[k] (a model keeps references to those '
-         'very arrays)'),
-        ('velocity[k] = momentum * velocity[k] + grads[k]; then params[k] -= lr * velocity[k] (in '
-         'place!)'),
+        ('use in-place operators on the arrays stored in the dicts (a model keeps references to '
+         'those very arrays)'),
+        ('per key: velocity <- momentum times (the old velocity) plus ___; parameter <- parameter '
+         'minus ___ times velocity, both written into the existing arrays (*=, +=, -=). The two '
+         'update rules are in the markdown cell above the exercise (section 6).'),
     ],
     'dropout_forward': [
-        "the mask holds 0 or 1/(1 - p); the output is x times the mask",
-        "mask = a boolean array (uniform numbers >= p) divided by (1 - p)",
+        "the mask holds 0 or 1/(1 - p); the output is x times the mask, entry by entry",
+        ("mask = (one uniform number from rng per entry of x, compared with ___) scaled by ___; "
+         "out = ___. The markdown cell above the exercise says which entries are kept, and the "
+         "expected value you want, E[out] = x, fixes the scale."),
     ],
     'dropout_backward': [
-        "dx is dout times the mask the forward returned (the scaled one)",
+        "the mask is a constant for the backward pass: which entries of dout reach x, and scaled "
+        "by how much?",
+        ("dx = ___ (dout and the mask the forward returned, entry by entry). Look at how out was "
+         "made from x in dropout_forward: out at each entry is a constant times x there."),
     ],
     'init_std': [
-        ('write Var(out) = fan_in * Var(w) * E[x²] for one output; after a ReLU E[x²] is half the '
-         'variance of its input, so He picks Var(w) = 2 / fan_in; Xavier asks the same of the '
-         'backward pass (fan_out) and takes the harmonic compromise 2 / (fan_in + fan_out)'),
-        ('the function returns a standard deviation: the square root of that variance, with '
-         'np.sqrt, for the scheme asked'),
+        ('write Var(out) for one output as a sum of fan_in products w·x; after a ReLU E[x²] is '
+         'half the variance of its input. Which Var(w) keeps Var(out) equal to Var(x)? Xavier '
+         'asks the same of the backward pass, where fan_out plays the role of fan_in, and takes '
+         'a compromise between the two.'),
+        ('the function returns a standard deviation: the square root of the variance you found, '
+         'for the scheme asked. The setting is in the markdown cells above the exercise.'),
     ],
     'mlp_forward_batched': [
         "use xp's maximum against 0 for the ReLU, so the same code runs on NumPy and CuPy",
-        'hidden = xp.maximum(X @ W1 + b1, 0) is (N, H); the logits are hidden @ W2 + b2 (N, K)',
+        ('hidden = the ReLU of (the batch matrix-multiplied by ___, plus ___), shape (N, H); '
+         'logits = hidden matrix-multiplied by ___, plus ___, shape (N, K); no loop. '
+         'forward_loop in section 1 spells out the two layers for one sample.'),
     ],
     'conv_output_size': [
         'integer division counts the full strides that fit after the first window',
-        ('the padded input has H + 2 * padding pixels; count the start positions 0, stride, '
-         '2*stride, ... with // and do not forget the first one (+ 1)'),
+        ('padded width = ___; free space after the first window = padded width minus ___; '
+         'positions = (free space) floor-divided by ___, plus ___. Count by hand for H=5, K=3, '
+         'stride=2, padding=1: 3 positions. The pictures above the exercise show the count.'),
     ],
     'conv2d_naive': [
-        "the window spans all C channels and KH x KW pixels, exactly W[f]'s shape (C, KH, KW)",
-        ('four loops over n, f, i, j; window = x_pad[n, :, i*stride:i*stride + KH, '
-         'j*stride:j*stride + KW]; out[n, f, i, j] = (window * W[f]).sum() + b[f]'),
+        "the window spans all C channels and KH x KW pixels, exactly the shape (C, KH, KW) of one "
+        "filter",
+        ('four loops over n, f, i, j; the window of the padded input starts at row ___ and column '
+         '___ and is KH by KW, all channels; the output at (n, f, i, j) = the sum of (window '
+         'times filter f) plus ___. The definition is in the markdown cell above the exercise.'),
     ],
     'im2col_simple': [
-        'the row index of window (n, i, j) is (n*OH + i)*OW + j',
-        'loop over n, i, j: cols[(n * OH + i) * OW + j] = x[n, :, i:i + KH, j:j + KW].reshape(-1)',
+        ('which row does window (n, i, j) go to? Count the windows before it: n whole images of '
+         'OH·OW windows each, then i whole rows of OW, then j.'),
+        ('loop over n, i, j: row ___ of cols = the window of x at (image n, all channels, rows i '
+         'i onwards, KH of them, columns j onwards, KW of them), flattened. The im2col section above the exercise shows '
+         'the order of rows and columns.'),
     ],
     'maxpool_backward': [
-        ('find the position of the maximum inside each window (argmax, then unravel it to a row '
-         'and a column) and add dout there'),
-        ('for each n, c, i, j: window = x[n, c, i*stride:i*stride + K, j*stride:j*stride + K]; kh, '
-         'kw = np.unravel_index(window.argmax(), window.shape); dx[n, c, i*stride + kh, j*stride + '
-         'kw] += dout[n, c, i, j]'),
+        ('find the position of the maximum inside each window (the flat index of the largest '
+         'entry, turned into a row and a column) and add dout there'),
+        ('for each n, c, i, j: window = the K×K patch of x starting at (i·stride, j·stride); '
+         '(kh, kw) = where its first maximum is; dx at (i·stride + kh, j·stride + kw) gets ___ '
+         'added. The max-pooling section above the exercise gives the local derivative of a '
+         'maximum.'),
     ],
     'conv2d_backward': [
-        ('the same four loops as the forward pass; the window starts at (i*stride, j*stride); '
-         'overlapping windows ADD into dx_pad'),
-        ('db = dout.sum(axis=(0, 2, 3)); then loop over n, f, i, j with hs, ws = i*stride, '
-         'j*stride: dW[f] += x_pad[n, :, hs:hs+KH, ws:ws+KW] * dout[n, f, i, j] and dx_pad[n, :, '
-         'hs:hs+KH, ws:ws+KW] += W[f] * dout[n, f, i, j]'),
+        ("the same four loops as the forward pass; the window starts at the output pixel's "
+         "position times the stride; overlapping windows ADD into dx_pad"),
+        ('db = dout summed over every axis but ___; in the loops: filter f\'s gradient gets (the '
+         'window of the padded input) times ___ added; the same window of dx_pad gets (filter f) '
+         'times ___ added. The local derivatives are in the markdown cell above the exercise; '
+         'check with dl.gradcheck on a tiny case.'),
     ],
     'conv_params': [
         'count the weights of the (out_channels, in_channels, K, K) array and add the biases',
         ('weights W have shape (out_channels, in_channels, kernel_size, kernel_size); add one bias '
-         'per output channel'),
+         'per output channel. The Conv2d section shows the shapes.'),
     ],
     'batchnorm_forward': [
-        'x_hat = (x - mean) / sqrt(var + eps), then gamma * x_hat + beta',
-        ('mean = x.mean(axis=(0, 2, 3), keepdims=True) and var = x.var(axis=(0, 2, 3), '
-         'keepdims=True) have shape (1, C, 1, 1); x_hat = (x - mean) / sqrt(var + eps); out = '
-         'gamma.reshape(1, C, 1, 1) * x_hat + beta.reshape(1, C, 1, 1)'),
+        ('x_hat = (x minus the channel mean) divided by the square root of (the channel variance '
+         'plus ___); then scale by gamma and shift by beta'),
+        ('mean and variance over axes (0, 2, 3), kept as (1, C, 1, 1) (keepdims) so they '
+         'broadcast; gamma and beta reshaped to (1, C, 1, 1). The formula is in the markdown '
+         'cell above the exercise.'),
     ],
     'batchnorm_backward': [
-        ("with d = dout * gamma (as (1, C, 1, 1)): dx = (d - mean(d) - x_hat * mean(d * x_hat)) / "
-         "sqrt(var + eps), every mean over axes (0, 2, 3) with keepdims"),
-        ("dbeta is the sum of dout and dgamma the sum of dout * x_hat over axes (0, 2, 3); check "
-         "your dx against dl.gradcheck on a small input if the check's case is hard to read"),
+        ("draw the graph x -> (mean, var) -> x_hat -> out: x reaches x_hat directly, through the "
+         "mean and through the variance; write the local derivative of each edge, then add the "
+         "three paths (each path through a statistic brings a mean over axes (0, 2, 3))"),
+        ("with d = dout times gamma (as (1, C, 1, 1)): dx = (d - the mean of ___ - x_hat times "
+         "the mean of ___) / (the std), every mean over axes (0, 2, 3) with keepdims; dbeta and "
+         "dgamma are sums over the same axes. The graph and its local derivatives are in the "
+         "markdown cell above the exercise; compare with dl.gradcheck."),
+    ],
+    'adam_step': [
+        ('m and v are running averages that start at zero, so after t steps they hold only a '
+         'fraction of a constant gradient (of its square): unroll the recursion, sum the '
+         'geometric series, and divide by that fraction'),
+        ('pseudo-code per key: m <- ___ * m + ___ * g; v <- ___ * v + ___ * g²; '
+         'm_hat = m / (1 - ___); v_hat = v / (1 - ___); parameter <- parameter minus lr times '
+         'm_hat over (___ + eps), the first three in place. The averages are in the markdown cell above '
+         'the exercise.'),
+    ],
+    'conv_output_size_2d': [
+        'an int stands for (that int, that int); a pair is (height, width)',
+        ('pseudo-code: (KH, KW), (sh, sw), (ph, pw) = each setting as a pair; OH = exercise 1\'s '
+         'count with (H, KH, sh, ph); OW = the same with ___. Your conv_output_size already does '
+         'one axis.'),
+    ],
+    'max_window_grad': [
+        ('entries below the maximum get 0; the gradients of a window add up to 1; with a tie the '
+         'convention gives the whole 1 to the first tied entry, row by row'),
+        ('pseudo-code: flat = the index of the first largest entry (NumPy\'s argmax of the '
+         'window); (row, column) = that flat index unravelled in the window\'s shape; the '
+         'gradient is 0 everywhere except a 1 at ___. The markdown cell above the exercise '
+         'works the two windows by hand.'),
+    ],
+    'batchnorm_running': [
+        ('training: the output uses the batch statistics, and each running statistic moves a '
+         'fraction momentum towards the batch\'s; evaluation: the output uses the running '
+         'statistics and nothing changes'),
+        ('the running variance averages the UNBIASED batch variance: multiply the biased one by '
+         '___ with M = N*H*W; update both running arrays in place (*=, +=), per channel. The '
+         'expected value of the biased variance is in the markdown cell above the exercise.'),
     ],
 }

@@ -10,7 +10,7 @@ expected, what your function gave and, for the common mistakes, the likely fix::
     dl.check.grid_size(grid_size)
 
 - :func:`global_index` checks ``global_index(block_idx, block_dim, thread_idx)``: the element
-  a thread owns, ``blockIdx.x * blockDim.x + threadIdx.x``;
+  a thread owns along one axis;
 - :func:`grid_size` checks ``grid_size(n, block) -> int``: the blocks needed for n elements;
 - :func:`warp_transactions` checks ``warp_transactions(addresses, segment_bytes=128) -> int``:
   the memory segments one warp's 32 addresses fall into;
@@ -20,10 +20,13 @@ expected, what your function gave and, for the common mistakes, the likely fix::
 - :func:`bias_relu_backward` checks ``bias_relu_backward(dout, y) -> (dx, db)``: the fused
   backward of ``y = max(x + b, 0)`` that ``bias_relu.cu`` computes in one pass (lesson 08c).
 
-The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
+While a check runs the learner's function, the library's own version of what it builds (a
+kernel's NumPy reference, the launch-geometry helpers) is refused (``REFUSE`` below). The
+shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -33,6 +36,21 @@ from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unc
 
 __all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
            "arithmetic_intensity", "bias_relu_backward"]
+
+# The library's own versions of what each exercise builds, refused while the learner's function
+# runs (harness.refusing). Exercises with nothing in the library to call (global_index,
+# warp_transactions, arithmetic_intensity) refuse nothing.
+REFUSE: dict[str, list[str]] = {
+    "grid_size": ["dlcourse.kernels._build.ceil_div", "dlcourse.kernels._build.launch_config",
+                  "dlcourse.shapes.output_size"],
+    "tiled_matmul": ["dlcourse.kernels.reference.matmul", "dlcourse.kernels.reference.matmul_loops",
+                     "dlcourse.kernels.matmul.matmul_tiled", "dlcourse.ops.matmul"],
+    "bias_relu_backward": ["dlcourse.kernels.reference.bias_relu_backward_ref",
+                           "dlcourse.kernels.reference.bias_relu_rows_backward_ref",
+                           "dlcourse.kernels.fused.bias_relu_backward",
+                           "dlcourse.kernels.fused.bias_relu_rows_backward",
+                           "dlcourse.fusion.bias_relu_backward", "dlcourse.layers.ReLU.backward"],
+}
 
 
 def _integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
@@ -58,65 +76,84 @@ def _integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
 # ======================================================================================
 def global_index(fn) -> None:
     """Check ``fn(block_idx, block_dim, thread_idx)``: the global index of a thread along one
-    axis, ``blockIdx.x * blockDim.x + threadIdx.x``, for ints and for NumPy int arrays that
-    broadcast together (one call for a whole grid)."""
+    axis (the element it owns), for ints and for NumPy int arrays that broadcast together (one
+    call for a whole grid), with the block index and the thread index each as the row and as
+    the column of the grid."""
     __tracebackhide__ = True
     cases = [(0, 32, 5), (3, 32, 5), (2, 256, 255), (7, 128, 0), (1, 1, 0)]
     for b, d, t in cases:
         case = f"block_idx={b}, block_dim={d}, thread_idx={t}"
         expected = b * d + t
-        got = _integer(call(fn, b, d, t, case=case), fn, case, "the index")
+        got = _integer(call(fn, b, d, t, case=case, refuse=()), fn, case, "the index")
         if got == expected:
             continue
         fix = None
         if got == b + t:
-            fix = ("each block before this one holds block_dim threads: multiply block_idx by "
-                   "block_dim before adding thread_idx.")
+            fix = ("each block before this one holds block_dim threads, not one: how many "
+                   "threads do the blocks numbered below block_idx hold together?")
         elif got == t * d + b:
-            fix = ("you multiplied the THREAD index by the block size. In CUDA consecutive "
-                   "threads own consecutive elements: block_idx * block_dim + thread_idx.")
+            fix = ("you scaled the THREAD index by the block size, so neighbouring threads own "
+                   "elements block_dim apart. In CUDA consecutive threads own consecutive "
+                   "elements: which of the two indices counts whole blocks?")
         elif got == (b + 1) * d + t:
             fix = "blocks are numbered from 0: block 0 starts at index 0, so use block_idx, not block_idx + 1."
         elif got == b * d + t + 1 or got == b * d + t - 1:
-            fix = "indices start at 0 and need no +1 or -1: block_idx * block_dim + thread_idx."
-        fail(fn, case, f"the index is {got}; expected {b} * {d} + {t} = {expected}.", fix)
+            fix = ("indices start at 0 and need no +1 or -1: thread 0 of block 0 owns "
+                   "element 0.")
+        fail(fn, case, f"the index is {got}; expected {expected}.", fix)
 
-    # A whole grid at once: 4 blocks of 8 threads must cover 0..31, each index once.
-    case = ("block_idx = np.arange(4)[:, None], block_dim = 8, thread_idx = np.arange(8)[None, :] "
-            "(a grid of 4 blocks of 8 threads, all at once)")
-    bi, ti = np.arange(4)[:, None], np.arange(8)[None, :]
-    got = to_array(call(fn, bi, 8, ti, case=case,
-                        on_error="use only arithmetic (* and +): it then works element by element "
-                                 "on NumPy arrays as well as on ints."), fn, case, "the indices")
-    expected = bi * 8 + ti
-    expect_shape(got, expected.shape, fn, case, "the indices",
-                 "combine the arrays with * and +; NumPy broadcasts (4, 1) and (1, 8) to (4, 8).")
-    expect_close(got, expected, fn, case, "the indices", rtol=0, atol=0)
-    passed(fn, len(cases) + 1)
+    # A whole grid at once: 4 blocks of 8 threads must cover 0..31, each index once; then 5
+    # blocks of 3 threads with the roles of rows and columns swapped.
+    grids = [("block_idx = np.arange(4)[:, None], block_dim = 8, thread_idx = np.arange(8)[None, :] "
+              "(a grid of 4 blocks of 8 threads, all at once)",
+              np.arange(4)[:, None], 8, np.arange(8)[None, :]),
+             ("block_idx = np.arange(5)[None, :], block_dim = 3, thread_idx = np.arange(3)[:, None] "
+              "(5 blocks of 3 threads, blocks along the columns this time)",
+              np.arange(5)[None, :], 3, np.arange(3)[:, None])]
+    for case, bi, d, ti in grids:
+        got = to_array(call(fn, bi, d, ti, case=case, refuse=(),
+                            on_error="use only arithmetic (* and +): it then works element by "
+                                     "element on NumPy arrays as well as on ints."),
+                       fn, case, "the indices")
+        expected = bi * d + ti
+        expect_shape(got, expected.shape, fn, case, "the indices",
+                     f"combine the arrays with * and + only; NumPy broadcasts "
+                     f"{bi.shape} and {ti.shape} to {expected.shape}.")
+        expect_close(got, expected, fn, case, "the indices", rtol=0, atol=0)
+        if len(np.unique(got)) != got.size:
+            fail(fn, case, "two threads of the grid got the same index.")
+    passed(fn, len(cases) + len(grids))
 
 
 def grid_size(fn) -> None:
     """Check ``fn(n, block)``: how many blocks of ``block`` threads a 1-D grid needs so that
-    every one of ``n`` elements gets a thread — ``ceil(n / block)``, as a whole number."""
+    every one of ``n`` elements gets a thread, as a whole number, computed with integers (a
+    case with n near 2**60 catches floating-point division)."""
     __tracebackhide__ = True
     cases = [(1024, 256), (1000, 256), (1, 256), (257, 256), (2048, 32), (100, 1), (31, 32),
-             (0, 128), (768, 256), (96, 32), (1025, 1024)]
+             (0, 128), (768, 256), (96, 32), (1025, 1024), (2 ** 60 + 1, 1024)]
     for n, block in cases:
         case = f"n={n} elements, block={block} threads"
         expected = -(-n // block)
-        got = _integer(call(fn, n, block, case=case), fn, case, "the number of blocks",
+        got = _integer(call(fn, n, block, case=case, refuse=REFUSE["grid_size"]), fn, case,
+                       "the number of blocks",
                        "return a whole number of blocks, e.g. with integer division //.")
         if got == expected:
             continue
         fix = None
         if n == 0:
-            fix = ("with n = 0 no element needs a thread, so the count is 0 blocks, which "
-                   "(n + block - 1) // block gives. (A guard such as max(1, ...) belongs where "
-                   "the kernel is launched, not in the count.)")
+            fix = ("with n = 0 no element needs a thread, so the count is 0 blocks, which a "
+                   "rounding up done with integers gives by itself. (A guard such as max(1, ...) "
+                   "belongs where the kernel is launched, not in the count.)")
+        elif got == math.ceil(n / block):
+            fix = (f"that is {n} / {block} rounded up in FLOATING POINT: a float keeps about 16 "
+                   f"digits, so at n this large the remainder is lost before the rounding. Stay "
+                   f"with whole numbers all the way (integer division //).")
         elif got == n // block:
             fix = (f"{n} // {block} = {n // block} blocks give only {n // block * block} threads, "
-                   f"so the last {n - n // block * block} element(s) get none. Round UP with "
-                   f"integers only: (n + block - 1) // block.")
+                   f"so the last {n - n // block * block} element(s) get none. Round UP, with "
+                   f"integers only: what can you add to n before dividing so that any remainder "
+                   f"adds one block and no remainder adds none?")
             if 0 < n / block - n // block < 0.01:
                 fix += (f" (Adding 0.999 or the like before truncating misses a remainder this "
                         f"small: {n} / {block} = {n / block:.6f}.)")
@@ -125,7 +162,8 @@ def grid_size(fn) -> None:
                    f"{block}), so {n // block} blocks are exactly enough. n // block + 1, "
                    f"(n + block) // block and round(n / block + 0.5) all give one more here "
                    f"(round() takes halves to the nearest EVEN number, so it is right only "
-                   f"sometimes). Round up with integers only: (n + block - 1) // block.")
+                   f"sometimes). Round up with integers only, so that an exact multiple "
+                   f"stays as it is.")
         fail(fn, case, f"the grid has {got} block(s); expected {expected} "
                        f"({expected} x {block} = {expected * block} threads >= {n} elements).", fix)
     passed(fn, len(cases))
@@ -157,12 +195,14 @@ def warp_transactions(fn) -> None:
         ("32 consecutive float32 in shuffled order", 4 * np.random.default_rng(8).permutation(32),
          128),
         ("every other float32 (8 * lane + 1024)", 8 * lane + 1024, 128),
+        ("32 consecutive float32 starting at byte 96, in 64-byte segments", 96 + 4 * lane, 64),
     ]
     for case, addresses, seg in cases:
         case = f"{case}, segment_bytes={seg}"
         expected = _segments(addresses, seg)
         given = addresses.astype(np.int64)
-        got = _integer(call(fn, given, seg, case=case), fn, case, "the number of transactions")
+        got = _integer(call(fn, given, seg, case=case, refuse=()), fn, case,
+                       "the number of transactions")
         expect_unchanged(fn, case, [("addresses", addresses, given)])
         if got == expected:
             continue
@@ -171,22 +211,21 @@ def warp_transactions(fn) -> None:
         by_range = int((addresses.max() - addresses.min()) // seg + 1)
         if got == len(addresses) and expected != len(addresses):
             fix = ("that is one transaction per thread. Threads whose addresses fall in the same "
-                   "segment share one: count the distinct values of addresses // segment_bytes.")
+                   "segment share one: count the different segments, not the threads.")
         elif got == len(np.unique(addresses)):
-            fix = ("that counts distinct ADDRESSES. Count distinct segments: "
-                   "np.unique(addresses // segment_bytes).")
+            fix = ("that counts distinct ADDRESSES. Map every address to the segment it falls "
+                   "in first, then count the different segments.")
         elif got == span:
             fix = ("you counted every segment from the lowest to the highest address; only the "
-                   "segments some thread actually touches are fetched: "
-                   "np.unique(addresses // segment_bytes).")
+                   "segments some thread actually touches are fetched: count those, each once.")
         elif got == _segments(addresses, 128) and seg != 128:
             fix = "use the segment_bytes argument, not a fixed 128."
         elif got == by_range:
             fix = ("you divided the address RANGE (max - min) by segment_bytes. Segments are "
                    "aligned, starting at multiples of segment_bytes, so a range of fewer bytes "
                    "can still straddle two of them (bytes 64 to 191 touch segments 0 and 1), and "
-                   "a wide range may skip most segments. Count the segments the threads touch: "
-                   "np.unique(addresses // segment_bytes).")
+                   "a wide range may skip most segments. Count the segments the threads touch, "
+                   "each once.")
         elif got == _segments(addresses // 4, seg):
             fix = ("the addresses are already in BYTES: divide them by segment_bytes directly, "
                    "without converting to elements first.")
@@ -256,15 +295,16 @@ def tiled_matmul(fn) -> None:
         case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}"
         A_given, B_given = A.copy(), B.copy()
         got = to_array(call(fn, A_given, B_given, tile, case=case,
-                            on_error="slice tiles as A[i0:i0 + tile, k0:k0 + tile]; a slice past "
-                                     "the edge is simply shorter (or pad it with zeros, as the "
-                                     "kernel does)."), fn, case, "C")
+                            refuse=REFUSE["tiled_matmul"],
+                            on_error="slice each tile out of A and B by its range of rows and "
+                                     "of columns; a slice past the edge is simply shorter (copy "
+                                     "it into a zero tile, as the kernel does)."), fn, case, "C")
         expect_shape(got, (M, N), fn, case, "C", "C has one row per row of A and one column per "
                                                   "column of B: (M, N).")
         expect_close(got, A @ B, fn, case, "C", rtol=1e-9, atol=1e-9, mistakes=[
             (lambda A=A, B=B, t=tile: _last_k_tile_only(A, B, t),
-             "C holds only the LAST k-tile's product: accumulate over the k-tiles "
-             "(acc += As @ Bs), do not overwrite."),
+             "C holds only the LAST k-tile's product: each step must ADD its tile product to "
+             "the accumulator, not replace what is there."),
             (lambda A=A, B=B, t=tile: A[:, :t] @ B[:t, :],
              "C holds only the FIRST k-tile's product: the loop over k0 must run over all of K, "
              "range(0, K, tile)."),
@@ -281,11 +321,11 @@ def tiled_matmul(fn) -> None:
     case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}, watching the products"
     _Whole.used_whole = False
     call(fn, r.standard_normal((M, K)).view(_Whole), r.standard_normal((K, N)).view(_Whole), tile,
-         case=case)
+         case=case, refuse=REFUSE["tiled_matmul"])
     if _Whole.used_whole:
         fail(fn, case, "the whole matrices were multiplied (A @ B or np.dot(A, B)): the result "
                        "is right, but that is not the tiled algorithm the kernel runs.",
-             "multiply only the (tile, tile) tiles, As @ Bs, one k-step at a time.")
+             "multiply only (tile, tile) tiles, one k-step at a time, and add them up.")
     passed(fn, len(sizes) + 1)
 
 
@@ -294,9 +334,9 @@ def tiled_matmul(fn) -> None:
 # ======================================================================================
 def arithmetic_intensity(fn) -> None:
     """Check ``fn(tile_m, tile_n, K, itemsize=4)``: FLOPs per byte loaded from global memory
-    when one block computes a ``tile_m x tile_n`` tile of C = A @ B over the whole K: it does
-    ``2 * tile_m * tile_n * K`` FLOPs (a multiply and an add per product) and loads a
-    ``tile_m x K`` strip of A and a ``K x tile_n`` strip of B, ``itemsize`` bytes each."""
+    when one block computes a ``tile_m x tile_n`` tile of C = A @ B over the whole K, loading
+    each element of its strips of A and B once, ``itemsize`` bytes each (a multiply and an add
+    are 2 FLOPs)."""
     __tracebackhide__ = True
     cases = [(1, 1, 2048, 4), (32, 32, 2048, 4), (128, 128, 2048, 4), (128, 64, 512, 4),
              (32, 32, 100, 8), (16, 4, 7, 2)]
@@ -304,23 +344,26 @@ def arithmetic_intensity(fn) -> None:
         case = f"tile_m={tm}, tile_n={tn}, K={K}, itemsize={itemsize}"
         flops, nbytes = 2 * tm * tn * K, itemsize * (tm + tn) * K
         expected = flops / nbytes
-        got = to_number(call(fn, tm, tn, K, itemsize, case=case), fn, case, "the intensity")
+        got = to_number(call(fn, tm, tn, K, itemsize, case=case, refuse=()), fn, case,
+                        "the intensity")
         if np.isclose(got, expected, rtol=1e-9):
             continue
         fix = None
         ratio = got / expected if expected else np.nan
         if np.isclose(ratio, 0.5):
-            fix = ("a multiply-add is 2 FLOPs: the block does 2 * tile_m * tile_n * K of them "
-                   "(a multiply and an add per product).")
+            fix = ("a multiply-add is 2 FLOPs: count a multiply AND an add for every product "
+                   "term of the tile.")
         elif np.isclose(ratio, itemsize) and itemsize != 1:
             fix = (f"that is FLOPs per ELEMENT loaded; each element is itemsize = {itemsize} "
-                   f"bytes: bytes = itemsize * (tile_m * K + K * tile_n).")
+                   f"bytes: turn the element count into bytes.")
         elif np.isclose(got, 2 * tm * tn * K / (itemsize * tm * tn * K)) or \
                 np.isclose(got, 2 * tm * tn * K / (itemsize * 2 * tm * tn * K)):
             fix = ("that counts one load per product, with no re-use. The block loads each "
-                   "element of its strips ONCE: tile_m * K of A plus K * tile_n of B.")
+                   "element of its strips ONCE: how many elements does the strip of A hold, and "
+                   "the strip of B?")
         elif np.isclose(got, 2 * tm * tn * K / (itemsize * (tm * tn + K))):
-            fix = "the strips are tile_m x K (of A) and K x tile_n (of B): bytes = itemsize * (tile_m * K + K * tile_n)."
+            fix = ("the strips are tile_m x K (of A) and K x tile_n (of B): count the elements "
+                   "of each strip, not of the tile.")
         elif np.isclose(got, 1 / expected):
             fix = "that is bytes per FLOP: divide FLOPs by bytes, not bytes by FLOPs."
         fail(fn, case, f"the intensity is {got:.6g} FLOP/byte; expected {flops} FLOPs / "
@@ -329,8 +372,8 @@ def arithmetic_intensity(fn) -> None:
 
 
 def bias_relu_backward(fn) -> None:
-    """Check ``fn(dout, y) -> (dx, db)`` for ``y = max(x + b, 0)``: ``dx = dout`` where ``y > 0``
-    and 0 elsewhere, ``db = dx`` summed over the batch axis; dout, y: (N, F), dx: (N, F), db: (F,)."""
+    """Check ``fn(dout, y) -> (dx, db)``: the backward of ``y = max(x + b, 0)`` computed from
+    its output y alone; dout, y: (N, F), dx: (N, F), db: (F,)."""
     __tracebackhide__ = True
     r = rng(16)
     y0 = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, 0.5]])
@@ -343,17 +386,20 @@ def bias_relu_backward(fn) -> None:
     for case, dout, y in cases:
         dx_ref = dout * (y > 0)
         dout_given, y_given = dout.copy(), y.copy()
-        got = expect_tuple(call(fn, dout_given, y_given, case=case), 2, fn, case, "dx, db")
+        got = expect_tuple(call(fn, dout_given, y_given, case=case,
+                                refuse=REFUSE["bias_relu_backward"]), 2, fn, case, "dx, db")
         dx, db = (to_array(g, fn, case, w) for g, w in zip(got, ("dx", "db")))
         expect_shape(dx, dout.shape, fn, case, "dx", "dx has the shape of dout, (N, F).")
         expect_close(dx, dx_ref, fn, case, "dx", rtol=1e-12, atol=1e-12, mistakes=[
             (dout * (dout > 0), "the mask must come from the OUTPUT y (where the ReLU let the "
                                 "signal through), not from dout."),
             (dout * (y >= 0), "where y == 0 the ReLU was off: use y > 0, not y >= 0."),
-            (dout * y, "multiply dout by the 0/1 mask (y > 0), not by y itself."),
+            (dout * y, "where the ReLU was on, the gradient passes through UNCHANGED (its "
+                       "local derivative is 1 there): scale dout by 0 or 1, not by the value y."),
         ])
         expect_shape(db, dout.shape[1:], fn, case, "db",
-                     "db has one number per feature, (F,): sum over the batch axis (axis=0).")
+                     "db has one number per feature, (F,): along which axis was the bias "
+                     "repeated?")
         expect_close(db, dx_ref.sum(axis=0), fn, case, "db", rtol=1e-12, atol=1e-12, mistakes=[
             (dout.sum(axis=0), "db sums the MASKED gradient dx, not dout: the bias gets no "
                                "gradient where the ReLU was off."),
@@ -371,30 +417,53 @@ def bias_relu_backward(fn) -> None:
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
 HINTS: dict[str, list[str]] = {
     'global_index': [
-        ("the blocks before this one hold block_idx * block_dim threads; add the thread's place "
-         'inside its own block'),
+        ("Try a tiny grid by hand: blocks of 4 threads. Block 0 covers elements 0 to 3, block 1 "
+         "elements 4 to 7. Which element does thread 3 of block 2 own? Now write that count with "
+         "the three arguments: i = ___ * ___ + ___."),
+        ("Use only * and + (no loops, no int()), so that the same line works element by element "
+         "on NumPy arrays. Where to look: section 2, the paragraph before exercise 1 (threads are "
+         "numbered block by block, from 0)."),
     ],
     'grid_size': [
-        'adding block - 1 before an integer division rounds up',
-        'round n / block up with integers only: (n + block - 1) // block',
+        ("Write n = q * block + r with 0 <= r < block. How many blocks does r = 0 need, and how "
+         "many does r > 0 need? Integer division (//) alone gives q in both cases."),
+        ("blocks = (n + ___) // block: the blank is the largest number you can add without pushing "
+         "an exact multiple of block up to the next block. Try n = 0, 256 and 257 with block = "
+         "256. Where to look: the text of exercise 2 (rounded up, never down; integers only)."),
     ],
     'warp_transactions': [
-        'count the distinct segment numbers',
-        ('the segment of an address is address // segment_bytes; count how many different segments '
-         'there are (np.unique)'),
+        ("Turn the 32 byte addresses into the 32 segment numbers they fall in (integer division "
+         "by the segment size works on the whole array at once); threads that share a segment "
+         "share its transaction."),
+        ("Count the different values in that array of segment numbers: NumPy has a function that "
+         "returns each value once (np.___); the length of its result is the count. Where to look: "
+         "the paragraph above exercise 3 (the segment of an address)."),
     ],
     'tiled_matmul': [
-        'copy only what lies inside the matrix into the top-left of each zero tile',
-        ('copy A[i0:i0 + tile, k0:k0 + tile] and B[k0:k0 + tile, j0:j0 + tile] into zero (tile, '
-         'tile) arrays As and Bs; then acc += As @ Bs'),
+        ("At step k0 the block needs the piece of A in its own rows (from i0, tile of them) and "
+         "the columns from k0, and the piece of B in the rows from k0 and its own columns (from "
+         "j0). A slice that runs past the matrix is simply shorter: copy it into the top-left "
+         "corner of a zero (tile, tile) array, as large as the slice itself is."),
+        ("Pseudo-code for one step: As = a zero tile; the top-left of As = the piece of A; the "
+         "same for Bs and B; then acc ___= ___ @ ___. Replacing acc instead of adding to it keeps "
+         "only the last step. Where to look: the picture above the exercise (tiles (bi, k) of A "
+         "and (k, bj) of B, one pair per step) and section 1's description of rung 3."),
     ],
     'arithmetic_intensity': [
-        'flops = 2 * tile_m * tile_n * K; bytes_loaded = itemsize * (tile_m * K + K * tile_n)',
+        ("FLOPs: the tile holds tile_m x tile_n outputs, each a dot product of length K, and each "
+         "product term costs a multiply and an add. Bytes: the strip of A has tile_m rows of K "
+         "elements, the strip of B K rows of tile_n, and each element is itemsize bytes."),
+        ("flops = ___ x tile_m x tile_n x K (how many FLOPs per product term?); bytes = itemsize x "
+         "(elements of A's strip + elements of B's strip); return their ratio. Check: a 1 x 1 "
+         "tile, K = 2048, itemsize 4 gives 0.25 FLOP/byte. Where to look: section 2, the "
+         "paragraph on arithmetic intensity above exercise 5."),
     ],
     'bias_relu_backward': [
-        ('x + b > 0 exactly where y > 0, so y alone gives the mask; the bias is added to every row, '
-         'so its gradient adds up over the rows'),
-        ('dx is dout masked by (y > 0), shape (N, F); db is dx summed over axis 0, shape (F,); '
-         'return both'),
+        ("The graph: t = x + b (b repeated along every row), y = max(t, 0). Local rules: the "
+         "derivative of max(t, 0) is 1 where t > 0 and 0 where t < 0; t changes one for one with "
+         "x, and with b[f] in every row n. Shapes: dx is (N, F) like dout, db is (F,)."),
+        ("dx = dout times a 0/1 mask made from ___ (which of the two inputs says where the ReLU "
+         "was on?); db = dx added up over the axis the bias was repeated along (axis ___). Where "
+         "to look: the text of exercise 6 and lesson 03's relu_backward."),
     ],
 }

@@ -10,17 +10,23 @@ check                       your function
 The ring is run on simulated ranks (``dl.distributed.simulate``: one thread per rank, real
 messages through queues), so the check needs no MPI; the lesson then runs the same function
 under ``mpiexec`` against MPI's Allreduce. The shared machinery (``call``, ``fail``,
-``expect_close``, ...) lives in ``harness.py``.
+``expect_close``, ...) lives in ``harness.py``. While the ring runs, ``comm.all_reduce`` and
+the library's own ring (``dl.distributed.ring_all_reduce``) answer with an error.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import distributed
-from .harness import (ExerciseError, call, expect_close, expect_tuple, expect_unchanged, fail,
-                      passed, to_array)
+from .harness import (ExerciseError, _raise, call, expect_close, expect_tuple, expect_unchanged,
+                      fail, passed, refusing, to_array)
 
 __all__ = ["ring_all_reduce", "fit_alpha_beta", "ExerciseError"]
+
+# The library's own all-reduces, refused while the learner's ring runs on the simulated ranks
+# (the simulated rank's own all_reduce too, which the counting wrapper holds).
+_REFUSE_RING = ["dlcourse.distributed.ring_all_reduce", "dlcourse.distributed.ThreadRank.all_reduce",
+                "dlcourse.distributed.ThreadRank.broadcast"]
 
 
 class _Counting(distributed.Communicator):
@@ -42,7 +48,7 @@ class _Counting(distributed.Communicator):
 
     def all_reduce(self, x, op="sum"):
         __tracebackhide__ = True
-        raise RuntimeError("comm.all_reduce is what you are building: use comm.sendrecv only.")
+        raise RuntimeError("comm.all_reduce is what you are building: use sendrecv only.")
 
     broadcast = all_reduce
 
@@ -57,9 +63,12 @@ def _run(fn, inputs, case):
         counting = counters[comm.rank] = _Counting(comm)
         return fn(counting, x)
     try:
-        out = distributed.simulate(body, inputs, timeout=5)
+        with refusing(_REFUSE_RING, fn, case):
+            out = distributed.simulate(body, inputs, timeout=5)
     except RuntimeError as err:
         cause = err.__cause__
+        if isinstance(cause, ExerciseError):           # a refused shortcut, on some rank
+            _raise(cause)
         if isinstance(cause, NotImplementedError):
             def not_yet():                  # the usual "not implemented yet: <hint>" message
                 __tracebackhide__ = True
@@ -77,7 +86,7 @@ def _run(fn, inputs, case):
 def ring_all_reduce(fn) -> None:
     """Check ``fn(comm, x)`` on 1 to 4 simulated ranks: every rank returns the sum of all
     ranks' x (same shape), leaves x unchanged, and sends 2(N-1) messages holding 2(N-1)/N of
-    the buffer in all (a ring), through ``comm.sendrecv`` only."""
+    the buffer in all (a ring), through the communicator's ``sendrecv`` only."""
     __tracebackhide__ = True
     n_cases = 0
     for N, shape, dtype in [(2, (8,), np.float64), (3, (10,), np.float64), (4, (5, 3), np.float32),
@@ -103,8 +112,10 @@ def ring_all_reduce(fn) -> None:
                        f"(N-1 more steps, copying, not adding) passes them around.")
             expect_close(got, total, fn, case, f"the sum on rank {r}", rtol=1e-5, atol=1e-6,
                          fix=fix or "in the reduce-scatter ADD what arrives into your chunk; in "
-                                    "the all-gather OVERWRITE it. Check the chunk indices "
-                                    "(r - s) % N and (r - s - 1) % N.")
+                                    "the all-gather OVERWRITE it. Check the chunk indices on "
+                                    "paper for 3 ranks: at each step, which chunk does rank r "
+                                    "send, and which one does the chunk from its left neighbour "
+                                    "belong to?")
             expect_unchanged(fn, case, [(f"x (rank {r})", inputs[r], given[r])])
             c = counters[r]
             if c.messages != 2 * (N - 1):
@@ -121,7 +132,7 @@ def ring_all_reduce(fn) -> None:
 
 def fit_alpha_beta(fn) -> None:
     """Check ``fn(nbytes, seconds)``: the least-squares fit of seconds = alpha + nbytes / beta
-    on the relative error (each point weighted by 1 / seconds), returning ``(alpha, beta)``:
+    on the relative error (each residual divided by its own time), returning ``(alpha, beta)``:
     alpha in seconds, beta in bytes per second."""
     __tracebackhide__ = True
     n_cases = 0
@@ -130,21 +141,30 @@ def fit_alpha_beta(fn) -> None:
         gen = np.random.default_rng(7)
         seconds = (alpha + nbytes / beta) * (1 + noise * gen.standard_normal(nbytes.size))
         case = f"alpha={alpha:g} s, beta={beta:g} B/s, {noise:.0%} noise"
-        got = expect_tuple(call(fn, nbytes.copy(), seconds.copy(), case=case), 2, fn, case,
-                           "alpha, beta")
+        got = expect_tuple(call(fn, nbytes.copy(), seconds.copy(), case=case,
+                                refuse=()),      # nothing to refuse: the library fits no line
+                           2, fn, case, "alpha, beta")
         a, b = (to_array(v, fn, case, name) for v, name in zip(got, ("alpha", "beta")))
         slope, intercept = np.polyfit(nbytes, seconds, 1, w=1 / seconds)
         plain_slope, plain_intercept = np.polyfit(nbytes, seconds, 1)
-        unweighted = ("that is the ordinary least-squares line: weight each point by 1/seconds, "
-                      "so that the small messages count as much as the large ones.")
+        sq_slope, sq_intercept = np.polyfit(nbytes, seconds, 1, w=seconds ** -2.0)
+        squared = ("the weights are squared twice: the polynomial fit multiplies each residual by "
+                   "its weight and THEN squares it, so the weight is what the residual is "
+                   "divided by, once.")
+        unweighted = ("that is the ordinary least-squares line, in which the megabyte messages "
+                      "decide everything: the exercise fits the RELATIVE error, each residual "
+                      "divided by its own time. Which weights give the line fit that?")
+        # the two wrong weightings give nearby lines: name the nearer one
+        wrong_weights = sorted([(1 / plain_slope, unweighted), (1 / sq_slope, squared)],
+                               key=lambda m: float(np.abs(np.asarray(b, float) - m[0]).max()))
         expect_close(b, 1 / slope, fn, case, "beta (bytes per second)", rtol=1e-3,
-                     mistakes=[(slope, "beta is a bandwidth, bytes per second: the INVERSE of the "
-                                       "fitted slope (seconds per byte)."),
-                               (1 / plain_slope, unweighted)],
-                     fix="beta is the inverse of the slope of the weighted line (weights "
-                         "1/seconds) through the points (nbytes, seconds).")
+                     mistakes=[(slope, "you returned the fitted slope itself, in seconds per "
+                                       "byte; beta is a bandwidth, in bytes per second."),
+                               *wrong_weights],
+                     fix="beta is a bandwidth: how does it relate to the slope of the "
+                         "weighted line through the points (nbytes, seconds)?")
         expect_close(a, intercept, fn, case, "alpha (seconds)", rtol=1e-3, atol=1e-12,
-                     mistakes=[(plain_intercept, unweighted)],
+                     mistakes=[(plain_intercept, unweighted), (sq_intercept, squared)],
                      fix="alpha is the intercept: the time of a message of zero bytes.")
         n_cases += 1
     passed(fn, n_cases)
@@ -155,18 +175,21 @@ def fit_alpha_beta(fn) -> None:
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
 HINTS: dict[str, list[str]] = {
     'ring_all_reduce': [
-        ('draw 3 ranks and 3 chunks on paper: in reduce-scatter step s, rank r sends chunk r - s '
-         'and receives chunk r - s - 1 (both modulo N); after N-1 steps rank r holds the full sum '
-         'of chunk r + 1 (modulo N)'),
-        ('reduce-scatter: for s in range(N - 1), receive into xp.empty_like of chunk '
-         '(r - s - 1) % N with comm.sendrecv(send, right, recv, left), then add it into that '
-         'chunk; all-gather: for s in range(N - 1), send chunk (r + 1 - s) % N and receive '
-         'straight into chunk (r - s) % N'),
+        ('draw 3 ranks and 3 chunks on paper: in reduce-scatter step s, rank r sends the chunk '
+         'numbered r minus s and receives the one numbered one lower (both modulo N); after N-1 '
+         'steps rank r holds the full sum of the chunk numbered r plus one (modulo N)'),
+        ('pseudo-code: reduce-scatter, N-1 times: i = the chunk one below the one you send; '
+         'incoming = an empty array shaped like chunk i; sendrecv(the chunk you send, right, '
+         'incoming, left); add incoming into chunk i. All-gather, N-1 times: send the chunk you '
+         'finished last (first the one you own), and receive straight into the chunk one lower. '
+         'The two numbered steps of section 3 say what each phase does'),
     ],
     'fit_alpha_beta': [
-        ('np.polyfit(x, y, 1, w=...) fits a straight line and returns (slope, intercept); its '
-         'weights multiply each residual, so weights 1 / seconds fit the relative error'),
-        ('fit seconds against nbytes with degree 1 and weights 1 / seconds; alpha is the '
-         'intercept and beta is 1 divided by the slope'),
+        ('a weighted least-squares line: NumPy\'s polynomial fit of degree 1 accepts weights, '
+         'and each weight multiplies its point\'s residual before it is squared. The relative '
+         'error is the residual divided by the time: so what is each point\'s weight?'),
+        ('pseudo-code: slope, intercept = the degree-1 fit of seconds against nbytes with weights '
+         '___; alpha = ___; beta = ___ (the slope is seconds per byte, beta is bytes per second). '
+         'The model is the first formula of section 4'),
     ],
 }

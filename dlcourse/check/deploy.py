@@ -17,51 +17,83 @@ import numpy as np
 
 from ..inference import InputError, as_batch
 from .harness import (ExerciseError, call, expect_close, expect_shape, expect_tuple,
-                     expect_unchanged, fail, passed, to_array)
+                     expect_unchanged, fail, passed, refusing, to_array)
 
 __all__ = ["fold_batchnorm", "validate_batch", "ExerciseError"]
+
+# While the learner's function runs, the library's own versions answer with an error: the
+# folding of dl.infer, this check's oracle, and BatchNorm2d's forward pass (which, run on the
+# bias, would give the folded bias without any algebra).
+_REFUSE_FOLD = ["dlcourse.fast_inference.fold_batchnorm", "dlcourse.check.deploy._fold_reference",
+                "dlcourse.layers.BatchNorm2d.forward"]
+_REFUSE_VALIDATE = ["dlcourse.inference.as_batch"]
+
+
+def _fold_reference(W, b, gamma, beta, mean, var, eps):
+    """The oracle: (W_folded, b_folded) of conv then evaluation-mode BatchNorm."""
+    __tracebackhide__ = True
+    s = gamma / np.sqrt(var + eps)
+    return W * s.reshape(-1, 1, 1, 1), s * (b - mean) + beta
 
 
 def fold_batchnorm(fn) -> None:
     """Check ``fn(W, b, gamma, beta, mean, var, eps)``: the Conv2d weights W (F, C, KH, KW) and
-    bias b (F,) of a convolution followed by BatchNorm2d in evaluation mode, folded into ONE
-    convolution: with s = gamma / sqrt(var + eps) (F,), W' = W * s per output channel and
-    b' = (b - mean) * s + beta. The inputs must be left as they were."""
+    bias b (F,) of a convolution followed by BatchNorm2d in evaluation mode (running mean and
+    variance, gamma, beta, all (F,)), folded into ONE convolution ``(W_folded, b_folded)`` that
+    gives the same output. The inputs must be left as they were."""
     __tracebackhide__ = True
     gen = np.random.default_rng(0)
-    cases = [(2, 1, 1, 1e-5), (4, 3, 3, 1e-5), (3, 3, 1, 0.1), (5, 2, 3, 1e-3)]   # F, C, K, eps
-    for F, C, K, eps in cases:
+    cases = [(2, 1, 1, 1e-5), (4, 3, 3, 1e-5), (3, 3, 1, 0.1), (5, 2, 3, 1e-3), (3, 4, 2, 0.5)]
+    for F, C, K, eps in cases:                                           # F, C, K, eps
         case = f"W of shape ({F}, {C}, {K}, {K}), eps={eps}"
         W = gen.standard_normal((F, C, K, K))
         b, gamma, beta, mean = (gen.standard_normal(F) for _ in range(4))
         var = gen.uniform(0.05, 2.0, F)
         given = [a.copy() for a in (W, b, gamma, beta, mean, var)]
-        got = call(fn, *given, eps, case=case)
+        got = call(fn, *given, eps, case=case, refuse=_REFUSE_FOLD)
         expect_unchanged(fn, case, list(zip(("W", "b", "gamma", "beta", "mean", "var"),
                                             (W, b, gamma, beta, mean, var), given)))
         W_got, b_got = expect_tuple(got, 2, fn, case, "(W_folded, b_folded)")
         W_got = to_array(W_got, fn, case, "W_folded")
         b_got = to_array(b_got, fn, case, "b_folded")
+        W_want, b_want = _fold_reference(W, b, gamma, beta, mean, var, eps)
         s = gamma / np.sqrt(var + eps)
+
+        def scaled(factor, axis=0):
+            __tracebackhide__ = True
+            shape = [1, 1, 1, 1]
+            shape[axis] = -1
+            return W * factor.reshape(shape)
         expect_shape(W_got, W.shape, fn, case, "W_folded", "W_folded has W's shape (F, C, KH, "
-                     "KW): give the (F,) factors three axes of size 1 so they scale axis 0.")
-        expect_close(W_got, W * s[:, None, None, None], fn, case, "W_folded", mistakes=[
-            (lambda: W * (gamma / np.sqrt(var))[:, None, None, None],
-             "add eps inside the square root: sqrt(var + eps)."),
-            (lambda: W * (gamma / (var + eps))[:, None, None, None],
-             "divide by the standard deviation sqrt(var + eps), not by the variance."),
-            (lambda: W * s[None, :, None, None],
-             "s has one value per OUTPUT channel (axis 0 of W), not per input channel."),
-        ], fix="each output channel's filter W[f] is scaled by its own factor, gamma[f] over "
-               "the standard deviation sqrt(var[f] + eps).")
+                     "KW): the (F,) factors must broadcast along axis 0 only (give them three "
+                     "more axes of size 1).")
+        expect_close(W_got, W_want, fn, case, "W_folded", mistakes=[
+            (lambda: scaled(gamma / np.sqrt(var + 1e-5)) if eps != 1e-5 else None,
+             f"use the eps you are given (here {eps}), not a fixed 1e-5."),
+            (lambda: scaled(gamma / np.sqrt(var)),
+             "BatchNorm divides by the standard deviation WITH eps under the square root."),
+            (lambda: scaled(gamma / (var + eps)),
+             "divide by the standard deviation (the square root), not by the variance."),
+            (lambda: scaled(s[:C], axis=1) if F == C else None,
+             "the factor has one value per OUTPUT channel (axis 0 of W), not per input channel."),
+            (lambda: W * s.reshape(-1, 1, 1, 1) + (beta - mean * s).reshape(-1, 1, 1, 1),
+             "the shift of BatchNorm (beta, the mean) belongs in the bias only: the weights are "
+             "just scaled."),
+        ], fix="write BatchNorm of the convolution's output z as (factor) * z + (shift) per "
+               "channel; each output channel's filter W[f] is multiplied by its own factor.")
         expect_shape(b_got, b.shape, fn, case, "b_folded")
-        expect_close(b_got, (b - mean) * s + beta, fn, case, "b_folded", mistakes=[
-            (lambda: b * s + beta, "subtract the running mean from b before scaling it."),
-            (lambda: (b - mean) * s, "add beta at the end, after scaling."),
-            (lambda: b - mean * s + beta, "scale the bias b too, not only the mean: BatchNorm "
-                                          "scales the whole convolution output."),
-        ], fix="the folded bias is the old bias minus the running mean, scaled by the same "
-               "factor as the filters, plus beta.")
+        expect_close(b_got, b_want, fn, case, "b_folded", mistakes=[
+            (lambda: b * s + beta, "the running mean is subtracted from the convolution's "
+                                   "output before it is scaled: the old bias is part of that."),
+            (lambda: (b - mean) * s, "beta is added after scaling: it is missing."),
+            (lambda: b - mean * s + beta, "the old bias is scaled too, not only the mean: "
+                                          "BatchNorm scales the whole convolution output."),
+            (lambda: (b - mean) * s + beta * s, "beta is added AFTER the scaling, so it is not "
+                                                "multiplied by the factor."),
+            (lambda: (b - mean) * gamma / np.sqrt(var + 1e-5) + beta if eps != 1e-5 else None,
+             f"use the eps you are given (here {eps}), not a fixed 1e-5."),
+        ], fix="substitute z = W * x + b into BatchNorm's formula and collect what does not "
+               "multiply x: that is the folded bias.")
     passed(fn, len(cases))
 
 
@@ -74,7 +106,9 @@ def validate_batch(fn) -> None:
     good = [([[0.0, 1.0, 2.0]], (3,), "one sample of 3"),
             ([[1, 2, 3], [4, 5, 6]], (3,), "two samples of 3 whole numbers"),
             ([[[[0.5] * 2] * 2]], (1, 2, 2), "one 1x2x2 image"),
-            ([[0.0, 0.25, 0.5, 0.75]] * 3, (1, 2, 2), "three flat 1x2x2 images")]
+            ([[0.0, 0.25, 0.5, 0.75]] * 3, (1, 2, 2), "three flat 1x2x2 images"),
+            ([[1.5, -2.0], [0.0, 4.0]], (2,), "two samples of 2"),
+            ([[0.0] * 6, [1.0] * 6], [2, 3], "two flat 2x3 samples, shape given as a list")]
     bad = [([], (3,), "an empty batch"),
            ([0.0, 1.0, 2.0], (3,), "one sample without its batch (a 1-D list)"),
            ([[0.0, 1.0]], (3,), "samples of 2 numbers for a model of 3"),
@@ -83,40 +117,57 @@ def validate_batch(fn) -> None:
            ([[True, False, True]], (3,), "booleans"),
            ([[0.0, float("nan"), 1.0]], (3,), "a NaN"),
            ([[0.0, float("inf"), 1.0]], (3,), "an infinity"),
-           ([[0.0] * 5], (1, 2, 2), "5 numbers for a 1x2x2 image")]
+           ([[0.0] * 5], (1, 2, 2), "5 numbers for a 1x2x2 image"),
+           ([[0.0, 1.0, 2.0]], (2,), "samples of 3 numbers for a model of 2")]
     for inputs, shape, what in good:
         case = f"{what}: inputs={inputs}, shape={shape}"
-        got = to_array(call(fn, inputs, shape, case=case), fn, case, "the result")
-        expected = as_batch(inputs, shape)
+        got = to_array(call(fn, inputs, shape, case=case, refuse=_REFUSE_VALIDATE,
+                            on_error="these inputs are valid and must be accepted: a batch of "
+                                     "samples of the given shape, or of flat samples holding as "
+                                     "many numbers as one sample (reshaped to its shape)."),
+                       fn, case, "the result")
+        expected = as_batch(inputs, tuple(shape))
         expect_shape(got, expected.shape, fn, case, "the result",
-                     "a flat sample of prod(shape) numbers is reshaped to shape: "
-                     "x.reshape((N,) + shape).")
+                     "a flat sample of prod(shape) numbers is given one sample's shape, and "
+                     "the batch axis stays in front.")
         if got.dtype != np.float32:
-            fail(fn, case, f"the result has dtype {got.dtype}.", "convert it: x.astype(np.float32).")
+            fail(fn, case, f"the result has dtype {got.dtype}.",
+                 "the model computes in float32: convert the validated array to it.")
         expect_close(got, expected, fn, case, "the result")
     for inputs, shape, what in bad:
         case = f"{what}: inputs={inputs}, shape={shape}"
         try:
-            fn(inputs, shape)
+            with refusing(_REFUSE_VALIDATE, fn, case):
+                fn(inputs, shape)
+        except ExerciseError:
+            raise
         except (ValueError, InputError) as err:
             if not str(err).strip():
                 fail(fn, case, "it raised ValueError with no message.",
                      "say what was expected and what was given: the client reads it.")
             continue
         except NotImplementedError:
-            call(fn, inputs, shape, case=case)       # the usual "not implemented yet" message
+            call(fn, inputs, shape, case=case,       # the usual "not implemented yet" message
+                 refuse=_REFUSE_VALIDATE)
         except Exception as err:  # noqa: BLE001 - the learner's function raised something else
             fail(fn, case, f"it raised {type(err).__name__}: {err}",
                  "turn every problem with the inputs into a ValueError with a message (a "
                  "service answers it with 422; any other exception would be a 500).")
+        dtype_kind = ("an array made from these lists keeps them as they are; its dtype's kind "
+                      "tells signed and unsigned integers and floats from everything else.")
         fail(fn, case, "it accepted these inputs; they must be refused with ValueError.",
-             {"strings": "np.asarray keeps strings as strings: check x.dtype.kind is one "
-                         "of 'i', 'u', 'f'.",
-              "booleans": "booleans are not numbers here: check x.dtype.kind is one of 'i', "
-                          "'u', 'f' ('b' is bool).",
-              "a NaN": "check np.isfinite(x).all().", "an infinity": "check np.isfinite(x).all().",
-              "an empty batch": "a batch needs at least one sample: check len(x) > 0."}.get(
-                 what, "compare x.shape[1:] with shape (or with (prod(shape),) for flat samples)."))
+             {"strings": "strings are not numbers: " + dtype_kind,
+              "booleans": "booleans are not numbers here (True is not a pixel value): "
+                          + dtype_kind,
+              "a NaN": "a model fed NaN answers NaN: refuse any value that is not finite.",
+              "an infinity": "a model fed infinity answers NaN: refuse any value that is not "
+                             "finite.",
+              "an empty batch": "a batch needs at least one sample.",
+              "one sample without its batch (a 1-D list)":
+                  "a batch has one more axis than a sample: a 1-D list is one sample, not a "
+                  "batch of them."}.get(
+                 what, "compare each sample's shape (all axes after the first) with shape, "
+                       "after reshaping flat samples of as many numbers as one sample holds."))
     passed(fn, len(good) + len(bad))
 
 
@@ -125,17 +176,21 @@ def validate_batch(fn) -> None:
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
 HINTS: dict[str, list[str]] = {
     'fold_batchnorm': [
-        ('write BatchNorm of the convolution output y as s * (y - mean) + beta with '
-         's = gamma / sqrt(var + eps); y = W * x + b is linear, so s can move into W and b'),
-        ('s has shape (F,): give it three axes of size 1 (s[:, None, None, None]) to scale the '
-         'filters of W along axis 0; the folded bias is (b - mean) times s, plus beta'),
+        ('write BatchNorm of the convolution output z as (a factor per channel) times z, plus (a '
+         'shift per channel); then put z = W * x + b in and expand: which part multiplies x, '
+         'which part does not?'),
+        ('pseudo-code: factor = gamma / sqrt(___) with shape (F,); W_folded = W scaled along its '
+         'first axis by factor (reshape the factor to F x 1 x 1 x 1); b_folded = (___ - ___) '
+         'times factor, plus ___. Check it on the hand example before the exercise; BatchNorm\'s '
+         'formula is in its first line'),
     ],
     'validate_batch': [
-        ('np.asarray raises ValueError on ragged rows; x.dtype.kind tells integers (i, u) and '
-         'floats (f) from strings (U) and booleans (b); np.isfinite finds NaN and infinity'),
-        ('in order: x = np.asarray(inputs) (turn its ValueError into yours); refuse a dtype kind '
-         'outside "iuf"; if x is 2-D with int(np.prod(shape)) columns, reshape it to (N,) + shape; '
-         'refuse x.ndim == 0, len(x) == 0 or x.shape[1:] != shape; refuse non-finite values; '
-         'return x as float32'),
+        ('NumPy raises ValueError when nested lists are ragged; an array\'s dtype has a one-letter '
+         'kind (i, u, f for numbers; U for strings, b for booleans); NumPy also has a test for '
+         'finite values that catches NaN and infinity'),
+        ('in order: make an array (turn its ValueError into yours); refuse kinds that are not '
+         'numbers; if it is 2-D with as many columns as one sample has numbers, reshape it to '
+         '(N,) + shape; refuse no batch axis, an empty batch, or samples of another shape; refuse '
+         'non-finite values; return float32. The list of what to refuse is in the exercise text'),
     ],
 }

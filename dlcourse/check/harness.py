@@ -141,12 +141,21 @@ class refusing:
                 self.saved.append((place, key, vars(place)[key] if isinstance(place, type)
                                    else getattr(place, key)))
                 setattr(place, key, refused)
+            # and a name the learner imported straight into their namespace (from ... import f)
+            names = getattr(self.fn, "__globals__", {})
+            for key, value in list(names.items()):
+                if value is original:
+                    self.saved.append((names, key, value))
+                    names[key] = refused
         return self
 
     def __exit__(self, *exc):
         __tracebackhide__ = True
         for place, key, value in reversed(self.saved):
-            setattr(place, key, value)
+            if isinstance(place, dict):
+                place[key] = value
+            else:
+                setattr(place, key, value)
         self.saved = []
         return False
 

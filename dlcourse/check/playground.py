@@ -11,7 +11,8 @@ check                       your function
 Each check runs your function on several cases and prints one line when all pass, or raises
 ``ExerciseError`` saying which case failed, what was expected, what came back and the likely
 mistake, as every check in the course does (the machinery is ``check/harness.py``'s). (No
-ipywidgets needed.)
+ipywidgets needed.) While a check runs the learner's function, the library's own version of
+what it builds (``dl.widgets.decision_grid``, the parameter counts) is refused.
 """
 from __future__ import annotations
 
@@ -23,6 +24,31 @@ from .harness import (ExerciseError, call, expect_shape, expect_unchanged, fail,
                      to_number)
 
 __all__ = ["decision_grid", "early_stop", "mlp_parameter_count", "ExerciseError"]
+
+# The library's own versions of what each exercise builds, refused while the learner's function
+# runs (harness.refusing). early_stop has nothing in the library to call: it refuses nothing.
+REFUSE: dict[str, list[str]] = {
+    "decision_grid": ["dlcourse.widgets.playground.decision_grid",
+                      "dlcourse.widgets.playground.grid_extent"],
+    "mlp_parameter_count": ["dlcourse.layers.Layer.num_parameters",
+                            "dlcourse.widgets.playground.count_parameters"],
+}
+
+
+def _refuse(name):
+    """REFUSE[name], less what cannot be imported here (dl.widgets needs ipywidgets and
+    matplotlib: without them the learner cannot call it either)."""
+    __tracebackhide__ = True
+    import importlib
+    names = []
+    for dotted in REFUSE[name]:
+        if dotted.startswith("dlcourse.widgets."):
+            try:
+                importlib.import_module("dlcourse.widgets.playground")
+            except ImportError:
+                continue
+        names.append(dotted)
+    return names
 
 
 def _decision_grid(model, X, resolution, pad):
@@ -49,13 +75,13 @@ def decision_grid(fn) -> None:
         case = f"an MLP {model.sizes} with resolution={R}, pad={pad}"
         was_training = model.training
         X_given = X.copy()
-        got = call(fn, model, X_given, R, pad, case=case)
+        got = call(fn, model, X_given, R, pad, case=case, refuse=_refuse("decision_grid"))
         if was_training and not model.training:
             fail(fn, case, "the model was in training mode when passed, and your function left it "
                            "in evaluation mode: training it afterwards would run with Dropout "
                            "switched off (and BatchNorm on its running statistics).",
-                 "put the model back with model.train() (or use `with "
-                 "dl.layers.eval_mode(model):`).")
+                 "put the model back in training mode once the grid is computed (or let "
+                 "`with dl.layers.eval_mode(model):` do the switching for you).")
         expect_unchanged(fn, case, [("X", X, X_given)])
         if isinstance(got, tuple):
             fail(fn, case, "it returned a tuple.",
@@ -73,26 +99,27 @@ def decision_grid(fn) -> None:
         if not np.allclose(got.sum(axis=-1), 1.0, atol=1e-4):
             fail(fn, case, f"the values at each grid point do not sum to 1 (they sum to "
                            f"{got.sum(axis=-1).ravel()[0]:.4f} at the first point).",
-                 "return probabilities: apply softmax to the logits (dl.softmax).")
+                 "return probabilities: the model gives logits, which softmax turns into "
+                 "probabilities that sum to 1.")
         if np.allclose(got, expected.transpose(1, 0, 2), atol=1e-5):
             fail(fn, case, "rows and columns are swapped: row i must be the i-th y value and "
                            "column j the j-th x value.",
-                 "gx, gy = np.meshgrid(xs, ys) gives gx[i, j] = xs[j] and gy[i, j] = ys[i].")
+                 "meshgrid's first grid varies along the columns (the x values) and its second "
+                 "along the rows (the y values): which order do you pass xs and ys in?")
         if np.allclose(got, expected[::-1], atol=1e-5):
             fail(fn, case, "the grid is upside down: row 0 must be the SMALLEST y.",
                  "build the rows from ys increasing (imshow then uses origin='lower').")
         if model.dropout:
             fail(fn, case, "only this model has Dropout (and it is in training mode): your "
                            "forward pass most likely dropped random hidden units.",
-                 "predict in evaluation mode: model.eval() before the forward pass (and "
-                 "model.train() after), or `with dl.layers.eval_mode(model):`.")
+                 "predict in evaluation mode: switch the model to it before the forward pass "
+                 "(and back to training mode after), or use `with dl.layers.eval_mode(model):`.")
         diff = np.abs(got - expected)
         i, j, k = np.unravel_index(int(diff.argmax()), diff.shape)
         fail(fn, case, f"at grid row {i}, column {j}, class {k} the probability should be "
                        f"{expected[i, j, k]:.5f}, got {got[i, j, k]:.5f}.",
-             "does the grid span X.min(axis=0) - pad to X.max(axis=0) + pad with "
-             "np.linspace(..., resolution) in each direction, and is the model in evaluation "
-             "mode?")
+             "does the grid span the box of X widened by pad on every side, with `resolution` "
+             "evenly spaced values in each direction, and is the model in evaluation mode?")
     passed(fn, len(cases))
 
 
@@ -120,8 +147,9 @@ def _stops(callback, epoch, history, fn, case) -> bool:
         except StopTraining:
             return True
     run.__name__ = getattr(fn, "__name__", "early_stop")   # errors name the learner's function
-    return call(run, case=case, on_error="the callback is called after every epoch with "
-                                         "(epoch, history); read the error above.")
+    return call(run, case=case, refuse=(),
+                on_error="the callback is called after every epoch with (epoch, history); read "
+                         "the error above.")
 
 
 def early_stop(fn) -> None:
@@ -137,7 +165,7 @@ def early_stop(fn) -> None:
              (0.5, [], None)]                        # no validation: never stop
     for target, accs, stop_at in cases:
         case = f"target={target}, validation accuracies {accs}"
-        callback = call(fn, target, case=case)
+        callback = call(fn, target, case=case, refuse=())
         if not callable(callback):
             fail(fn, case, f"it returned a {type(callback).__name__}.",
                  "return a function callback(epoch, history).")
@@ -146,10 +174,10 @@ def early_stop(fn) -> None:
             h.train_loss.append(0.5)
             h.train_accuracy.append(1.0)
             h.epoch_time.append(0.0)
-            if _stops(callback, 1, h, fn, case + " (history.val_accuracy == [])"):
+            if _stops(callback, 1, h, fn, case + " (no validation accuracy: an empty list)"):
                 fail(fn, case, "its callback stopped a run without validation data.",
-                     "with nothing to compare, let training go on (check that "
-                     "history.val_accuracy is not empty first).")
+                     "with nothing to compare, let training go on (check that there is a "
+                     "validation accuracy at all before comparing).")
             continue
         for epoch in range(1, len(accs) + 1):
             stopped = _stops(callback, epoch, _history(accs[:epoch]), fn, f"{case}, epoch {epoch}")
@@ -159,30 +187,30 @@ def early_stop(fn) -> None:
                 return _stops(callback, epoch, _history(**history), fn,
                               f"{case}, epoch {epoch}, {what}")
             if stopped and not should:
-                fix = "compare the LAST entry, history.val_accuracy[-1], with the target."
+                fix = "compare the LAST validation accuracy (the latest epoch's) with the target."
                 if not probe("training accuracy 0", val_accuracy=accs[:epoch], train_accuracy=0.0):
                     fix = ("the TRAINING accuracy (1.0 here) reached the target, not the "
                            "validation accuracy: early stopping watches the data the model does "
-                           "not train on, history.val_accuracy[-1].")
+                           "not train on, the history's list of validation accuracies.")
                 elif not probe("validation accuracy 1.0", val_accuracy=accs[:epoch - 1] + [1.0]):
                     fix = ("it stops while the accuracy is below the target and goes on once it "
                            "is reached: swap the returns (False stops, True goes on).")
                 fail(fn, case, f"its callback stopped at epoch {epoch}, where the validation "
                                f"accuracy is {accs[epoch - 1]} < {target}.", fix)
             if should and not stopped:
-                fix = "return False (or raise StopTraining) to stop; None or True go on."
+                fix = ("to stop fit, the callback answers False (or raises StopTraining); an "
+                       "answer of None or True lets training go on.")
                 if accs[epoch - 1] == target and probe(
                         f"accuracy {target + 0.01:g}",
                         val_accuracy=accs[:epoch - 1] + [target + 0.01]):
                     fix = "reaching the target counts: compare with >=, not >."
                 elif probe("validation loss 0", val_accuracy=accs[:epoch], val_loss=0.0):
                     fix = ("it reacts to the validation LOSS (it stopped once we made "
-                           "history.val_loss 0); the target is an accuracy: compare "
-                           "history.val_accuracy[-1] >= target.")
+                           "history.val_loss 0); the target is an accuracy: compare the "
+                           "latest validation accuracy with it.")
                 elif probe("every entry at the target", val_accuracy=[accs[epoch - 1]] * epoch):
                     fix = ("it stopped once EVERY entry reached the target, so it reads an "
-                           "earlier epoch's: the latest is the LAST entry, "
-                           "history.val_accuracy[-1].")
+                           "earlier epoch's: the latest is the LAST entry of the list.")
                 fail(fn, case, f"its callback did not stop at epoch {epoch}, where the "
                                f"validation accuracy is {accs[epoch - 1]} >= {target}.", fix)
             if should:
@@ -192,8 +220,8 @@ def early_stop(fn) -> None:
 
 def mlp_parameter_count(fn) -> None:
     """Check ``fn(sizes)``: the number of weights and biases of ``dl.MLP(sizes)``, one
-    ``Linear(d_in, d_out)`` per pair of sizes with d_in * d_out weights and d_out biases.
-    (Counted here, not by building an MLP: that would draw from the learner's random
+    ``Linear(d_in, d_out)`` per pair of neighbouring sizes, each with a weight matrix and a bias
+    vector. (Counted here, not by building an MLP: that would draw from the learner's random
     generator.)"""
     __tracebackhide__ = True
     cases = [[2, 1], [2, 4, 2], [2, 8, 8, 3], [64, 32, 32, 10]]
@@ -201,7 +229,8 @@ def mlp_parameter_count(fn) -> None:
         pairs = list(zip(sizes[:-1], sizes[1:]))
         expected = sum(d_in * d_out + d_out for d_in, d_out in pairs)
         case = f"sizes={sizes}"
-        got = to_number(call(fn, list(sizes), case=case), fn, case, "the count")
+        got = to_number(call(fn, list(sizes), case=case, refuse=_refuse("mlp_parameter_count")),
+                        fn, case, "the count")
         if got == expected:
             continue
         if got == sum(a * b for a, b in pairs):
@@ -209,7 +238,8 @@ def mlp_parameter_count(fn) -> None:
         elif got == sum(a * b + a for a, b in pairs):
             hint = "a layer has one bias per OUTPUT unit (d_out), not per input."
         else:
-            hint = "each Linear(d_in, d_out) has d_in * d_out weights and d_out biases."
+            hint = ("each Linear(d_in, d_out) has a (d_in, d_out) weight matrix and one bias "
+                    "per output: count both for every layer.")
         fail(fn, case, f"it returned {got:g}, expected {expected}.", hint)
     passed(fn, len(cases))
 
@@ -221,14 +251,25 @@ HINTS: dict[str, list[str]] = {
     'decision_grid': [
         ("the grid's first axis runs over the second coordinate (as meshgrid gives it); put the "
          'model back in training mode afterwards'),
-        ("R values per axis over X's box widened by pad (np.linspace), np.meshgrid(xs, ys), the "
-         'model on the (R*R, 2) points in eval mode, then dl.softmax'),
+        ("Pseudo-code: xs = R evenly spaced values from (smallest x - pad) to (largest x + pad), "
+         "ys likewise for the second coordinate; two (R, R) grids from them (which one varies "
+         "along the rows?); points = the two grids flattened, side by side, (R*R, 2); the model "
+         "in evaluation mode on the points, softmax, training mode again; reshape. Where to look: "
+         "the text above the exercise (section 4) and help(dl.widgets.decision_grid)."),
     ],
     'early_stop': [
-        ('compare the last validation accuracy (if there is one) with target; return False to '
-         'stop, True to go on'),
+        ("The validation accuracies are a list in the history, one entry per epoch so far, and "
+         "empty when there is no validation data; the latest is its last entry. Reaching the "
+         "target exactly counts."),
+        ("Pseudo-code: if there is a validation accuracy and the latest one ___ target, answer "
+         "___ (stop); otherwise answer ___ (go on). Where to look: section 5 (how a hook ends "
+         "fit) and the exercise text."),
     ],
     'mlp_parameter_count': [
-        'a Linear(d_in, d_out) layer has d_in * d_out weights and d_out biases',
+        ("A weight matrix of shape (d_in, d_out) holds rows times columns numbers; the bias holds "
+         "one number per output unit. Add both for each layer; the loop adds up the layers."),
+        ("Pseudo-code: total += ___ (the weights) + ___ (the biases). Check by hand: sizes [2, 1] "
+         "has 3 parameters, [2, 4, 2] has 22. Where to look: lesson 04's Linear layer (its W and "
+         "b) and the exercise text."),
     ],
 }
