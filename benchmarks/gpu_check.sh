@@ -21,6 +21,8 @@
 #                                                                     -> OUT/<device>.json, .png
 #   4. the GPU lessons (05, 08a, 08b, 08c, 10) executed on the GPU under nbval -> OUT/notebooks.xml
 # Everything printed goes to OUT/check.log too, and OUT/summary.txt says where each second went.
+# DLCOURSE_GPU_CHECK_SKIP="gpu_suite notebooks" leaves those steps out (a short recheck; the
+# first word of a step's name: tests, nvcc, gpu_suite, notebooks).
 # Without a GPU it says so and exits 0 in seconds, having run nothing.
 set -u
 OUT=${1:-${OUT:-}}
@@ -45,6 +47,8 @@ left() { local rest=$((BUDGET - (SECONDS - START) - 15)); echo $(( rest < $1 ? r
 # run NAME CAP CMD...: CMD under a time limit (SIGINT first, so pytest still writes its report).
 run() {
     local name=$1 cap; cap=$(left "$2"); shift 2
+    case " ${DLCOURSE_GPU_CHECK_SKIP:-} " in *" ${name%% *} "*)
+        summary "$name: left out (DLCOURSE_GPU_CHECK_SKIP)"; return;; esac
     if [ "$cap" -lt 20 ]; then summary "$name: not run (budget spent)"; return; fi
     local t0=$SECONDS rc
     say "$name: starting, at most $cap s"

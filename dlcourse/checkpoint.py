@@ -22,7 +22,8 @@ before issue 19: one ``.npy`` entry per array and the JSON as a NumPy unicode st
 Why this format:
 
 * **No pickle.** Files are read with ``np.load(..., allow_pickle=False)``, so opening a
-  checkpoint can never run code; the model is rebuilt from JSON with ``build_layer``.
+  checkpoint can never run code; the model is rebuilt from JSON with ``layer_base.build_layer``
+  (the library's own layer classes first: a class of yours named ``Linear`` changes nothing).
 * **Checked.** The digest covers the architecture and every array's name, dtype, shape and
   bytes, in sorted order. A truncated or altered file raises :class:`CheckpointError`.
 * **Atomic.** The file is written to a temporary file in the same folder, then moved over the
@@ -90,13 +91,13 @@ def _digest(architecture: dict, arrays: dict) -> str:
 
 
 def _architecture(model) -> dict:
-    from .layers import Layer
+    from .layer_base import Layer, layer_type
     if not isinstance(model, Layer):
         hint = (" A Perceptron is two arrays: save them with np.savez(path, w=p.w, b=p.b)."
                 if type(model).__name__ == "Perceptron" else "")
         raise TypeError(f"dl.save expects a dlcourse model (a Layer such as dl.MLP, dl.CNN or "
                         f"dl.Sequential), got {type(model).__name__}.{hint}")
-    architecture = {"type": type(model).__name__, "config": model.get_config()}
+    architecture = {"type": layer_type(model), "config": model.get_config()}
     try:
         json.dumps(architecture)
     except TypeError as err:
@@ -466,7 +467,7 @@ def load(path, device: str | None = None):
         CheckpointError: the file is truncated, altered (SHA-256 mismatch), holds a pickled
         array, comes from a newer format, or its arrays do not fit its architecture.
     """
-    from .layers import build_layer
+    from .layer_base import build_layer
 
     path = _npz_path(path)
     meta, arrays = _read(path)

@@ -1,37 +1,49 @@
-"""Convolution and max pooling: naive loops beside the fast im2col versions.
+"""Convolution and max pooling: naive loops beside one im2col version, and their backward.
 
-Introduced in notebook ``06_convolution``; the GPU im2col kernels in ``08c_fusion_and_graphs``.
+Introduced in notebook ``06_convolution``.
 
 Shapes (the same letters in the code):
 
 * x: (N, C, H, W) input images, W: (F, C, KH, KW) filters, b: (F,) biases
 * stride = (sh, sw), padding = (ph, pw): one number per axis (an int means the same for both)
-* OH = (H + 2*ph - KH) // sh + 1, OW = (W + 2*pw - KW) // sw + 1
+* OH = (H + 2*ph - KH) // sh + 1, OW = (W + 2*pw - KW) // sw + 1  (``shapes.output_size``)
 * out: (N, F, OH, OW)
 
 A 1-D signal of length L is a 1×L image: ``Conv2d(1, 8, (1, 5), padding=(0, 2))`` slides a
 5-wide window along it.
 
-The ``*_naive`` functions loop over every output pixel: slow, obviously right, and the
-oracle the fast versions are tested against. The fast versions turn convolution into one
-matrix product (im2col) and loop only over the KH*KW kernel offsets, never over pixels
-or over the batch. The fused ``Conv2dReLU`` of lesson ``08c_fusion_and_graphs``
-(``dlcourse/fusion.py``) is built from the same functions: :func:`unfold`, :func:`fold`,
-:func:`as_image`, :func:`as_matrix`.
+Reading map (lesson 06). The ``*_naive`` functions loop over every output pixel: slow,
+obviously right, and the oracle the fast version is tested against. The fast version turns
+convolution into one matrix product: :func:`unfold` (im2col, one column per window) and its
+adjoint :func:`fold`, looping only over the KH*KW kernel offsets; ``Conv2d.forward`` /
+``backward`` are a few lines on top of them (their two matrix steps, ``matrix_forward`` and
+``matrix_backward``, are what the fused ``Conv2dReLU`` reuses). ``MaxPool2d`` keeps a running
+maximum over the window offsets and where it was. To read ``Conv2d.backward`` on the CPU: this
+file (``Conv2d.backward``, ``Conv2d.matrix_backward``, :func:`fold`), ``ops.matmul``, and
+``layer_base.checked`` (the dout check); by name only, ``shapes.output_size`` (the formula
+above) and ``layer_base.kernels_for`` (None on the CPU).
+
+What lives elsewhere: the ``Layer`` base class and ``@checked`` in ``layer_base.py``; the GPU
+kernels (``kernels/unfold.py``: ``im2col.cu``, ``maxpool.cu``, lesson 08c), asked for through
+the one hook ``layer_base.kernels_for`` (None on the CPU) in :func:`unfold`, :func:`fold` and
+``MaxPool2d``'s ``_kernel_*`` methods; the fused ``Conv2dReLU`` (``fusion.py``, lesson 08c),
+built from ``Conv2d``'s own matrix steps; inference's faster column orders and pooling
+(``fast_inference.py``, lesson 12).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from . import kernels
 from ._validate import float_dtype, shape_str, whole_number
 from .backend import get_array_module, rng
-from .layers import Layer
+from .layer_base import Layer, checked, kernels_for
 from .ops import matmul
 from .shapes import as_pair, output_size
 
 __all__ = ["output_size", "conv2d_forward_naive", "conv2d_backward_naive", "maxpool_forward_naive",
-           "maxpool_backward_naive", "maxpool_forward", "maximum_of", "im2col", "col2im", "unfold",
+           "maxpool_backward_naive", "im2col", "col2im", "unfold",
            "fold", "as_image", "as_matrix", "Conv2d", "MaxPool2d"]
 
 
@@ -133,44 +145,8 @@ def maxpool_backward_naive(dout, x, KH, KW, stride):
     return dx
 
 
-def maxpool_forward(x, KH, KW, stride, new=None):
-    """The maxima of :func:`maxpool_forward_naive`, fast: out (N, C, OH, OW) in x's memory layout.
-
-    A window's maximum is the maximum over its KW columns of the maxima over its KH rows. So
-    first take the maximum of whole rows of x (long contiguous runs), rows[n, c, i, :] = max over
-    kh of x[n, c, i*sh + kh, :], then of KW columns of that: (KH-1) + (KW-1) elementwise maxima
-    instead of the KH*KW - 1 of a loop over window offsets, and only the last ones strided.
-    Only the last two axes are pooled: any two axes may come first (dl.infer pools (F, N, ...)).
-
-    ``new(name, shape)``, if given, returns the arrays to write the row maxima ("rows") and the
-    result ("pooled") into: dl.infer's kept memory (``fast_inference.Buffers``).
-    """
-    N, C, H, W = x.shape
-    OH, OW = output_size(H, W, KH, KW, stride)
-    sh, sw = as_pair(stride)
-    rows = maximum_of([x[:, :, kh:kh + sh * OH:sh] for kh in range(KH)],        # (N, C, OH, W)
-                      new("rows", (N, C, OH, W)) if new and KH > 1 else None)
-    out = maximum_of([rows[:, :, :, kw:kw + sw * OW:sw] for kw in range(KW)],   # (N, C, OH, OW)
-                     new("pooled", (N, C, OH, OW)) if new else None)
-    return out if KH * KW > 1 or new else out.copy(order="K")          # never a view of x
-
-
-def maximum_of(arrays, out=None):
-    """The elementwise maximum of ``arrays`` (all of one shape): written into ``out`` if given,
-    else a new array in the first one's memory layout (the array itself if it is the only one)."""
-    xp = get_array_module(arrays[0])
-    if len(arrays) == 1:
-        if out is not None:
-            xp.copyto(out, arrays[0])
-        return arrays[0] if out is None else out
-    out = xp.maximum(arrays[0], arrays[1], out=out)
-    for a in arrays[2:]:
-        xp.maximum(out, a, out=out)
-    return out
-
-
 # ======================================================================================
-# im2col / col2im: convolution as one matrix product
+# im2col: convolution as one matrix product
 # ======================================================================================
 def _windows(x_pad, KH, KW, stride, OH, OW):
     """A strided *view* (no copy) of every KH×KW window of x_pad (N, C, Hp, Wp), of shape
@@ -183,54 +159,37 @@ def _windows(x_pad, KH, KW, stride, OH, OW):
         x_pad, shape=(C, KH, KW, N, OH, OW), strides=(sC, sH, sW, sN, sH * sh, sW * sw))
 
 
-def im2col(x, KH, KW, stride=1, padding=0):
-    """Unfold every window of x into a row.
-
-    x: (N, C, H, W)  ->  cols: (N*OH*OW, C*KH*KW), with
-    cols[(n*OH + i)*OW + j, (c*KH + kh)*KW + kw] = x_pad[n, c, i*sh + kh, j*sw + kw]
-    (stride = (sh, sw) and padding = (ph, pw), or an int each for both axes).
-
-    Then ``cols @ W.reshape(F, -1).T`` is the convolution. On the GPU this is one CUDA kernel
-    (``dlcourse.kernels.im2col``); here it is a strided view and one copy.
-    """
-    return unfold(x, KH, KW, stride, padding).T
-
-
-def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
-    """The adjoint of :func:`im2col`: add every entry of cols (N*OH*OW, C*KH*KW) back to the
-    input pixel it came from. Returns dx: x_shape = (N, C, H, W)."""
-    return fold(cols.T, x_shape, KH, KW, stride, padding)
-
-
 def unfold(x, KH, KW, stride=1, padding=0, use_kernels=True):
-    """im2col with one *column* per window: x (N, C, H, W) -> cols (C*KH*KW, N*OH*OW), the
-    layout NumPy builds fastest, and the one ``W.reshape(F, -1) @ cols`` wants. On the GPU,
-    the one branch to the CUDA kernel (``kernels/im2col.cu``; it takes one stride and one
+    """im2col, one *column* per window (the layout of the whole library, GPU kernel included):
+
+    x: (N, C, H, W)  ->  cols: (C*KH*KW, N*OH*OW), with
+    cols[(c*KH + kh)*KW + kw, (n*OH + i)*OW + j] = x_pad[n, c, i*sh + kh, j*sw + kw]
+
+    Then ``W.reshape(F, -1) @ cols`` is the convolution. Here a strided view and one copy; on
+    the GPU the one branch to the CUDA kernel (``im2col.cu``; it takes one stride and one
     padding for both axes, so it is used only when they are).
     """
+    k = kernels_for(x, use_kernels, same_per_axis=(stride, padding))
+    if k is not None:
+        return k.unfold_cols(x, KH, KW, as_pair(stride)[0], as_pair(padding)[0])
     N, C, H, W = x.shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
-    (sh, _), (ph, _) = as_pair(stride), as_pair(padding)
-    k = kernels.usable_for(x, use_kernels, same_per_axis=(stride, padding))
-    if k is not None:
-        return k.im2col(x, KH, KW, sh, ph).T     # the kernel stores cols transposed
     windows = _windows(_pad(x, padding), KH, KW, stride, OH, OW)
     return windows.reshape(C * KH * KW, N * OH * OW)       # the one copy
 
 
 def fold(cols, x_shape, KH, KW, stride=1, padding=0, use_kernels=True):
     """The adjoint of :func:`unfold`: cols (C*KH*KW, N*OH*OW) -> dx: x_shape = (N, C, H, W),
-    each entry added back to the input pixel it came from."""
+    each entry added back to the input pixel it came from (overlapping windows add up)."""
+    k = kernels_for(cols, use_kernels, same_per_axis=(stride, padding))
+    if k is not None:
+        return k.fold_cols(cols, x_shape, KH, KW, as_pair(stride)[0], as_pair(padding)[0])
     N, C, H, W = x_shape
     OH, OW = output_size(H, W, KH, KW, stride, padding)
     (sh, sw), (ph, pw) = as_pair(stride), as_pair(padding)
-    xp = get_array_module(cols)
-    k = kernels.usable_for(cols, use_kernels, same_per_axis=(stride, padding))
-    if k is not None:   # reads cols in place, whatever its layout
-        return k.col2im(cols.T, x_shape, KH, KW, sh, ph)
     cols6 = cols.reshape(C, KH, KW, N, OH, OW)
     # Accumulate channel-major, (C, N, Hp, Wp), so that each add reads cols6 in memory order.
-    dx_pad = xp.zeros((C, N, H + 2 * ph, W + 2 * pw), dtype=cols.dtype)
+    dx_pad = get_array_module(cols).zeros((C, N, H + 2 * ph, W + 2 * pw), dtype=cols.dtype)
     for kh in range(KH):          # a loop over kernel offsets only: KH*KW strided adds
         for kw in range(KW):
             dx_pad[:, :, kh:kh + sh * OH:sh, kw:kw + sw * OW:sw] += cols6[:, kh, kw]
@@ -238,6 +197,16 @@ def fold(cols, x_shape, KH, KW, stride=1, padding=0, use_kernels=True):
     if ph or pw:
         dx = dx.copy()            # compact, so the layer below reads it in one sweep
     return dx.transpose(1, 0, 2, 3)                                    # (N, C, H, W)
+
+
+def im2col(x, KH, KW, stride=1, padding=0):
+    """:func:`unfold` with one *row* per window, as CS231n writes it: (N*OH*OW, C*KH*KW)."""
+    return unfold(x, KH, KW, stride, padding).T
+
+
+def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
+    """The adjoint of :func:`im2col`: cols (N*OH*OW, C*KH*KW) -> dx (N, C, H, W)."""
+    return fold(cols.T, x_shape, KH, KW, stride, padding)
 
 
 def as_image(out, N, OH, OW):
@@ -251,13 +220,6 @@ def as_matrix(dout):
     return dout.transpose(1, 0, 2, 3).reshape(dout.shape[1], -1)
 
 
-def conv_output_shape(layer, x_shape):
-    """(N, OH, OW) of a Conv2d (or Conv2dReLU) ``layer`` for input x of shape x_shape."""
-    N, _, H, W = x_shape
-    KH, KW = layer.kernel_size
-    return (N, *output_size(H, W, KH, KW, layer.stride, layer.padding))
-
-
 # ======================================================================================
 # Layers
 # ======================================================================================
@@ -268,11 +230,13 @@ class Conv2d(Layer):
     params["W"]: (F, C, KH, KW), params["b"]: (F,)
     kernel_size, stride, padding: an int, or a pair (h, w) per axis; the layer keeps pairs:
     ``.kernel_size == (KH, KW)``, ``.stride == (sh, sw)``, ``.padding == (ph, pw)``.
-    OH = (H + 2*ph - KH) // sh + 1, OW = (W + 2*pw - KW) // sw + 1.
 
-    Forward: cols = unfold(x) (C*KH*KW, N*OH*OW); out = W_mat @ cols + b, W_mat = W as (F, C*KH*KW).
+    Forward: cols = unfold(x) (C*KH*KW, N*OH*OW); z = W_mat @ cols (F, N*OH*OW),
+    W_mat = W as (F, C*KH*KW); out = z + b.
     Backward: dW = dout_mat @ cols.T, db = dout_mat summed over its columns,
     dcols = W_mat.T @ dout_mat, dx = fold(dcols).
+    ``Conv2dReLU`` (fusion.py) reuses :meth:`matrix_forward` and :meth:`matrix_backward`, the
+    two matrix steps without the bias.
 
     On the GPU, unfold and fold run the CUDA kernels of ``dlcourse.kernels`` (lesson 08c);
     set ``layer.use_kernels = False`` (or ``dl.use_kernels(model, False)``) to time the plain
@@ -299,30 +263,46 @@ class Conv2d(Layer):
         W = rng(seed).standard_normal((self.out_channels, self.in_channels, KH, KW)) * np.sqrt(2.0 / fan_in)
         self.params = {"W": W.astype(dtype), "b": np.zeros(self.out_channels, dtype=dtype)}
 
+    @checked
     def forward(self, x):
         """x: (N, C, H, W) -> out: (N, F, OH, OW), channel-major in memory (a view of the
         (F, N*OH*OW) matrix)."""
-        W, b = self.params["W"], self.params["b"]
-        F, C, KH, KW = W.shape
-        cols = unfold(x, KH, KW, self.stride, self.padding, self.use_kernels)   # (C*KH*KW, N*OH*OW)
-        out = matmul(W.reshape(F, -1), cols)                                   # (F, N*OH*OW)
-        out += b.reshape(F, 1)
-        self.cache = (x.shape, cols)
-        return as_image(out, *conv_output_shape(self, x.shape))
+        z = self.matrix_forward(x)                              # (F, N*OH*OW)
+        z += self.params["b"].reshape(-1, 1)
+        return self.as_image(z, x.shape)
 
+    @checked
     def backward(self, dout, input_grad: bool = True):
         """dout: (N, F, OH, OW) -> dx: (N, C, H, W); fills grads["W"] (F, C, KH, KW) and
         grads["b"] (F,). ``input_grad=False`` skips dx and returns None."""
+        dout_mat = dout.transpose(1, 0, 2, 3).reshape(dout.shape[1], -1)   # (F, N*OH*OW)
+        return self.matrix_backward(dout_mat, dout_mat.sum(axis=1), input_grad)
+
+    def matrix_forward(self, x):
+        """z = W_mat @ unfold(x): (F, N*OH*OW), without the bias; caches (x.shape, cols)."""
+        W = self.params["W"]
+        F, C, KH, KW = W.shape
+        cols = unfold(x, KH, KW, self.stride, self.padding, self.use_kernels)   # (C*KH*KW, N*OH*OW)
+        self.cache = (x.shape, cols)
+        return matmul(W.reshape(F, -1), cols)
+
+    def matrix_backward(self, dz, db, input_grad: bool = True):
+        """dz: (F, N*OH*OW), the gradient of z = W_mat @ cols; db: (F,). Fills grads; returns
+        dx = fold(W_mat.T @ dz): (N, C, H, W), or None without ``input_grad``."""
         x_shape, cols = self.cache
         W = self.params["W"]
         F, C, KH, KW = W.shape
-        dout_mat = as_matrix(dout)                                             # (F, N*OH*OW)
-        dW = matmul(cols, dout_mat.T).T                                        # (F, C*KH*KW)
-        self.grads = {"W": dW.reshape(W.shape), "b": dout_mat.sum(axis=1)}
+        dW = matmul(cols, dz.T).T                                          # (F, C*KH*KW)
+        self.grads = {"W": dW.reshape(W.shape), "b": db}
         if not input_grad:
             return None
-        dcols = matmul(W.reshape(F, -1).T, dout_mat)                           # (C*KH*KW, N*OH*OW)
+        dcols = matmul(W.reshape(F, -1).T, dz)                             # (C*KH*KW, N*OH*OW)
         return fold(dcols, x_shape, KH, KW, self.stride, self.padding, self.use_kernels)
+
+    def as_image(self, z, x_shape):
+        """z: (F, N*OH*OW) seen as the output (N, F, OH, OW), for an input of shape x_shape."""
+        N, _, H, W = x_shape
+        return as_image(z, N, *output_size(H, W, *self.kernel_size, self.stride, self.padding))
 
     def check(self, x):
         super().check(x)
@@ -338,6 +318,14 @@ class Conv2d(Layer):
                 "padding": list(self.padding)}
 
 
+class PoolCache(NamedTuple):
+    """What MaxPool2d.forward keeps: x, which window offset held each maximum, and the
+    kernels module whose forward kernel made ``idx`` (its backward kernel reads it), or None."""
+    x: object
+    idx: object
+    kernels: object = None
+
+
 class MaxPool2d(Layer):
     """Max over each KH×KW window, slid by ``stride`` (default: the kernel size, so windows
     tile the image). kernel_size and stride: an int, or a pair (h, w) per axis; the layer
@@ -346,11 +334,9 @@ class MaxPool2d(Layer):
     x: (N, C, H, W) -> out: (N, C, OH, OW), OH = (H - KH) // sh + 1, OW = (W - KW) // sw + 1.
     Backward sends each window's gradient to its maximum; with overlapping windows
     (stride < kernel) a pixel can be the maximum of several and its gradients add up.
-    In evaluation mode forward keeps only the maxima (less than half the work of also
-    recording where they were); backward, if asked, finds where from the cached x.
-    On the GPU forward and backward are one CUDA kernel each (``kernels/maxpool.cu``) instead
-    of a few array operations per window position; ``dl.use_kernels(model, False)`` runs the
-    array code below.
+    On the GPU forward and backward are one CUDA kernel each (``kernels/maxpool.cu``,
+    :meth:`_kernel_forward`); ``dl.use_kernels(model, False)`` runs the array code.
+    ``dl.infer`` pools faster still, keeping only the maxima (``fast_inference.py``).
     """
 
     input_shape, input_ndim = "(N, C, H, W)", 4
@@ -364,26 +350,23 @@ class MaxPool2d(Layer):
             raise ValueError(f"MaxPool2d needs kernel_size and stride >= 1, got "
                              f"kernel_size={kernel_size}, stride={stride}.")
 
+    @checked
     def forward(self, x):
         """x: (N, C, H, W) -> out: (N, C, OH, OW), in x's memory layout."""
-        k = kernels.usable_for(x, self.use_kernels, same_per_axis=(self.stride,))
+        k = kernels_for(x, self.use_kernels, same_per_axis=(self.stride,))
         if k is not None:
-            return self._forward_kernel(k, x)
-        # Only backward needs where each maximum was: in evaluation mode forward skips it,
-        # and a backward after it (a saliency map, say) finds it again from x.
-        best, idx = self._max_and_where(x, where=self.training)
-        self.cache = (x, idx, False)          # False: the array code made idx (or will)
+            return self._kernel_forward(k, x)
+        best, idx = self._max_and_where(x)
+        self.cache = PoolCache(x, idx)
         return best
 
-    def _max_and_where(self, x, where=True):
-        """The maxima (N, C, OH, OW) of x's windows and, if ``where``, which window offset
-        k = kh*KW + kw holds each (an int array of the same shape; else None)."""
+    def _max_and_where(self, x):
+        """The maxima (N, C, OH, OW) of x's windows, and which window offset k = kh*KW + kw
+        holds each (an int array of the same shape)."""
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         sh, sw = self.stride
         OH, OW = output_size(H, W, KH, KW, self.stride)
-        if not where:                 # the maxima alone: rows first, then columns
-            return maxpool_forward(x, KH, KW, self.stride), None
         xp = get_array_module(x)
         # A running maximum over the KH*KW window offsets: each offset (kh, kw) is one strided
         # slice of x holding that position of every window, of the output's shape (N, C, OH, OW).
@@ -399,19 +382,19 @@ class MaxPool2d(Layer):
             xp.maximum(best, v, out=best)
         return best, idx
 
+    @checked
     def backward(self, dout):
         """dout: (N, C, OH, OW) -> dx: (N, C, H, W), in x's memory layout."""
-        x, idx, kernel_made_idx = self.cache
-        if kernel_made_idx:          # forward ran the kernel: so does backward
-            return self._backward_kernel(dout)
-        if idx is None:              # forward ran in evaluation mode
-            _, idx = self._max_and_where(x)
+        x, idx, k = self.cache
+        if k is not None:            # forward ran the kernel: so does backward
+            return self._kernel_backward(k, dout)
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         sh, sw = self.stride
         _, _, OH, OW = dout.shape
         xp = get_array_module(dout)
-        # Windows that tile x exactly (no overlap, nothing left over) write every pixel once.
+        # Windows that tile x exactly (no overlap, nothing left over) write every pixel once:
+        # no zeros first, no adding up (the CNN's pools; a training step's speed depends on it).
         tiles = (sh, sw) == (KH, KW) and sh * OH == H and sw * OW == W
         dx = (xp.empty_like if tiles else xp.zeros_like)(x, dtype=dout.dtype)   # x's layout
         for k in range(KH * KW):      # loop over window offsets only, never over pixels
@@ -423,16 +406,16 @@ class MaxPool2d(Layer):
                 target += dout * (idx == k)               # overlapping windows add up
         return dx
 
-    def _forward_kernel(self, k, x):
+    def _kernel_forward(self, k, x):
         """The GPU path: one launch makes the maxima and where they were (C-contiguous)."""
         best, idx = k.maxpool_forward(x, *self.kernel_size, self.stride[0])   # sh == sw here
-        self.cache = (x, idx, True)
+        self.cache = PoolCache(x, idx, kernels=k)
         return best
 
-    def _backward_kernel(self, dout):
+    def _kernel_backward(self, k, dout):
         x, idx, _ = self.cache
         dx = get_array_module(dout).empty_like(x, dtype=dout.dtype)
-        return kernels.maxpool_backward(dout, idx, dx, *self.kernel_size, self.stride[0])
+        return k.maxpool_backward(dout, idx, dx, *self.kernel_size, self.stride[0])
 
     def get_config(self):
         return {"kernel_size": list(self.kernel_size), "stride": list(self.stride)}

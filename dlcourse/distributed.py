@@ -17,7 +17,7 @@ A communicator has one small interface and three kinds:
 * :class:`NCCLCommunicator`: ``cupyx.distributed`` (NCCL), CuPy arrays, one process per GPU.
   NCCL refuses two ranks on one GPU; ranks and sizes come from ``mpiexec``'s environment.
 
-What data-parallel training adds to the loop (:class:`DataParallel`, used by ``dl.fit``):
+What data-parallel training adds to the loop (:class:`DataParallel`, made by ``dl.fit(comm=...)``):
 parameters broadcast from rank 0 at the start; one shared batch order (each rank draws its own
 dropout masks); the gradients flattened into a few buffers (*buckets*), made once and each
 all-reduced in place every step; evaluation and progress on rank 0 only.
@@ -566,9 +566,12 @@ def average_gradients(model, comm: Communicator, count: int, loss: float = 0.0,
 
 
 class DataParallel:
-    """What ``dl.fit(..., comm=comm)`` adds to the training loop, one method per place.
+    """What ``dl.fit(..., comm=comm)`` adds to the training loop, one method per place:
+    the parameters broadcast and one seed shared (here), this rank's ``shard`` of each global
+    batch and the ``steps`` per epoch, ``average_gradients`` after each backward pass, and
+    ``total``/``share`` for the epoch's accuracy and validation.
 
-    With ``comm=None`` (or one process) every method is a no-op, so ``fit`` has one path.
+    With ``comm=None`` (or one process) every method is a no-op.
     """
 
     def __init__(self, comm: Communicator | None, model, seed: int | None):

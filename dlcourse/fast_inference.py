@@ -49,6 +49,11 @@ engine such as onnxruntime does them:
    20 of its 16 to 40 ms on the 2-core VM this was measured on (a fault costs a few
    microseconds there); with the arena, none after the first call.
 
+Reading map (lesson 12): :func:`infer`, then :func:`plan` and its steps (:func:`conv_step`,
+:func:`linear_step`, :func:`pool_step`), the column orders (:func:`unfold_wide`,
+:func:`unfold_pooled`), the maxima-only pooling (:func:`maxpool_forward`) and :class:`Buffers`.
+They build on ``conv.unfold`` and ``ops.matmul``; the layers themselves know nothing of them.
+
 Every step is tested against ``model.forward`` (tests/test_fast_inference.py).
 """
 from __future__ import annotations
@@ -63,14 +68,16 @@ from threadpoolctl import ThreadpoolController
 
 from ._validate import shape_str, whole_number
 from .backend import get_array_module
-from .conv import Conv2d, MaxPool2d, conv_output_shape, maximum_of, maxpool_forward, unfold
+from .conv import Conv2d, MaxPool2d, unfold
 from .fusion import Conv2dReLU, LinearReLU
-from .layers import BatchNorm2d, Flatten, Identity, Layer, Linear, ReLU, Sequential, eval_mode
+from .layer_base import Layer, eval_mode
+from .layers import BatchNorm2d, Flatten, Identity, Linear, ReLU, Sequential
 from .ops import matmul
-from .shapes import output_size
+from .shapes import as_pair, output_size
 
 __all__ = ["infer", "blas_threads", "Buffers", "plan", "conv_step", "linear_step", "fold_batchnorm",
-           "tiles", "unfold_pooled", "unfold_wide", "chunk_size", "CACHE_BYTES"]
+           "tiles", "unfold_pooled", "unfold_wide", "maxpool_forward", "maximum_of", "chunk_size",
+           "CACHE_BYTES"]
 
 # What the largest array of one chunk may take. Smaller chunks stay in a faster cache but pay
 # Python's cost per step more often: on the 2-core AMD EPYC this was tuned on (1 MiB of L2 per
@@ -208,6 +215,8 @@ def plan(model: Layer) -> list:
             bn = None if relu else take(BatchNorm2d)
             relu = relu or take(ReLU) is not None
             steps.append(conv_step(conv, bn, relu, take(MaxPool2d)))
+        elif type(layer) is MaxPool2d:                  # the maxima alone: no indices
+            steps.append(lambda x, buffers=None, pool=layer: pool_step(pool, x))
         elif type(layer) in (Linear, LinearReLU):
             linear, relu = (layer.layer, True) if type(layer) is LinearReLU else (layer, False)
             steps.append(linear_step(linear, relu or take(ReLU) is not None))
@@ -244,7 +253,8 @@ def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
         def new(name, shape):                           # this step's array `name`, reused
             return buffers.empty(name, shape, x.dtype, xp)
 
-        N, OH, OW = conv_output_shape(conv, x.shape)
+        N, _, H, W_in = x.shape
+        OH, OW = output_size(H, W_in, KH, KW, conv.stride, conv.padding)
         if pooled_columns and tiles(pool, OH, OW):      # the pool: maxima of contiguous blocks
             PH, PW = pool.kernel_size
             cols = unfold_pooled(x, KH, KW, conv.padding, PH, PW, buffers)  # (C*KH*KW, PH*PW*N*OH'*OW')
@@ -269,6 +279,12 @@ def conv_step(conv: Conv2d, bn: BatchNorm2d | None = None, relu: bool = False,
         return xp.maximum(z, 0, out=z) if relu else z
 
     return step
+
+
+def pool_step(pool: MaxPool2d, x):
+    """MaxPool2d's forward without recording where each maximum was (backward never comes)."""
+    pool.check(x)
+    return maxpool_forward(x, *pool.kernel_size, pool.stride)
 
 
 def linear_step(linear: Linear, relu: bool = False):
@@ -365,6 +381,44 @@ def unfold_wide(x, KH, KW, padding, buffers=None):
     cols = buffers.empty("cols", windows.shape, x.dtype, xp)
     cols[...] = windows                                                 # the one copy
     return cols.reshape(C * KH * KW, N * OH * Wp), Wp
+
+
+# ======================================================================================
+# Pooling the maxima alone
+# ======================================================================================
+def maxpool_forward(x, KH, KW, stride, new=None):
+    """The maxima of ``conv.maxpool_forward_naive``, fast: out (N, C, OH, OW) in x's memory layout.
+
+    A window's maximum is the maximum over its KW columns of the maxima over its KH rows. So
+    first take the maximum of whole rows of x (long contiguous runs), rows[n, c, i, :] = max over
+    kh of x[n, c, i*sh + kh, :], then of KW columns of that: (KH-1) + (KW-1) elementwise maxima
+    instead of the KH*KW - 1 of a loop over window offsets, and only the last ones strided.
+    Only the last two axes are pooled: any two axes may come first (:func:`conv_step` pools
+    (F, N, ...)). ``new(name, shape)``, if given, returns the arrays to write the row maxima
+    ("rows") and the result ("pooled") into: the step's :class:`Buffers`.
+    """
+    N, C, H, W = x.shape
+    OH, OW = output_size(H, W, KH, KW, stride)
+    sh, sw = as_pair(stride)
+    rows = maximum_of([x[:, :, kh:kh + sh * OH:sh] for kh in range(KH)],        # (N, C, OH, W)
+                      new("rows", (N, C, OH, W)) if new and KH > 1 else None)
+    out = maximum_of([rows[:, :, :, kw:kw + sw * OW:sw] for kw in range(KW)],   # (N, C, OH, OW)
+                     new("pooled", (N, C, OH, OW)) if new else None)
+    return out if KH * KW > 1 or new else out.copy(order="K")          # never a view of x
+
+
+def maximum_of(arrays, out=None):
+    """The elementwise maximum of ``arrays`` (all of one shape): written into ``out`` if given,
+    else a new array in the first one's memory layout (the array itself if it is the only one)."""
+    xp = get_array_module(arrays[0])
+    if len(arrays) == 1:
+        if out is not None:
+            xp.copyto(out, arrays[0])
+        return arrays[0] if out is None else out
+    out = xp.maximum(arrays[0], arrays[1], out=out)
+    for a in arrays[2:]:
+        xp.maximum(out, a, out=out)
+    return out
 
 
 # ======================================================================================

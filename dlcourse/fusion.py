@@ -14,15 +14,20 @@ operations done in place, with no new array.
 ``fuse`` shares the layers' parameters (training ``fast`` trains ``model``) and keeps their
 names: the ReLU's place holds an :class:`~dlcourse.layers.Identity`, so ``"0.W"`` is still
 ``"0.W"`` and optimizers, state dicts and checkpoints work with either model.
+
+Reading map (lesson 08c): :func:`bias_relu` and its backward (the one thing fusion adds),
+then ``LinearReLU`` and ``Conv2dReLU``: each runs its wrapped layer's own matrix steps
+(``Linear``'s product, ``Conv2d.matrix_forward`` / ``matrix_backward`` in ``conv.py``) around
+them. The CUDA kernels are ``kernels/fused.py`` (``bias_relu.cu``).
 """
 from __future__ import annotations
 
 from . import kernels
 from .backend import get_array_module
-from .conv import Conv2d, as_image, as_matrix, conv_output_shape, fold, unfold
+from .conv import Conv2d, as_matrix
 from .kernels import use_kernels
-from .layers import Identity, Layer, Linear, ReLU, Sequential
-from .ops import matmul
+from .layer_base import Layer, checked
+from .layers import Identity, Linear, ReLU, Sequential
 
 __all__ = ["bias_relu", "bias_relu_backward", "LinearReLU", "Conv2dReLU", "fuse", "use_kernels"]
 
@@ -37,7 +42,7 @@ def bias_relu(z, b, axis=1, use_kernels=True):
     axis=0: z (F, M), b (F,)  — Conv2d's output matrix, one bias per row (channel).
     z must be a temporary the caller owns: the CPU path overwrites it and returns it.
     """
-    k = kernels.usable_for(z, use_kernels, same_dtype=(b,))
+    k = kernels.kernels_for(z, use_kernels, same_dtype=(b,))
     if k is not None:
         return (k.bias_relu_forward if axis == 1 else k.bias_relu_rows_forward)(z, b)
     xp = get_array_module(z)
@@ -48,7 +53,7 @@ def bias_relu(z, b, axis=1, use_kernels=True):
 def bias_relu_backward(dout, y, axis=1, use_kernels=True):
     """The backward of :func:`bias_relu`: returns (dz, db) with dz = dout * (y > 0) (y's shape)
     and db = dz summed over the axis the bias does not run along (F,)."""
-    k = kernels.usable_for(dout, use_kernels, same_dtype=(y,))
+    k = kernels.kernels_for(dout, use_kernels, same_dtype=(y,))
     if k is not None:
         fn = k.bias_relu_backward if axis == 1 else k.bias_relu_rows_backward
         return fn(get_array_module(dout).ascontiguousarray(dout), y)
@@ -70,7 +75,7 @@ class FusedReLU(Layer):
         """``LinearReLU(linear)`` wraps an existing layer; ``LinearReLU(**linear_config)`` makes
         a new one (as loading a checkpoint does)."""
         # No Layer.__init__: the arrays live in the wrapped layer (as a Sequential's in its layers).
-        self.forgot()
+        self.clear_cache()
         if layer is None:
             layer = self.base(**config)
         if type(layer) is not self.base:
@@ -94,7 +99,7 @@ class FusedReLU(Layer):
 
     def map_arrays(self, fn):
         self.layer.map_arrays(fn)
-        self.forgot()
+        self.clear_cache()
         return self
 
     def get_config(self):
@@ -105,54 +110,48 @@ class LinearReLU(FusedReLU):
     """``y = max(x @ W + b, 0)``: Linear then ReLU in one layer (made by :func:`fuse`).
 
     x: (N, in_features) -> y: (N, out_features); params are the Linear's ``W`` and ``b``.
-    Forward: z = x @ W (cuBLAS on the GPU), then y = max(z + b, 0) in one pass.
-    Backward: dz = dout * (y > 0) and db = dz.sum(axis=0) in one pass; dW = x.T @ dz,
-    dx = dz @ W.T as in Linear.
+    Linear's own matrix steps make z = x @ W (cuBLAS on the GPU); then y = max(z + b, 0) in
+    one pass. Backward: dz = dout * (y > 0) and db = dz.sum(axis=0) in one pass, then Linear's
+    matrix backward (dW = x.T @ dz, dx = dz @ W.T).
     """
 
     base = Linear
 
+    @checked
     def forward(self, x):
-        W, b = self.params["W"], self.params["b"]
-        y = bias_relu(matmul(x, W), b, 1, self.use_kernels)         # (N, out_features)
-        self.cache = (x, y)
+        z = self.layer.matrix_forward(x)                                  # (N, out_features)
+        y = bias_relu(z, self.params["b"], 1, self.use_kernels)
+        self.cache = y
         return y
 
+    @checked
     def backward(self, dout, input_grad: bool = True):
-        x, y = self.cache
-        dz, db = bias_relu_backward(dout, y, 1, self.use_kernels)   # (N, out), (out,)
-        self.grads = {"W": matmul(x.T, dz), "b": db}
-        return matmul(dz, self.params["W"].T) if input_grad else None
+        dz, db = bias_relu_backward(dout, self.cache, 1, self.use_kernels)   # (N, out), (out,)
+        return self.layer.matrix_backward(dz, db, input_grad)
 
 
 class Conv2dReLU(FusedReLU):
     """``y = max(conv(x, W) + b, 0)``: Conv2d then ReLU in one layer (made by :func:`fuse`).
 
     x: (N, C, H, W) -> y: (N, F, OH, OW); params are the Conv2d's ``W`` and ``b``.
-    The convolution's output is the matrix W_mat @ cols of shape (F, N*OH*OW), one row per
-    output channel, so here the bias runs along rows (``bias_relu(..., axis=0)``).
+    Conv2d's own matrix steps make z = W_mat @ cols (F, N*OH*OW), one row per output channel,
+    so here the bias runs along rows (``bias_relu(..., axis=0)``); backward hands dz and db to
+    Conv2d's matrix backward.
     """
 
     base = Conv2d
 
+    @checked
     def forward(self, x):
-        conv, W, b = self.layer, self.params["W"], self.params["b"]
-        F, C, KH, KW = W.shape
-        cols = unfold(x, KH, KW, conv.stride, conv.padding, conv.use_kernels)   # (C*KH*KW, N*OH*OW)
-        y = bias_relu(matmul(W.reshape(F, -1), cols), b, 0, self.use_kernels)  # (F, N*OH*OW)
-        self.cache = (x.shape, cols, y)
-        return as_image(y, *conv_output_shape(conv, x.shape))                 # (N, F, OH, OW)
+        z = self.layer.matrix_forward(x)                                  # (F, N*OH*OW)
+        y = bias_relu(z, self.params["b"], 0, self.use_kernels)
+        self.cache = y
+        return self.layer.as_image(y, x.shape)                            # (N, F, OH, OW)
 
+    @checked
     def backward(self, dout, input_grad: bool = True):
-        conv, W = self.layer, self.params["W"]
-        x_shape, cols, y = self.cache
-        F, C, KH, KW = W.shape
-        dz, db = bias_relu_backward(as_matrix(dout), y, 0, self.use_kernels)  # (F, N*OH*OW), (F,)
-        self.grads = {"W": matmul(cols, dz.T).T.reshape(W.shape), "b": db}
-        if not input_grad:
-            return None
-        dcols = matmul(W.reshape(F, -1).T, dz)                                # (C*KH*KW, N*OH*OW)
-        return fold(dcols, x_shape, KH, KW, conv.stride, conv.padding, conv.use_kernels)
+        dz, db = bias_relu_backward(as_matrix(dout), self.cache, 0, self.use_kernels)  # (F, N*OH*OW), (F,)
+        return self.layer.matrix_backward(dz, db, input_grad)
 
 
 FUSIONS = {Linear: LinearReLU, Conv2d: Conv2dReLU}

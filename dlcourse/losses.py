@@ -76,7 +76,7 @@ class SoftmaxCrossEntropy(Loss):
     def forward(self, logits, labels):
         self._check(logits, labels)
         N, K = logits.shape
-        k = kernels.usable_for(logits, self.use_kernels)
+        k = kernels.kernels_for(logits, self.use_kernels)
         if k is not None:
             return self._forward_kernel(k, logits, labels)
         labels = check_labels("SoftmaxCrossEntropy", labels, N, K)

@@ -67,12 +67,12 @@ class Optimizer:
 
     def _fused(self, p, g, state, *scalars):
         """Do this parameter's update as one fused kernel (``self.kernel`` names it in
-        dlcourse.kernels) if it can take the arrays (:func:`dlcourse.kernels.usable_for`: p on
+        dlcourse.kernels) if it can take the arrays (:func:`dlcourse.kernels.kernels_for`: p on
         the GPU, kernels on, p, g and the state of one float dtype, p and the state
         C-contiguous; g is copied if it is not: a convolution's dW is a transpose). Returns
         whether it ran: never for an optimizer without a kernel."""
-        k = kernels.usable_for(p, self.use_kernels and self.kernel is not None,
-                               same_dtype=(g, *state), contiguous=(p, *state))
+        k = kernels.kernels_for(p, self.use_kernels and self.kernel is not None,
+                                same_dtype=(g, *state), contiguous=(p, *state))
         if k is None:
             return False
         getattr(k, self.kernel)(p, get_array_module(g).ascontiguousarray(g), *state, *scalars)
@@ -151,6 +151,9 @@ class Adam(Optimizer):
     def step(self):
         self.steps += 1
         t = self.steps
+        # The docstring's update, rewritten with the corrections folded into two numbers:
+        # lr * m_hat / (sqrt(v_hat) + eps) == step_size * m / (sqrt(v) + eps * sqrt(1 - b2^t))
+        # (multiply top and bottom by sqrt(1 - b2^t)); the same step, two array passes fewer.
         step_size = self.lr * (1 - self.b2 ** t) ** 0.5 / (1 - self.b1 ** t)
         eps = self.eps * (1 - self.b2 ** t) ** 0.5
         for k, p, g in self._pairs():

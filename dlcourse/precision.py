@@ -214,15 +214,16 @@ class LossScaler:
 
 
 class Policy:
-    """What ``dl.fit(precision=..., loss_scaler=...)`` does around each step:
+    """The steps this lesson adds to ``dl.fit``'s loop for ``precision=`` and ``loss_scaler=``
+    (``fit`` makes one only when either is asked for)::
 
-        with policy.autocast():
+        with policy.autocast():                               # bf16/fp16 products
             out = model.forward(xb)
-        ...
-        with policy.autocast():
-            model.backward(policy.scale(loss.backward()))
-        if policy.should_step(model):       # unscales; False: an fp16 step to skip
+            value = loss.forward(out, yb)
+            model.backward(policy.scale(loss.backward()))     # times the loss scale
+        if policy.should_step(model):       # unscales; False: fp16 gradients overflowed, skip
             optimizer.step()
+        policy.record(history)              # after each epoch: the format, the scaler's state
 
     fp16 gets a :class:`LossScaler` unless one is given (``loss_scaler=False``: none, to see
     gradients underflow); bf16 and fp32 need none (bf16 has float32's range).

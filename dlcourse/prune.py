@@ -12,8 +12,10 @@ Pruning sets the weights of smallest magnitude to zero and keeps them there::
 small weights lose more); ``scope="layer"`` prunes each layer to the same fraction. Biases,
 BatchNorm parameters and anything that is not a Linear or Conv2d weight are left alone.
 
-The mask lives on the layer, ``layer.masks["W"]`` (True where a weight is kept); after every
-optimizer step ``dl.fit`` calls :func:`keep_pruned`, which multiplies each weight by its mask.
+The mask lives on the layer, ``layer.masks["W"]`` (True where a weight is kept). When the model
+it trains holds a mask, ``dl.fit`` adds :class:`KeepPruned` to its loop: after every optimizer
+step, :func:`keep_pruned` multiplies each weight by its mask. (Prune before calling ``fit``:
+``fit`` looks for masks once, when it starts.)
 The mask is not part of a checkpoint: a saved pruned model holds its zeros, and pruning the
 loaded model again with the same sparsity finds them.
 
@@ -33,7 +35,7 @@ import numpy as np
 from .backend import device_of, get_array_module, to_device, to_numpy
 
 __all__ = ["prune", "prune_gradually", "pruning_schedule", "sparsity", "keep_pruned",
-           "prunable"]
+           "KeepPruned", "prunable"]
 
 
 def _layers(model):
@@ -140,6 +142,17 @@ def keep_pruned(model) -> None:
             if device_of(mask) != device_of(p):        # the model moved since it was pruned
                 mask = masks[name] = to_device(mask, device_of(p))
             p *= mask
+
+
+class KeepPruned:
+    """The step this lesson adds to ``dl.fit``'s loop when the model was pruned::
+
+        optimizer.step()
+        keep_pruned(model)          # KeepPruned().after_step(model)
+    """
+
+    def after_step(self, model) -> None:
+        keep_pruned(model)
 
 
 def sparsity(model) -> dict:

@@ -27,7 +27,8 @@ import numpy as np
 
 from .backend import get_array_module, to_numpy
 from .conv import Conv2d, im2col, output_size
-from .layers import Layer, Linear, Sequential, build_layer, eval_mode
+from .layer_base import build_layer
+from .layers import Layer, Linear, Sequential, eval_mode
 from .shapes import as_pair
 
 __all__ = ["QMAX", "symmetric_scale", "quantize_array", "dequantize_array", "QuantLinear",
@@ -72,9 +73,9 @@ class _QuantLayer(Layer):
         self.per_channel = bool(per_channel)
         self.training = False
 
-    def _map_arrays(self, fn):
+    def map_arrays(self, fn):
         # Moves (to "gpu") apply to every array; casts (astype(float64)) leave the int8 ones int8.
-        return super()._map_arrays(lambda a: fn(a).astype(a.dtype) if a.dtype.kind == "i" else fn(a))
+        return super().map_arrays(lambda a: fn(a).astype(a.dtype) if a.dtype.kind == "i" else fn(a))
 
     def backward(self, dout):
         raise RuntimeError(f"{type(self).__name__} is for inference: its weights are int8. "

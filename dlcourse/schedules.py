@@ -23,7 +23,8 @@ import math
 
 from ._validate import number
 
-__all__ = ["step_decay", "cosine_decay", "linear_warmup", "per_epoch", "constant"]
+__all__ = ["step_decay", "cosine_decay", "linear_warmup", "per_epoch", "constant",
+           "check_schedule", "lr_at"]
 
 
 def _lr(lr, fn):
@@ -77,3 +78,21 @@ def per_epoch(schedule):
     """``schedule`` held for a whole epoch: its value at the epoch's start, schedule(floor(epoch))
     (``dlcourse train``'s cosine changes once per epoch, not at every step)."""
     return lambda epoch: schedule(math.floor(epoch))
+
+
+# What dl.fit(lr_schedule=...) calls: the check of the argument, then the rate at each step.
+def check_schedule(schedule, optimizer) -> None:
+    """A TypeError unless ``schedule`` is a function and ``optimizer`` has an ``lr`` to set."""
+    if not callable(schedule):
+        raise TypeError(f"fit(lr_schedule=...) takes a function of the epoch, e.g. "
+                        f"dl.cosine_decay(1e-3, epochs=10) or lambda epoch: 0.01; got "
+                        f"{type(schedule).__name__}.")
+    if not hasattr(optimizer, "lr"):
+        raise TypeError(f"fit(lr_schedule=...) sets optimizer.lr, but {type(optimizer).__name__} "
+                        f"has no lr.")
+
+
+def lr_at(schedule, epoch: float) -> float:
+    """``schedule(epoch)``, checked to be a learning rate > 0."""
+    return number(schedule(epoch), f"fit(lr_schedule=...) at epoch {epoch:g}",
+                  "a learning rate such as 0.01", 0.0, None, low_open=True)

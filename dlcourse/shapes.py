@@ -2,7 +2,9 @@
 
 Introduced in notebook ``06_convolution`` (the output size of a convolution). It depends on
 nothing, so the layers (``dlcourse/conv.py``), the CUDA wrappers and their NumPy references
-(``dlcourse/kernels/``) can all use it without importing each other.
+(``dlcourse/kernels/``), ``dl.infer`` and the exercise checks can all use it without
+importing each other. The one output-size function (:func:`output_size`) and the one shape
+printer (:func:`shape_str`) of the library.
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ __all__ = ["output_size", "shape_str", "as_pair"]
 
 
 def shape_str(shape) -> str:
-    """``(2, 3)`` as ``"(2, 3)"``, ``(4,)`` as ``"(4,)"``."""
+    """``(2, 3)`` as ``"(2, 3)"``, ``(4,)`` as ``"(4,)"`` (NumPy integers print as ints)."""
+    shape = tuple(int(s) if hasattr(s, "__index__") else s for s in shape)
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 

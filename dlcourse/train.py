@@ -21,6 +21,11 @@ and then shows that :func:`fit` is that loop plus the things a real run needs:
 * ``callback(epoch, history)`` after each epoch and ``on_step(step, loss)`` after each step;
   either may stop training by returning ``False`` or raising :class:`StopTraining`;
 * a seed that makes a CPU run repeatable bit for bit.
+
+Later lessons put steps around this loop, each made by its own module and imported only
+when it is asked for (``dlcourse/step_hooks.py`` lists where each acts): lesson 10's
+``precision=`` (``dlcourse/precision.py``), lesson 11's pruned weights kept at zero
+(``dlcourse/prune.py``), lesson 13's ``comm=`` (``dlcourse/distributed.py``).
 """
 from __future__ import annotations
 
@@ -29,17 +34,16 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from . import backend
-from ._validate import check_labels, model_class_error, number, whole_number
+from ._validate import check_labels, model_class_error, whole_number
 from .backend import device_of, get_array_module, to_numpy
+from .history import History
 from .layers import eval_mode
-from .distributed import DataParallel   # fit(comm=...) (lesson 13)
-from .precision import Policy   # precision= and loss scaling (lesson 10)
-from .prune import keep_pruned   # pruned weights stay zero (lesson 11)
+from .schedules import check_schedule, lr_at
+from .step_hooks import StepHooks
 
 __all__ = ["fit", "evaluate", "confusion_matrix", "History", "TrainingDiverged", "StopTraining"]
 
@@ -60,88 +64,6 @@ class TrainingDiverged(RuntimeError):
     def __init__(self, message, history, epoch, step, lr=None):
         super().__init__(message)
         self.history, self.epoch, self.step, self.lr = history, epoch, step, lr
-
-
-# ======================================================================================
-# History
-# ======================================================================================
-@dataclass
-class History:
-    """What happened in :func:`fit`, one entry per completed epoch.
-
-    ``train_loss[e]``: mean loss over epoch e's training batches (in training mode, while the
-    parameters were still changing); ``train_accuracy[e]``: accuracy on those same batches;
-    ``val_loss[e]``, ``val_accuracy[e]``: on the validation set at the end of epoch e
-    (evaluation mode), empty lists without ``validation=``; ``epoch_time[e]``: seconds;
-    ``step_loss``: the loss of every step, for a fine-grained plot; ``lr[e]``: the learning
-    rate of epoch e's last step, ``step_lr``: of every step (``None`` for an optimizer
-    without ``lr``), as set by ``fit(..., lr_schedule=...)`` or left as the optimizer had it.
-
-    ``stop_reason`` is ``None`` when every epoch ran, else ``"callback"``, ``"interrupted"``
-    (Ctrl-C) or ``"diverged"``; ``interrupted`` is True after Ctrl-C.
-    Accuracies are ``None`` when the task is not classification (e.g. ``MSELoss``).
-    """
-
-    train_loss: list = field(default_factory=list)
-    train_accuracy: list = field(default_factory=list)
-    val_loss: list = field(default_factory=list)
-    val_accuracy: list = field(default_factory=list)
-    epoch_time: list = field(default_factory=list)
-    step_loss: list = field(default_factory=list)
-    lr: list = field(default_factory=list)
-    step_lr: list = field(default_factory=list)
-    stop_reason: str | None = None
-    interrupted: bool = False
-    precision: str = "fp32"                               # lesson 10: fit(precision=...)
-    loss_scaler: dict | None = None                       # its state_dict() after each epoch
-    loss_scale: list = field(default_factory=list)        # the loss scale at every step
-
-    @property
-    def epochs(self) -> int:
-        """How many epochs completed."""
-        return len(self.train_loss)
-
-    @property
-    def total_time(self) -> float:
-        return float(sum(self.epoch_time))
-
-    def as_dict(self) -> dict:
-        """Plain lists and numbers (e.g. for ``json.dump``)."""
-        return asdict(self)
-
-    def table(self) -> str:
-        """One line per epoch: losses, accuracies and time, and the learning rate (of the
-        epoch's last step) when it changed during training (``fit(lr_schedule=...)``)."""
-        rates = [r for r in self.step_lr if r is not None]
-        show_lr = len(set(rates)) > 1
-        lines = ["epoch  train_loss  train_acc  val_loss  val_acc   time" + ("        lr" * show_lr)]
-        for e in range(self.epochs):
-            lr = _get(self.lr, e)
-            lines.append(f"{e + 1:5d}  {_fmt(self.train_loss[e], 10)}  "
-                         f"{_fmt(_get(self.train_accuracy, e), 9)}  "
-                         f"{_fmt(_get(self.val_loss, e), 8)}  {_fmt(_get(self.val_accuracy, e), 7)}"
-                         f"  {self.epoch_time[e]:5.2f}s"
-                         + (f"  {lr:8.2e}" if show_lr and lr is not None else ""))
-        if self.stop_reason:
-            lines.append(f"(stopped: {self.stop_reason})")
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        if not self.epochs:
-            return f"History(0 epochs, stop_reason={self.stop_reason!r})"
-        last = f"train_loss={self.train_loss[-1]:.4f}"
-        if self.val_accuracy and self.val_accuracy[-1] is not None:
-            last += f", val_accuracy={self.val_accuracy[-1]:.4f}"
-        stop = f", stop_reason={self.stop_reason!r}" if self.stop_reason else ""
-        return f"History({self.epochs} epochs, {last}, {self.total_time:.1f} s{stop})"
-
-
-def _get(values, i):
-    return values[i] if i < len(values) else None
-
-
-def _fmt(value, width):
-    return f"{value:{width}.4f}" if value is not None else " " * (width - 1) + "-"
 
 
 # ======================================================================================
@@ -483,83 +405,68 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         loss_scaler=None, comm=None) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
+    Lesson 04's loop (the module's docstring), run ``epochs`` times over shuffled batches.
+
     Args:
-        model: a dlcourse model (``forward``, ``backward``, ``params``, ``grads``), e.g.
-            ``dl.MLP([64, 128, 10])``. Data go to wherever the model is (``model.to("gpu")``).
+        model: e.g. ``dl.MLP([64, 128, 10])``, with ``forward``, ``backward``, ``params`` and
+            ``grads``. Data go to wherever the model is (``model.to("gpu")``).
         loss: e.g. ``dl.SoftmaxCrossEntropy()``; ``forward(out, yb)`` returns a float and
             ``backward()`` returns d(loss)/d(out).
         optimizer: e.g. ``dl.Adam(model, lr=1e-3)``.
-        X: (N, ...) training inputs, NumPy (or CuPy); float arrays are cast to the
-            model's dtype one batch at a time.
+        X: (N, ...) training inputs, NumPy or CuPy; float batches are cast to the model's dtype.
         y: (N,) integer labels (or the targets the loss takes).
         epochs: passes over the data.
         batch_size: samples per step ``B``; the last batch of an epoch may be smaller.
         validation: ``(X_val, y_val)``, evaluated after every epoch, or ``None``.
-        seed: makes the run repeatable: the batch order and the dropout masks are drawn
-            from generators seeded with it (``dl.manual_seed(seed)`` is called). On the CPU
-            the same seed and the same starting model give bit-for-bit the same result.
+        seed: seeds the batch order and the dropout masks (``dl.manual_seed(seed)``): on the
+            CPU the same seed and the same starting model give bit-for-bit the same result.
         progress: show a progress bar (``tqdm.auto``).
-        callback: ``callback(epoch, history)`` after each epoch (``epoch`` counts from 1).
-            Returning ``False`` or raising :class:`StopTraining` ends training cleanly.
-        on_step: ``on_step(step, loss)`` after each optimizer step (``step`` counts every
-            step of the run from 1; ``loss`` is the batch's loss). Same way to stop.
-        lr_schedule: ``lr_schedule(epoch) -> lr``, called before every step with the training
-            time in epochs (0.0 at the first step, 1.5 halfway through the second epoch); its
-            value becomes ``optimizer.lr``. E.g. ``dl.cosine_decay(1e-3, epochs=10)``,
-            ``dl.step_decay(0.1, every=5)``, ``dl.linear_warmup(schedule, epochs=1)``
-            (``dlcourse/schedules.py``) or any function. ``history.lr`` shows the rates used.
-        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``: the inputs of every matrix product
-            are rounded to it, products add up in float32, parameters stay float32
-            (``dl.autocast``, lesson 10).
-        loss_scaler: a ``dl.LossScaler`` for fp16 (``None``: a default one for fp16, none
-            otherwise; ``False``: none). A step with inf/NaN gradients is skipped; the state
-            is in ``history.loss_scaler`` and ``history.loss_scale``.
-        comm: data-parallel training (lesson 13) with a communicator from
-            ``dl.distributed.init()``: rank 0's parameters are copied to every rank, each rank
-            takes its ``batch_size`` share of every global batch of ``batch_size * world_size``
-            (as in PyTorch's DDP), the gradients are averaged over the global batch and every
-            rank takes the same step. Losses and accuracies are over the global batch;
-            validation and the progress bar run on rank 0 (the result is sent to all ranks).
-            BatchNorm statistics stay per rank; each rank draws its own dropout masks. Every
-            rank passes the same X and y.
-            ``None``: one process.
+        callback: ``callback(epoch, history)`` after each epoch (from 1); returning ``False``
+            or raising :class:`StopTraining` ends training cleanly.
+        on_step: ``on_step(step, loss)`` after each step (counted over the run, from 1); same.
+        lr_schedule: ``lr_schedule(t) -> lr`` sets ``optimizer.lr`` before every step, ``t``
+            the training time in epochs (0.0, ..., 1.5 halfway through the second epoch), e.g.
+            ``dl.cosine_decay(1e-3, epochs=10)`` (``dlcourse/schedules.py``).
+        precision, loss_scaler: lesson 10: ``"bf16"`` or ``"fp16"`` matrix products with
+            float32 parameters; ``loss_scaler``: a ``dl.LossScaler`` (``None``: one for fp16;
+            ``False``: none), its state in ``history.loss_scaler`` (``dlcourse/precision.py``).
+        comm: lesson 13: data-parallel training with a communicator from
+            ``dl.distributed.init()``: ``batch_size`` samples per rank, gradients averaged
+            over the global batch, validation on rank 0; every rank passes the same X and y
+            (``dlcourse/distributed.py``: BatchNorm, dropout). ``None``: one process.
+
+    A model pruned with ``dl.prune`` (lesson 11) keeps its pruned weights at zero. What
+    lessons 10, 11 and 13 add to the loop are the ``hooks`` it calls (``dlcourse/step_hooks.py``).
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
 
     Raises:
-        TrainingDiverged: the loss or the parameters became inf or NaN (see its message).
-            The model's parameters and buffers, and the optimizer's state (momentum, Adam's
-            moments and step count), are put back to those of the last step whose loss was
-            finite (a copy is kept before each update: cheap, O(parameters)). So you can
-            lower ``optimizer.lr`` and call ``fit`` again with the same optimizer. When the
-            batch itself holds NaN or inf (in X, or in float targets y), the message says so
-            and names a row, instead of blaming the learning rate.
+        TrainingDiverged: the loss or the parameters became inf or NaN. The model and the
+            optimizer's state are put back to those of the last step whose loss was finite
+            (a copy is kept before each update), so you can lower ``optimizer.lr`` and call
+            ``fit`` again. A batch holding NaN or inf is named, instead of the learning rate.
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
     _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
-    amp = Policy(precision, loss_scaler)              # fp32, or bf16/fp16 products (lesson 10)
-    dp = DataParallel(comm, model, seed)              # lesson 13; a no-op for one process
-    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, dp.seed,
-               progress and dp.is_main, lr_schedule, dp)
+    hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed)  # none in lesson 04
+    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, seed, progress, lr_schedule,
+               hooks.data_parallel)
     try:
         for epoch in range(1, epochs + 1):
             model.train()
-            for step, (xb, yb) in run.batches(epoch):
-                with amp.autocast():
-                    out = model.forward(xb)
-                value = loss.forward(out, yb)
-                run.check_loss(value, xb, yb)         # inf or NaN: undo, and say why
-                with amp.autocast():
-                    model.backward(amp.scale(loss.backward()))
-                value, n = dp.average_gradients(value, len(xb))   # global batch: (loss, size)
-                with run.update():                    # a snapshot first, to undo it
-                    run.set_lr()                      # lr_schedule, if given
-                    if amp.should_step(model):        # False: fp16 gradients overflowed, skip
-                        optimizer.step()
-                        keep_pruned(model)            # pruned weights stay zero (lesson 11)
-                run.after_step(value, n, out, yb, on_step)
-            amp.record(run.history)
+            for xb, yb in run.batches(epoch):
+                with hooks.autocast():
+                    out = model.forward(xb)                               # (B, K)
+                    value = run.finite(loss.forward(out, yb), xb, yb)     # a Python float
+                    model.backward(hooks.scale(loss.backward()))          # fills model.grads
+                value, n = hooks.average_gradients(value, len(xb))
+                with run.update():                        # sets the lr; a snapshot, to undo it
+                    if hooks.should_step(model):
+                        optimizer.step()                                  # updates model.params
+                        hooks.after_step(model)
+                run.record(value, n, out, yb, on_step)    # history, progress bar, on_step
+            hooks.record(run.history)
             run.end_epoch(validation, callback)
     except StopTraining:
         run.history.stop_reason = "callback"
@@ -576,13 +483,8 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
 
 def _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation,
                          lr_schedule=None):
-    if lr_schedule is not None and not callable(lr_schedule):
-        raise TypeError(f"fit(lr_schedule=...) takes a function of the epoch, e.g. "
-                        f"dl.cosine_decay(1e-3, epochs=10) or lambda epoch: 0.01; got "
-                        f"{type(lr_schedule).__name__}.")
-    if lr_schedule is not None and not hasattr(optimizer, "lr"):
-        raise TypeError(f"fit(lr_schedule=...) sets optimizer.lr, but {type(optimizer).__name__} "
-                        f"has no lr.")
+    if lr_schedule is not None:
+        check_schedule(lr_schedule, optimizer)
     _check_model(model, "fit")
     _check_loss(loss, "fit")
     _check_optimizer(optimizer, model)
@@ -601,65 +503,74 @@ class _Run:
     """What fit keeps track of around its loop: the batches (moved to the model's device and
     cast to its dtype), the seeded batch order, the snapshot that undoes a step gone to inf or
     NaN, the running loss and accuracy of the epoch, the History, the progress bar, and the
-    hooks. Each method is one thing the loop does."""
+    hooks. Each method is one thing the loop does. ``dp``: lesson 13's DataParallel (with
+    ``fit(comm=...)``), which shares the seed and the batches among ranks; else ``None``."""
 
     def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, seed, progress,
-                 lr_schedule, dp):
+                 lr_schedule, dp=None):
         self.model, self.loss, self.optimizer, self.X, self.y = model, loss, optimizer, X, y
         self.lr_schedule, self.dp = lr_schedule, dp
         self.epochs, self.batch_size = epochs, int(batch_size)
         self.device, self.dtype = _model_device(model), _model_dtype(model)
+        if dp is not None:
+            seed = dp.seed                             # rank 0's, on every rank
         if seed is not None:                           # dropout masks (and CuPy's generator),
-            backend.manual_seed(dp.dropout_seed)       # each rank its own (lesson 13)
+            backend.manual_seed(dp.dropout_seed if dp is not None else seed)   # each rank its own
         self.order_rng = backend.rng(seed) if seed is not None else None   # one order per epoch
-        self.steps = self.dp.steps(len(X), self.batch_size)   # ceil(N / B) for one process
+        self.steps = (dp.steps(len(X), self.batch_size) if dp is not None
+                      else -(-len(X) // self.batch_size))                  # ceil(N / B)
         self.history = History()
-        self.bar = _progress_bar(progress, epochs * self.steps)
+        self.bar = _progress_bar(progress and (dp is None or dp.is_main), epochs * self.steps)
         self.was_training = getattr(model, "training", True)
         self.epoch = self.step = self.global_step = 0
         self.snapshot = None                           # model and optimizer at the last finite loss
         self.in_update = False
 
     def batches(self, epoch):
-        """(step, (xb, yb)) over the epoch's shuffled batches, xb in the model's dtype."""
+        """(xb, yb) over the epoch's shuffled batches (this rank's share of each, with
+        ``comm=``), xb in the model's dtype; counts ``self.step``."""
         from .data import batches
         self.epoch, self.start = epoch, time.perf_counter()
         self.loss_sum, self.seen, self.tally = 0.0, 0, _Tally(self.loss)
         order_seed = int(self.order_rng.integers(2**32)) if self.order_rng is not None else None
         if self.bar is not None:
             self.bar.set_description(f"epoch {epoch}/{self.epochs}", refresh=False)
+        shard = self.dp.shard if self.dp is not None else {}
         for self.step, (xb, yb) in enumerate(batches(self.X, self.y, self.batch_size, shuffle=True,
                                                      seed=order_seed, device=self.device,
-                                                     **self.dp.shard), start=1):
+                                                     **shard), start=1):
             self.global_step += 1
-            yield self.step, (_prepare(xb, self.dtype), yb)
+            yield _prepare(xb, self.dtype), yb
 
-    def check_loss(self, value, xb, yb):
+    def finite(self, value, xb, yb) -> float:
+        """``value``, the batch's loss, if it is finite; else undo the last update and raise
+        TrainingDiverged, saying why."""
         if not math.isfinite(value):
             if self.snapshot is not None:             # undo the update that led here
                 _restore(self.model, self.optimizer, self.snapshot)
             raise _diverged(self.history, self.epoch, self.step, self.steps, self.optimizer,
                             f"the loss is {value}", _bad_data(self.X, self.y, xb, yb))
+        return value
 
     @contextlib.contextmanager
     def update(self):
-        """Around optimizer.step(): a snapshot before it, and a mark while it runs (Ctrl-C
-        half-way through an update restores the snapshot)."""
+        """Around optimizer.step(): a snapshot before it, the learning rate set, and a mark
+        while it runs (Ctrl-C half-way through an update restores the snapshot)."""
         self.snapshot = _snapshot(self.model, self.optimizer)
         self.in_update = True
+        self.set_lr()
         yield
         self.in_update = False
 
     def set_lr(self):
         """optimizer.lr = lr_schedule(the training time in epochs), checked."""
-        if self.lr_schedule is None:
-            return
-        t = (self.epoch - 1) + (self.step - 1) / self.steps
-        self.optimizer.lr = number(self.lr_schedule(t), f"fit(lr_schedule=...) at epoch {t:g}",
-                                   "a learning rate such as 0.01", 0.0, None, low_open=True)
+        if self.lr_schedule is not None:
+            t = (self.epoch - 1) + (self.step - 1) / self.steps    # the training time, in epochs
+            self.optimizer.lr = lr_at(self.lr_schedule, t)
 
-    def after_step(self, value, n, out, yb, on_step):
-        """``value``: the loss over the (global) batch of ``n`` samples."""
+    def record(self, value, n, out, yb, on_step):
+        """``value``: the loss over the batch of ``n`` samples (the global batch, with
+        ``comm=``): into the History and the progress bar; then ``on_step``."""
         self.loss_sum, self.seen = self.loss_sum + value * n, self.seen + n
         self.tally.add(out, yb)
         self.history.step_loss.append(value)
@@ -679,12 +590,14 @@ class _Run:
             raise _diverged(history, self.epoch, self.step, self.steps, self.optimizer,
                             "a parameter became inf or NaN")
         history.train_loss.append(self.loss_sum / seen)
-        self.tally.correct = dp.total(self.tally.correct)
+        if dp is not None:                 # lesson 13: the right answers of every rank
+            self.tally.correct = dp.total(self.tally.correct)
         history.train_accuracy.append(self.tally.accuracy(seen))
         history.lr.append(getattr(self.optimizer, "lr", None))
-        if validation is not None:
-            result = dp.share(evaluate(self.model, *validation, loss=self.loss,
-                                       batch_size=self.batch_size) if dp.is_main else None)
+        if validation is not None:         # with comm=, rank 0 evaluates and shares the result
+            result = (evaluate(self.model, *validation, loss=self.loss, batch_size=self.batch_size)
+                      if dp is None or dp.is_main else None)
+            result = dp.share(result) if dp is not None else result
             history.val_loss.append(result["loss"])
             history.val_accuracy.append(result["accuracy"])
         backend.synchronize()              # GPU work is queued: wait before reading the clock

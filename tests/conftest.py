@@ -5,6 +5,7 @@ makes it required); without CuPy it skips with the reason. Use the ``device`` fi
 "gpu") and ``xp`` (numpy or cupy), and make arrays with ``to_dev``."""
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -36,13 +37,140 @@ BACKENDS = [pytest.param("cpu", id="numpy"),
             pytest.param("gpu", id="cupy", marks=() if STANDIN else pytest.mark.gpu)]
 
 
+# --------------------------------------------------------------------------------------
+# Lessons: ``pytest -m lesson06`` runs lesson 06's tests (the markers lesson00 ... lesson14,
+# lesson04b, lesson08a-08c are registered in pyproject.toml, one per notebook).
+# --------------------------------------------------------------------------------------
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+LESSON_OF_NOTEBOOK = {p.stem: p.stem.split("_")[0] for p in sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))}
+ALL = "all lessons"       # the test holds every lesson to something (narrowed by its parameters)
+TOOLING = "no lesson"     # the course's machinery (CI, the workspace, the GPU check), no lesson's
+# Each test file: the lessons whose library code or exercises it tests, or ALL, or TOOLING. A
+# dict narrows by the test's name: {a regex matched at the start of the name after "test_":
+# lessons, ..., "": the rest}. A notebook notebooks/NN_*.ipynb is lesson NN.
+# tests/test_lesson_markers.py holds every test file to a row here.
+LESSONS: dict[str, object] = {
+    "test_autograd.py": ("14",),
+    "test_backend.py": ("00", "05"),
+    "test_benchmarks.py": TOOLING,
+    "test_browser.py": ("09",),
+    "test_check_cnn.py": {"softmax": ("02",),
+                          "minibatches|accuracy|sgd|dropout|adam": ("04",),
+                          "fwd": ("05",),
+                          "cos|conv|i2c|cb|mp|max_window": ("06",),
+                          "cp|bn|batchnorm": ("07",),
+                          "grid_size|global_index|warp": ("08a",),
+                          "tiled": ("08b",),
+                          "bias_relu": ("08c",),
+                          "": ("04", "05", "06", "07")},
+    "test_checkpoint.py": ("04", "07", "12"),
+    "test_cli.py": TOOLING,
+    "test_compression.py": {"quantiz|integer_path|a_loaded_int8|prune|fit_keeps_pruned|pruning":
+                            ("11",), "checks": ("10", "11"), "": ("10",)},
+    "test_cupy_standin.py": TOOLING,
+    "test_data.py": {"synthetic|blobs|xor|circles|spirals": ("01",),
+                     "batches": ("04", "05"),
+                     "read_|download|load_|cifar|known_checksums|data_dir": ("07",),
+                     "": ("04",)},
+    "test_derive.py": ALL,
+    "test_distributed.py": ("13",),
+    "test_errors.py": {"conv|kernel|stride|sizes": ("06",), "": ("03", "04")},
+    "test_export.py": ("12",),
+    "test_fast_inference.py": ("12",),
+    "test_floors.py": TOOLING,
+    "test_fusion.py": ("08c",),
+    "test_gpu_check.py": TOOLING,
+    "test_gradcheck.py": ("03",),
+    "test_hints.py": ALL,
+    "test_imports.py": ALL,
+    "test_io.py": TOOLING,
+    "test_kernel_emulation.py": ("08a", "08b", "08c"),
+    "test_kernels.py": ("08a", "08b", "08c"),
+    "test_layers.py": {"conv|maxpool|im2col": ("06",),
+                       "batchnorm": ("07",),
+                       "dropout|optimizers|sgd": ("04",),
+                       "linear_init|layer_stats": ("04b",),
+                       "loss|softmax|sigmoid": ("02",),
+                       "perceptron": ("01",),
+                       "model_moves": ("05",),
+                       "": ("03",)},
+    "test_lesson_markers.py": TOOLING,
+    "test_nbgrader.py": ALL,
+    "test_notebook_api.py": ALL,
+    "test_optim.py": ("04",),
+    "test_properties.py": {"linear": ("03",), "softmax": ("02",), "": ("06",)},
+    "test_recorded.py": ("00", "05", "08a", "08b", "08c", "10"),
+    "test_saved_checkpoints.py": ("04", "07", "08c"),
+    "test_serve.py": ("12",),
+    "test_student.py": ALL,
+    "test_timing.py": ("00", "05", "06"),
+    "test_train.py": ("04",),
+    "test_widgets.py": ("07", "09"),
+    "test_workspace.py": TOOLING,
+}
+
+
+def _lesson_of_each_check() -> dict[str, str]:
+    """dl.check name -> its lesson, from the notebook whose cells call ``dl.check.<name>(``."""
+    found = {}
+    for stem, lesson in LESSON_OF_NOTEBOOK.items():
+        text = (NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8")
+        for name in re.findall(r"dl\.check\.([a-z_0-9]+)\(", text):
+            found.setdefault(name, lesson)
+    for name in ("hint", "solution", "derivation"):
+        found.pop(name, None)
+    return found
+
+
+def _lessons_named_by(param_id: str, check_lessons: dict[str, str]) -> set[str]:
+    """The lessons a test's parameters name: a notebook (``06_convolution``), an exercise
+    (``conv2d_naive``, or a variant of it: ``grid_size_launch_config``), or a module of dl.check
+    (``cnn``: the lessons of its checks)."""
+    named = set()
+    for token in re.split(r"[-\[\]]", param_id):
+        token = token.removesuffix(".ipynb")
+        if token in LESSON_OF_NOTEBOOK:
+            named.add(LESSON_OF_NOTEBOOK[token])
+        elif token in check_lessons:
+            named.add(check_lessons[token])
+        elif any(token.startswith(f"{name}_") for name in check_lessons):   # a variant's id
+            named.add(check_lessons[max((n for n in check_lessons if token.startswith(f"{n}_")),
+                                        key=len)])
+        else:
+            module = getattr(dl.check, token, None)
+            named |= {check_lessons[n] for n in getattr(module, "__all__", ())
+                      if n in check_lessons}
+    return named
+
+
+def lessons_of(item, check_lessons: dict[str, str]) -> set[str]:
+    """The lessons of one collected test (a notebook's cell: that notebook's lesson)."""
+    path = Path(item.path)
+    if path.suffix == ".ipynb":
+        return {LESSON_OF_NOTEBOOK[path.stem]} if path.stem in LESSON_OF_NOTEBOOK else set()
+    row = LESSONS.get(path.name, TOOLING)
+    if isinstance(row, dict):
+        name = getattr(item, "originalname", item.name).removeprefix("test_")
+        row = next(lessons for pattern, lessons in row.items() if re.match(pattern, name))
+    if row == TOOLING:
+        return set()
+    if row == ALL:
+        callspec = getattr(item, "callspec", None)
+        named = _lessons_named_by(callspec.id, check_lessons) if callspec else set()
+        return named or set(LESSON_OF_NOTEBOOK.values())
+    return set(row)
+
+
 def pytest_collection_modifyitems(items):
     """Every test marked ``gpu`` (the cupy backend, and the GPU-only tests) skips, with the
-    reason, where no GPU is usable: the one place that decides it."""
-    if NO_GPU:
-        for item in items:
-            if item.get_closest_marker("gpu"):
-                item.add_marker(pytest.mark.skip(reason=NO_GPU))
+    reason, where no GPU is usable: the one place that decides it. Every test gets the
+    ``lessonNN`` markers of its lessons (``LESSONS`` above)."""
+    check_lessons = _lesson_of_each_check()
+    for item in items:
+        for lesson in sorted(lessons_of(item, check_lessons)):
+            item.add_marker(getattr(pytest.mark, f"lesson{lesson}"))
+        if NO_GPU and item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.skip(reason=NO_GPU))
 
 
 @pytest.fixture(params=BACKENDS)

@@ -454,11 +454,11 @@ def test_a_config_declaring_absurd_sizes_is_refused_before_building(tmp_path, mo
     meta, arrays = _rewrite(path)
     meta["architecture"]["config"].update(config_change)
     _consistent(path, arrays, meta)
-    import dlcourse.layers
+    import dlcourse.layer_base
 
     def no_build(*args, **kwargs):
         raise AssertionError("the model was built from an absurd config")
-    monkeypatch.setattr(dlcourse.layers, "build_layer", no_build)
+    monkeypatch.setattr(dlcourse.layer_base, "build_layer", no_build)
     with pytest.raises(CheckpointError, match="far more than the .* values the file holds"):
         load(path)
 
@@ -479,3 +479,28 @@ def test_models_of_the_course_still_load(tmp_path, trained_cnn):
     for model in (MLP([3072, 512, 512, 512, 10], seed=0), CNN(3, 32, 10, seed=0),
                   trained_cnn[0]):
         assert_same_state(load(save(model, tmp_path / "m.npz")), model)
+
+
+def test_a_learners_class_named_like_a_library_layer_changes_nothing_dl_load_builds(tmp_path):
+    """A notebook class called Linear (or Conv2d), defined after import, neither replaces the
+    library's layer in dl.load nor loses its own identity: saved, it comes back as itself."""
+    import dlcourse as dl
+    path = save(Sequential(dl.Conv2d(1, 2, 3, seed=0), ReLU(), dl.Flatten(),
+                           Linear(8, 2, seed=1)), tmp_path / "lib.npz")
+
+    class Linear_(dl.Layer):           # a learner's own layers, with the library's names
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def forward(self, x):
+            return x
+
+    Mine = type("Linear", (Linear_,), {})
+    MyConv = type("Conv2d", (Linear_,), {})
+    loaded = load(path)
+    assert [type(l) for l in loaded] == [dl.Conv2d, ReLU, dl.Flatten, Linear]
+    assert not any(type(l) in (Mine, MyConv) for l in loaded)
+    saved = save(Sequential(Mine(), Linear(3, 2, seed=0)), tmp_path / "mine.npz")
+    back = load(saved)
+    assert type(back[0]) is Mine and type(back[1]) is Linear
+    assert MyConv is not None

@@ -538,3 +538,15 @@ def test_checks_pass_the_right_answers(capsys):
     dl.check.quantize_symmetric(quantize_symmetric)
     dl.check.magnitude_mask(magnitude_mask)
     assert capsys.readouterr().out.count("\u2713") == 3
+
+
+def test_a_cast_leaves_the_int8_weights_int8():
+    """astype(float64) on a quantized model casts its scales and biases, never W_q (the hook
+    was named _map_arrays and never called before)."""
+    q = dl.quantize(dl.MLP([4, 8, 3], seed=0),
+                    np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32))
+    q.astype(np.float64)
+    for layer in q.layers:
+        if isinstance(layer, dl.QuantLinear):
+            assert layer.buffers["W_q"].dtype == np.int8
+            assert layer.buffers["W_scale"].dtype == np.float64

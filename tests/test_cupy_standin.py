@@ -81,4 +81,4 @@ def test_the_backend_hands_out_the_standin(monkeypatch):
     assert backend.device_of(x) == "gpu" and backend.get_array_module(x) is cp
     assert backend.require_cupy() is cp and isinstance(backend.to_numpy(x), np.ndarray)
     from dlcourse import kernels
-    assert kernels.usable_for(x) is None          # the kernels are the emulator's to check
+    assert kernels.kernels_for(x) is None          # the kernels are the emulator's to check

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dlcourse as dl
-from dlcourse import conv
+from dlcourse import conv, fast_inference
 from threadpoolctl import threadpool_limits
 
 from dlcourse.fast_inference import (Buffers, blas_threads, chunk_size, conv_step, fold_batchnorm,
@@ -169,13 +169,13 @@ def test_tiles_says_whether_the_windows_cover_the_image_side_by_side():
 def test_maxpool_forward_equals_naive_on_a_channel_major_input(kernel, stride, to_dev, xp):
     """A conv's output is channel-major in memory: the fast pooling keeps that layout."""
     x = to_dev(randn(4, 3, 2, 8, 7, seed=4)[0]).transpose(1, 0, 2, 3)   # (N=3, C=2, 8, 7) view
-    out = conv.maxpool_forward(x, *kernel, stride)
+    out = fast_inference.maxpool_forward(x, *kernel, stride)
     assert xp.array_equal(out, conv.maxpool_forward_naive(x, *kernel, stride))
     assert not np.shares_memory(dl.to_numpy(out), dl.to_numpy(x)) or xp is not np
     buffers = Buffers()                       # into kept arrays, as dl.infer pools: same maxima
     def new(name, shape):
         return buffers.empty(name, shape, x.dtype, xp)
-    kept = conv.maxpool_forward(x, *kernel, stride, new)
+    kept = fast_inference.maxpool_forward(x, *kernel, stride, new)
     assert xp.array_equal(kept, out)
     assert xp is not np or np.shares_memory(kept, buffers.arrays["pooled"])
 
@@ -210,3 +210,16 @@ def test_infer_refuses_what_forward_refuses():
         infer(dl.MLP([4, 2]), np.zeros((0, 4), np.float32))
     with pytest.raises(ValueError, match="batch_size"):
         infer(dl.MLP([4, 2]), np.zeros((2, 4), np.float32), batch_size=0)
+
+
+def test_a_pool_of_its_own_keeps_only_the_maxima_and_equals_forward(device, to_dev):
+    """A MaxPool2d that follows no convolution is its own step: the maxima alone (no record of
+    where they were: no backward comes), the same numbers as the layer's forward."""
+    model = dl.Sequential(dl.MaxPool2d(2), dl.Flatten(), dl.Linear(2 * 3 * 3, 4, seed=0)).to(device)
+    x = to_dev(randn(5, 2, 6, 7, seed=3).astype(np.float32))
+    pool = model[0]
+    pool.clear_cache()
+    out = dl.infer(model, x)
+    assert pool.cache is None                       # the step did not run the layer's forward
+    model.eval()
+    assert float(abs(out - model.forward(x)).max()) < 1e-5

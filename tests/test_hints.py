@@ -150,8 +150,8 @@ def _message_strings(module):
             yield node.lineno, node.value
 
 
-CHECK_MODULES = ["basics", "cnn", "cuda", "playground", "compression", "deploy", "data_parallel",
-                 "capstone", "harness"]
+CHECK_MODULES = ["basics", "training", "cnn", "cuda", "playground", "compression", "deploy",
+                 "data_parallel", "capstone", "harness"]
 
 
 @pytest.mark.parametrize("name", CHECK_MODULES)

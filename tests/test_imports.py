@@ -89,16 +89,59 @@ def test_backend_imports_no_other_dlcourse_module():
     assert _graph()["dlcourse.backend"] == set()
 
 
-# dlcourse.check (the exercise checks) is being restructured on its own branch, which removes
-# its private imports (check.kernels and check.cnn import check.basics._rng): drop this
-# exclusion when that branch is merged.
-NOT_YET = ("dlcourse.check",)
+NOT_YET = ()     # every module is held to it
 
 
 def test_no_module_imports_another_modules_private_names():
     found = [f"{name} imports {target}.{n}"
-             for name, path in MODULES.items() if not name.startswith(NOT_YET)
+             for name, path in MODULES.items() if not (NOT_YET and name.startswith(NOT_YET))
              for target, names in _imports(name, path)
              if target.startswith("dlcourse") for n in names
              if n.startswith("_") and not n.startswith("__") and target != name]
     assert found == []
+
+
+def test_the_reading_map_holds():
+    """What a learner opens for lesson 06 holds lesson 06: conv.py imports neither the kernels
+    (it asks layer_base.kernels_for, into which dlcourse.kernels plugs) nor dl.infer's module;
+    layers.py holds the layers' math and imports none of the rebuilding (its build_layer is
+    only re-exported for dlcourse.quantize), and stays under its line budget."""
+    graph = _graph()
+    assert not {m for m in graph["dlcourse.conv"]
+                if m.startswith(("dlcourse.kernels", "dlcourse.fast_inference"))}
+    from_base = {n for target, names in _imports("dlcourse.layers", MODULES["dlcourse.layers"])
+                 if target == "dlcourse.layer_base" for n in names}
+    assert from_base <= {"Layer", "Container", "checked", "check_init", "eval_mode", "build_layer"}
+    source = MODULES["dlcourse.layers"].read_text()
+    for plumbing in ("def build_layer", "LAYERS", "__init_subclass__", "def state_dict",
+                     "def load_state_dict", "def map_arrays", "build_layer("):
+        assert plumbing not in source, plumbing
+    assert len(source.splitlines()) <= 350
+
+
+def test_no_module_is_over_700_lines_among_the_layers():
+    for name in ("layers", "layer_base", "conv", "fusion", "fast_inference", "checkpoint",
+                 "shapes", "kernels.unfold", "kernels", "kernels._build"):
+        lines = len(MODULES[f"dlcourse.{name}"].read_text().splitlines())
+        assert lines <= 700, f"dlcourse.{name} has {lines} lines"
+
+
+
+def test_the_reading_map_names_files_and_functions_that_exist():
+    """docs/reading_map.md: every `dlcourse/...py` it names exists and has every name listed
+    beside it (text in parentheses is commentary)."""
+    import importlib
+    import re
+    text = (PACKAGE.parent / "docs" / "reading_map.md").read_text(encoding="utf-8")
+    missing, lines = [], 0
+    for line in text.splitlines():
+        match = re.match(r"- (?:checks \()?`(dlcourse/[\w/]+\.py)`\)?: (.*)", line)
+        if not match:
+            continue
+        lines += 1
+        path, rest = match.groups()
+        assert (PACKAGE.parent / path).is_file(), f"the map names {path}, which does not exist"
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        names = re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", rest))
+        missing += [f"{path}: {n}" for n in names if not hasattr(module, n)]
+    assert lines > 30 and missing == []

@@ -37,6 +37,7 @@ import pytest
 import dlcourse as dl
 import dlcourse.kernels as K
 from dlcourse.kernels import reference as R
+from dlcourse.shapes import output_size
 from support.cuda_emulator import (FAKE_CUPY, GXX, SUFFIX, EmuArray, all_sources, channel_major,
                                    compile_kernels, device_array, elements, empty,
                                    emulated_kernel, guarded, launch, tolerance, with_defines)
@@ -274,7 +275,7 @@ def test_emulated_im2col_col2im(emu, case, layout, dtype):
     x_in = guarded(x)
     if layout != "contiguous":              # as Conv2d's outputs are: (C, N, H, W) in memory
         x_in = guarded(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
-    OH, OW = K.unfold.output_shape(H, W, KH, KW, s, p)
+    OH, OW = output_size(H, W, KH, KW, s, p)
     sizes = (N, C, H, W, KH, KW, s, p, OH, OW)
     t = SUFFIX[dtype]
 
@@ -305,7 +306,7 @@ def test_emulated_maxpool(emu, case, layout, dtype):
     N, C, H, W = shape
     rng = np.random.default_rng(sum(shape))
     x = rng.integers(-3, 4, shape).astype(dtype)
-    OH, OW = K.unfold.output_shape(H, W, KH, KW, s)
+    OH, OW = output_size(H, W, KH, KW, s)
     dout = rng.standard_normal((N, C, OH, OW)).astype(dtype)
     place = guarded if layout == "contiguous" else channel_major
     x_in, dout_in, dx = place(x), place(dout), place(np.full(shape, np.nan, dtype))
@@ -368,7 +369,7 @@ def test_emulated_optimizer_updates(emu, kernel, n, grid, dtype):
 def emulated_gpu(emu_builds, monkeypatch):
     """dlcourse.kernels and the library's kernel branches running on the emulated kernels:
     every array counts as a GPU one, for the wrappers' checks and for the one function that
-    decides whether a kernel takes an array (dlcourse.kernels.usable_for)."""
+    decides whether a kernel takes an array (dlcourse.kernels.kernels_for)."""
     monkeypatch.setattr(K._build, "device_of", lambda a: "gpu")
     monkeypatch.setattr(K, "device_of", lambda a: "gpu")
     monkeypatch.setattr(K, "gpu_available", lambda: True)
@@ -548,12 +549,12 @@ def test_lesson_08c_counts_the_launches_of_a_training_step_right(emulated_gpu):
 
 
 def test_emulated_per_axis_stride_or_padding_runs_the_array_code(emulated_gpu):
-    """The image kernels take one stride and one padding for both axes: kernels.usable_for says
+    """The image kernels take one stride and one padding for both axes: kernels.kernels_for says
     no to anything else, and the layers then run their array code (the same numbers as the
     naive loops), as a 1-D signal seen as a 1xL image needs."""
     x = np.random.default_rng(0).standard_normal((2, 3, 1, 12))
-    assert K.usable_for(x, same_per_axis=((1, 2),)) is None
-    assert K.usable_for(x, same_per_axis=((2, 2), 1)) is K
+    assert K.kernels_for(x, same_per_axis=((1, 2),)) is None
+    assert K.kernels_for(x, same_per_axis=((2, 2), 1)) is K
     conv = dl.Conv2d(3, 4, (1, 5), stride=(1, 2), padding=(0, 2), dtype=np.float64, seed=0)
     out = conv.forward(x)
     W, b = conv.params["W"], conv.params["b"]

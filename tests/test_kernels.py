@@ -694,22 +694,22 @@ def test_gpu_maxpool(cp, case, layout, dtype):
                                rtol=tol, atol=tol)
 
 
-def test_usable_for_alone_decides_whether_a_kernel_takes_an_array(monkeypatch):
+def test_kernels_for_alone_decides_whether_a_kernel_takes_an_array(monkeypatch):
     """Device, the switch, dtype and layout: each refusal is a None (the caller runs its array
     code). Arrays count as GPU ones here, so the rule is checked without a GPU."""
     x = np.zeros((4, 3), np.float32)
-    assert K.usable_for(x) is None                       # a NumPy array: never a kernel
+    assert K.kernels_for(x) is None                       # a NumPy array: never a kernel
     monkeypatch.setattr(K, "device_of", lambda a: "gpu")
     monkeypatch.setattr(K, "gpu_available", lambda: True)
-    assert K.usable_for(x) is K and K.usable_for(x.astype(np.float64)) is K
-    assert K.usable_for(x, False) is None                 # the owner's use_kernels switch
-    assert K.usable_for(x.astype(np.float16)) is None     # no kernel is compiled for it
-    assert K.usable_for(x.astype(np.int32)) is None
-    assert K.usable_for(x, same_dtype=(x.astype(np.float64),)) is None
-    assert K.usable_for(x, contiguous=(x, x.T)) is None
-    assert K.usable_for(x, contiguous=(x,)) is K
+    assert K.kernels_for(x) is K and K.kernels_for(x.astype(np.float64)) is K
+    assert K.kernels_for(x, False) is None                 # the owner's use_kernels switch
+    assert K.kernels_for(x.astype(np.float16)) is None     # no kernel is compiled for it
+    assert K.kernels_for(x.astype(np.int32)) is None
+    assert K.kernels_for(x, same_dtype=(x.astype(np.float64),)) is None
+    assert K.kernels_for(x, contiguous=(x, x.T)) is None
+    assert K.kernels_for(x, contiguous=(x,)) is K
     monkeypatch.setattr(K, "gpu_available", lambda: False)
-    assert K.usable_for(x) is None                        # CuPy without a usable GPU
+    assert K.kernels_for(x) is None                        # CuPy without a usable GPU
 
 
 def test_use_kernels_switches_every_owner_of_a_kernel():

@@ -444,3 +444,18 @@ def test_layer_stats_show_vanishing_signals_and_dead_units(device, to_dev):
 def test_layer_stats_wants_a_sequential():
     with pytest.raises(TypeError, match="layer_stats takes a Sequential model"):
         dl.layer_stats(dl.Linear(2, 2), np.zeros((1, 2), np.float32))
+
+
+def test_a_learners_subclass_runs_exactly_its_own_forward():
+    """No hidden wrapping: a subclass's forward is the function that runs, and backward after
+    it still works (the dout check trusts a forward that kept a cache)."""
+    class MyReLU(dl.ReLU):
+        def forward(self, x):
+            self.cache = np.maximum(x, 0)
+            return self.cache
+
+    assert MyReLU.forward is MyReLU.__dict__["forward"]
+    assert not any("__init_subclass__" in vars(c) for c in dl.Layer.__mro__[:-1])   # not object
+    layer = MyReLU()
+    x = np.array([[-1.0, 2.0]], np.float32)
+    np.testing.assert_array_equal(layer.backward(np.ones_like(layer.forward(x))), [[0, 1]])

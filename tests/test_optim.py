@@ -116,7 +116,7 @@ def test_adamw_decouples_weight_decay_from_the_gradient(device, to_dev):
 
 
 def test_only_sgd_and_adam_have_a_kernel():
-    """The new optimizers run their array code on the GPU too: kernels.usable_for is asked
+    """The new optimizers run their array code on the GPU too: kernels.kernels_for is asked
     with the switch off, whatever dl.use_kernels says."""
     model = dl.Linear(2, 2)
     assert dl.SGD(model).kernel == "sgd_momentum_update" and dl.Adam(model).kernel == "adam_update"

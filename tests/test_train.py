@@ -1,5 +1,8 @@
 """dl.fit, dl.evaluate, dl.confusion_matrix and History, on small synthetic data (fast)."""
 import math
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -420,3 +423,80 @@ def test_fit_accepts_an_optimizer_over_part_of_the_model_and_refuses_a_stale_one
     rebuilt = MLP([2, 8, 2], seed=0)
     with pytest.raises(ValueError, match="built for a different model"):
         fit(rebuilt, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=1, progress=False)
+
+
+# ======================================================================================
+# fit is lesson 04's loop: the steps lessons 10, 11 and 13 add (precision=, a pruned model,
+# comm=) come from their own modules, only when asked for, and leave a plain fit's numbers alone
+# ======================================================================================
+def _digits(n=200):
+    X, y = dl.data.load_digits("train")
+    return X[:n], y[:n]
+
+
+def _fit(model_seed=0, **kwargs):
+    X, y = _digits()
+    model = dl.MLP([64, 16, 10], dropout=0.2, seed=model_seed)
+    history = fit(model, dl.SoftmaxCrossEntropy(), dl.Adam(model, lr=1e-2), X, y, epochs=2,
+                  batch_size=32, seed=1, progress=False, **kwargs)
+    return model, history
+
+
+def test_fp32_without_pruning_or_comm_equals_a_plain_fit_bit_for_bit():
+    plain, h_plain = _fit()
+    named, h_named = _fit(precision="fp32", loss_scaler=None, comm=None)
+    for k, p in plain.state_dict().items():
+        assert np.array_equal(p, named.state_dict()[k]), k
+    assert h_plain.step_loss == h_named.step_loss
+    assert h_named.precision == "fp32" and h_named.loss_scaler is None
+
+
+def test_one_process_comm_equals_a_plain_fit_bit_for_bit():
+    plain, h_plain = _fit()
+    single, h_single = _fit(comm=dl.distributed.init("single"))
+    for k, p in plain.state_dict().items():
+        assert np.array_equal(p, single.state_dict()[k]), k
+    assert h_plain.step_loss == h_single.step_loss
+
+
+def test_a_loss_scaler_in_fp32_is_still_used():
+    scaler = dl.LossScaler(init_scale=2.0 ** 8, growth_interval=3)
+    _, history = _fit(loss_scaler=scaler)
+    assert history.loss_scaler["scale"] > 2.0 ** 8 and len(history.loss_scale) == 14
+
+
+# Imports dlcourse.train without dlcourse/__init__.py (which imports every module for dl.*),
+# trains a tiny model, and prints which lesson modules got imported.
+_PROGRAM = textwrap.dedent("""
+    import importlib.util, sys
+    package = importlib.util.module_from_spec(importlib.util.find_spec("dlcourse"))
+    sys.modules["dlcourse"] = package              # the package, its __init__ not run
+    from dlcourse.train import fit
+    from dlcourse.layers import Linear, ReLU, Sequential
+    from dlcourse.losses import SoftmaxCrossEntropy
+    from dlcourse.optim import SGD
+    import numpy as np
+    X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    model = Sequential(Linear(4, 8, seed=0), ReLU(), Linear(8, 2, seed=1))
+    h = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=2, batch_size=8,
+            seed=0, progress=False, ARGS)
+    assert h.epochs == 2
+    print(sorted(m for m in ("dlcourse.distributed", "dlcourse.precision", "dlcourse.prune")
+                 if m in sys.modules))
+""")
+
+
+@pytest.mark.parametrize("args, imported", [
+    ("", []),
+    ("precision='fp32'", []),
+    ("precision='bf16'", ["dlcourse.precision"]),
+    ("comm=__import__('dlcourse.distributed').distributed.init('single')", ["dlcourse.distributed"]),
+])
+def test_a_plain_fit_imports_no_later_lesson(args, imported):
+    program = _PROGRAM.replace("ARGS", args)
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr(imported)
+

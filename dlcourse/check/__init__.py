@@ -9,17 +9,31 @@ solution, only when you ask for it. Where a lesson holds a derivation back, the 
 when your answer passes (``dl.check.derivation(name)`` shows it again). While a check runs your
 function, the library's own version of what you are building is refused.
 
-The machinery the checks share is ``harness.py``; the checks of each lesson sit beside it
-(``basics.py`` 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08a-08b, ``playground.py`` 09).
+The machinery the checks share is ``harness.py``; the checks of each lesson sit beside it, one
+module per stretch of the course, each with a table of its checks and its ``HINTS``:
+
+====================  ========================================================================
+module                lessons
+====================  ========================================================================
+``basics.py``         00-03: arrays, the perceptron, loss and gradient descent, backprop
+``training.py``       04-05: training an MLP on digits, initialization (04b), GPU batching
+``cnn.py``            06-07: convolution, training a CNN
+``cuda.py``           08a-08c: GPU execution and memory, tiling and occupancy, fusion
+``playground.py``     09: the playground
+``compression.py``    10-11: number formats and mixed precision, quantization and pruning
+``deploy.py``         12: from a checkpoint to a service
+``data_parallel.py``  13: data parallelism
+``capstone.py``       14: autograd
+====================  ========================================================================
 """
 from .basics import (cross_entropy, linear_backward, linear_forward,  # lessons 00-03
                      normalize_rows, perceptron_predict, perceptron_update, relu_backward,
                      sigmoid_ce_grad, sigmoid_derivative, softmax, softmax_ce_grad)
-from .cnn import (accuracy, batchnorm_backward, batchnorm_forward,  # lessons 04-07
-                  conv2d_backward, conv2d_naive, conv_output_size, conv_params, dropout_backward,
-                  dropout_forward, im2col_simple, init_std, iterate_minibatches,
-                  maxpool_backward, mlp_forward_batched, sgd_momentum_step)
-from .cnn import adam_step, batchnorm_running, conv_output_size_2d, max_window_grad  # 04-07 new
+from .training import (accuracy, adam_step, dropout_backward, dropout_forward,  # 04-05
+                       init_std, iterate_minibatches, mlp_forward_batched, sgd_momentum_step)
+from .cnn import (batchnorm_backward, batchnorm_forward, batchnorm_running,  # lessons 06-07
+                  conv2d_backward, conv2d_naive, conv_output_size, conv_output_size_2d,
+                  conv_params, im2col_simple, max_window_grad, maxpool_backward)
 from .cuda import (arithmetic_intensity, bias_relu_backward, global_index,  # lessons 08a-08c
                    grid_size, tiled_matmul, warp_transactions)
 from .harness import ExerciseError, derivation
@@ -36,12 +50,13 @@ __all__ = [
     # lessons 00-03
     "normalize_rows", "perceptron_predict", "perceptron_update", "softmax", "cross_entropy",
     "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad", "linear_forward", "linear_backward", "relu_backward",
-    # lessons 04-07
+    # lessons 04-05 (04b: init_std; 05: mlp_forward_batched)
     "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward",
-    "dropout_backward", "init_std", "mlp_forward_batched",
-    "conv_output_size", "conv2d_naive", "im2col_simple", "conv2d_backward", "maxpool_backward",
-    "conv_params", "batchnorm_forward", "batchnorm_backward",
-    "adam_step", "conv_output_size_2d", "max_window_grad", "batchnorm_running",
+    "dropout_backward", "adam_step", "init_std", "mlp_forward_batched",
+    # lessons 06-07 (07: conv_params and the batchnorm checks)
+    "conv_output_size", "conv_output_size_2d", "conv2d_naive", "im2col_simple",
+    "max_window_grad", "maxpool_backward", "conv2d_backward",
+    "conv_params", "batchnorm_forward", "batchnorm_running", "batchnorm_backward",
     # lessons 08a (global_index, grid_size, warp_transactions), 08b (tiled_matmul,
     # arithmetic_intensity), 08c (bias_relu_backward)
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",

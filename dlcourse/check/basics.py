@@ -42,9 +42,10 @@ _SOFTMAX_CE_GRAD = [*_CROSS_ENTROPY, "dlcourse.losses.SoftmaxCrossEntropy.backwa
 _SIGMOID_DERIVATIVE = ["dlcourse.layers.Sigmoid.backward"]
 _SIGMOID_CE = ["dlcourse.losses.SigmoidCrossEntropy.forward",
                "dlcourse.losses.SigmoidCrossEntropy.backward", *_SIGMOID_DERIVATIVE]
-_LINEAR_FORWARD = ["dlcourse.layers.Linear.forward", "dlcourse.fusion.LinearReLU.forward"]
-_LINEAR_BACKWARD = ["dlcourse.layers.Linear.backward", "dlcourse.fusion.LinearReLU.backward",
-                    "dlcourse.autograd.Tensor.backward"]
+_LINEAR_FORWARD = ["dlcourse.layers.Linear.forward", "dlcourse.layers.Linear.matrix_forward",
+                   "dlcourse.fusion.LinearReLU.forward"]
+_LINEAR_BACKWARD = ["dlcourse.layers.Linear.backward", "dlcourse.layers.Linear.matrix_backward",
+                    "dlcourse.fusion.LinearReLU.backward", "dlcourse.autograd.Tensor.backward"]
 _RELU_BACKWARD = ["dlcourse.layers.ReLU.backward", "dlcourse.fusion.LinearReLU.backward",
                   "dlcourse.fusion.bias_relu_backward",
                   "dlcourse.kernels.reference.bias_relu_backward_ref",

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import distributed
-from .harness import (ExerciseError, _raise, call, expect_close, expect_tuple, expect_unchanged,
-                      fail, passed, refusing, to_array)
+from .harness import (ExerciseError, call, expect_close, expect_tuple, expect_unchanged,
+                      fail, passed, raise_error, refusing, to_array)
 
 __all__ = ["ring_all_reduce", "fit_alpha_beta", "ExerciseError"]
 
@@ -68,7 +68,7 @@ def _run(fn, inputs, case):
     except RuntimeError as err:
         cause = err.__cause__
         if isinstance(cause, ExerciseError):           # a refused shortcut, on some rank
-            _raise(cause)
+            raise_error(cause)
         if isinstance(cause, NotImplementedError):
             def not_yet():                  # the usual "not implemented yet: <hint>" message
                 __tracebackhide__ = True

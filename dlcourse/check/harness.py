@@ -1,5 +1,7 @@
 """The machinery every exercise check shares (the per-lesson checks live beside it:
-``basics.py`` for lessons 00-03, ``cnn.py`` 04-07, ``cuda.py`` 08a-08b, ``playground.py`` 09).
+``basics.py`` for lessons 00-03, ``training.py`` 04-05, ``cnn.py`` 06-07, ``cuda.py`` 08a-08c,
+``playground.py`` 09, ``compression.py`` 10-11, ``deploy.py`` 12, ``data_parallel.py`` 13,
+``capstone.py`` 14).
 
 A check calls the learner's function through :func:`call`, compares what came back with the
 library's reference through the ``expect_*`` helpers, and raises :class:`ExerciseError` through
@@ -27,10 +29,11 @@ import linecache
 import numpy as np
 
 from .. import backend
+from ..shapes import shape_str as shape_text   # the one shape printer
 
 __all__ = ["ExerciseError", "fail", "call", "to_array", "to_number", "expect_tuple",
            "expect_shape", "expect_finite", "expect_close", "expect_unchanged", "passed",
-           "gpu", "expect_on_gpu", "rng", "shape_text", "refusing", "derivation"]
+           "gpu", "expect_on_gpu", "rng", "shape_text", "refusing", "derivation", "raise_error"]
 
 
 class ExerciseError(AssertionError):
@@ -43,12 +46,6 @@ class ExerciseError(AssertionError):
 def _name(fn) -> str:
     __tracebackhide__ = True
     return getattr(fn, "__name__", None) or type(fn).__name__
-
-
-def shape_text(shape) -> str:
-    __tracebackhide__ = True
-    shape = tuple(int(s) for s in shape)
-    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _show(a) -> str:
@@ -77,6 +74,9 @@ def _raise(error: BaseException, cause: BaseException | None = None):
     error.__cause__, error.__suppress_context__ = cause, True
     linecache.cache.setdefault(_RAISER, (len(_RAISE_LINE), None, [_RAISE_LINE], _RAISER))
     exec(_RAISE, {"error": error})  # noqa: S102 - a fixed line of our own
+
+
+raise_error = _raise   # for a check module that raises an error of its own from <dl.check>
 
 
 def fail(fn, case: str, problem: str, fix: str | None = None):

@@ -2,7 +2,8 @@
 
 The first level is the ``# HINT:`` line in the exercise's cell (what to compute, the shapes and
 the idea; in the student version it is the ``NotImplementedError`` text). Deeper levels live
-beside each lesson's checks (``HINTS`` in basics.py, cnn.py, ...), shown one call at a time::
+beside each lesson's checks (``HINTS`` in basics.py, training.py, cnn.py, ...), shown one call
+at a time::
 
     dl.check.hint("conv2d_backward")       # the next level (2, then 3, ...)
     dl.check.hint("conv2d_backward", 1)    # a given level
@@ -14,14 +15,15 @@ last level says where to look (which equation, which earlier cell).
 """
 from __future__ import annotations
 
-from . import basics, capstone, cnn, compression, cuda, data_parallel, deploy, playground
+from . import (basics, capstone, cnn, compression, cuda, data_parallel, deploy, playground,
+               training)
 
 __all__ = ["hint", "solution", "HINTS"]
 
 # name -> [level 2, level 3, ...], kept beside each lesson's checks (their HINTS).
 HINTS: dict[str, list[str]] = {
-    **basics.HINTS, **cnn.HINTS, **cuda.HINTS, **playground.HINTS, **compression.HINTS,
-    **deploy.HINTS, **data_parallel.HINTS, **capstone.HINTS,
+    **basics.HINTS, **training.HINTS, **cnn.HINTS, **cuda.HINTS, **playground.HINTS,
+    **compression.HINTS, **deploy.HINTS, **data_parallel.HINTS, **capstone.HINTS,
 }
 
 _shown: dict[str, int] = {}   # the deepest level shown so far in this session

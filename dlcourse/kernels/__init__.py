@@ -14,10 +14,11 @@ check their inputs, name the launch geometry, and launch.
 
 Importing this package never imports CuPy; the kernels are compiled (by CuPy with NVRTC) the
 first time they are called, and only there is a GPU needed. The library calls them where its
-arrays are on the GPU, and :func:`usable_for` alone decides whether a kernel takes an array
+arrays are on the GPU, and :func:`kernels_for` alone decides whether a kernel takes an array
 (on the GPU, a dtype the kernels are compiled for, the layout they need, the owner's switch
-on): ``dl.Conv2d`` calls
-:func:`im2col` / :func:`col2im`, ``dl.MaxPool2d`` the pooling kernels, the fused layers the
+on); the layers (``conv.py``, ``fusion.py``) ask it through the one hook
+``layer_base.kernels_for``, which this package plugs into when imported: ``dl.Conv2d`` calls
+:func:`unfold_cols` / :func:`fold_cols`, ``dl.MaxPool2d`` the pooling kernels, the fused layers the
 bias+ReLU kernels, the loss and the optimizers theirs; ``dl.use_kernels(obj, False)`` turns
 that off for a model, loss or optimizer.
 
@@ -27,8 +28,8 @@ graph can capture them, not cuBLAS's). Fused kernels (fused.py): ``bias_relu_for
 (bias along columns, used by ``dl.LinearReLU``), ``bias_relu_rows_forward``,
 ``bias_relu_rows_backward`` (bias along rows, used by ``dl.Conv2dReLU``),
 ``softmax_cross_entropy`` (used by ``dl.SoftmaxCrossEntropy``), ``sgd_momentum_update`` and
-``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Image windows (unfold.py): ``im2col``,
-``col2im`` (used by ``dl.Conv2d``), ``maxpool_forward``, ``maxpool_backward`` (used by
+``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Image windows (unfold.py): ``unfold_cols``,
+``fold_cols`` (used by ``dl.Conv2d``; ``im2col`` and ``col2im`` are them with one row per window), ``maxpool_forward``, ``maxpool_backward`` (used by
 ``dl.MaxPool2d``). References: ``dlcourse.kernels.reference``. Benchmarks:
 ``benchmarks/gpu_suite.py``. ``dl.fuse(model)`` rewrites a model's Linear→ReLU and Conv2d→ReLU
 pairs into the fused layers.
@@ -40,6 +41,7 @@ import sys
 import numpy as np
 
 from ..backend import device_of, get_array_module, gpu_available
+from ..layer_base import plug_in_kernels
 from . import reference
 from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, define_options,
                      get_kernel, launch_config, list_kernels, source)
@@ -47,17 +49,17 @@ from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_rel
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_naive,
                      matmul_regblock, matmul_tiled, products_on_kernel)
-from .unfold import col2im, im2col, maxpool_backward, maxpool_forward
+from .unfold import col2im, fold_cols, im2col, maxpool_backward, maxpool_forward, unfold_cols
 
 __all__ = [
-    "max_relative_error", "available", "usable_for", "use_kernels", "FLOAT_DTYPES", "get_kernel", "define_options",
+    "max_relative_error", "available", "kernels_for", "use_kernels", "FLOAT_DTYPES", "get_kernel", "define_options",
     "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
     "REGBLOCK_TUNINGS", "products_on_kernel",
     "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
-    "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",
+    "unfold_cols", "fold_cols", "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",
 ]
 
 
@@ -82,7 +84,7 @@ def available() -> bool:
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def usable_for(x, enabled=True, *, same_dtype=(), contiguous=(), same_per_axis=()):
+def kernels_for(x, enabled=True, *, same_dtype=(), contiguous=(), same_per_axis=()):
     """This package, when a hand-written kernel can take ``x``; else None, and the caller runs
     its array code (NumPy or CuPy). The one place that decides it, for every layer, loss and
     optimizer: ``enabled`` (the owner's ``use_kernels`` switch) is on, ``x`` is on the GPU and
@@ -100,6 +102,9 @@ def usable_for(x, enabled=True, *, same_dtype=(), contiguous=(), same_per_axis=(
     if any(isinstance(v, (tuple, list)) and v[0] != v[1] for v in same_per_axis):
         return None
     return sys.modules[__name__]
+
+
+plug_in_kernels(lambda x, enabled=True, **checks: kernels_for(x, enabled, **checks))
 
 
 def use_kernels(obj, enabled: bool = True):

@@ -2,16 +2,14 @@
 pooling, on the GPU.
 
 Introduced in notebook ``08c_fusion_and_graphs``; sources ``im2col.cu`` and ``maxpool.cu``.
-``dlcourse.conv`` calls these when its input is a CuPy array (``Conv2d``: im2col/col2im;
-``MaxPool2d``: maxpool_forward/_backward) and uses NumPy otherwise. im2col and col2im follow
-one contract::
-
-    x: (N, C, H, W)  ->  cols: (N*OH*OW, C*KH*KW),   OH = (H + 2*padding - KH) // stride + 1
-    cols[(n*OH + oh)*OW + ow, (c*KH + kh)*KW + kw] = x_padded[n, c, oh*stride + kh, ow*stride + kw]
-
-and col2im is its adjoint (every entry of cols is *added* back where it came from). The NumPy
-references are ``dlcourse.kernels.reference.im2col_ref`` and ``col2im_ref``, and for pooling
-``maxpool_forward_ref`` and ``maxpool_backward_ref``.
+``dlcourse.conv`` calls these, through ``layer_base.kernels_for``, when its input is a CuPy
+array (``Conv2d``: :func:`unfold_cols`/:func:`fold_cols`; ``MaxPool2d``: maxpool_forward and
+maxpool_backward) and uses its array code otherwise. :func:`unfold_cols` and :func:`fold_cols` follow the contract of
+``dlcourse.conv.unfold`` and ``fold`` (written there once: cols (C*KH*KW, N*OH*OW), one column
+per window) with one stride and one padding for both axes; :func:`im2col` and :func:`col2im`
+are the same with one row per window, (N*OH*OW, C*KH*KW), as the references
+``dlcourse.kernels.reference.im2col_ref`` and ``col2im_ref`` are. For pooling the references
+are ``maxpool_forward_ref`` and ``maxpool_backward_ref``.
 """
 from __future__ import annotations
 
@@ -24,14 +22,15 @@ from ..shapes import output_size
 from ._build import (CTYPE, LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel,
                      launch_config, remembered)
 
-__all__ = ["im2col", "col2im", "maxpool_forward", "maxpool_backward", "output_shape"]
+__all__ = ["unfold_cols", "fold_cols", "im2col", "col2im", "maxpool_forward", "maxpool_backward"]
 
 THREADS = 256
 
 
 @remembered
-def output_shape(H, W, KH, KW, stride=1, padding=0, fn="im2col"):
-    """(OH, OW) for a KH x KW window sliding over an H x W image; errors say what is wrong."""
+def _output_size(H, W, KH, KW, stride=1, padding=0, fn="im2col"):
+    """``shapes.output_size`` for these kernels: one int stride and padding, and errors that
+    name the kernel."""
     for name, v, lo in (("KH", KH, 1), ("KW", KW, 1), ("stride", stride, 1),
                         ("padding", padding, 0)):
         if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
@@ -54,7 +53,7 @@ def _check_int32(fn, N, C, H, W, OH, OW, KH, KW):
 
 
 def _geometry(name, N, C, H, W, KH, KW, stride, padding):
-    OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=name)
+    OH, OW = _output_size(H, W, KH, KW, stride, padding, fn=name)
     total, what = {"im2col": (N * OH * OW * C * KH * KW, "element of cols"),
                    "maxpool_forward": (N * C * OH * OW, "output element")}.get(
         name, (N * C * H * W, "input pixel"))
@@ -97,36 +96,46 @@ def _strides(cupy, a):
 
 
 def im2col(x, KH, KW, stride=1, padding=0):
-    """Unfold every KH x KW window of x into a row of cols, on the GPU.
+    """:func:`unfold_cols` with one row per window: (N*OH*OW, C*KH*KW), a transposed view."""
+    return unfold_cols(x, KH, KW, stride, padding).T
+
+
+def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
+    """:func:`fold_cols` of cols with one row per window, (N*OH*OW, C*KH*KW) (read in place)."""
+    return fold_cols(cols.T, x_shape, KH, KW, stride, padding)
+
+
+def unfold_cols(x, KH, KW, stride=1, padding=0):
+    """``dlcourse.conv.unfold`` on the GPU: every KH x KW window of x as a column of cols.
 
     x: (N, C, H, W) float32 or float64 CuPy array, any strides (a transposed view is read in
-    place). Returns cols: (N*OH*OW, C*KH*KW), same dtype, stored column-major: ``cols.T`` is
-    C-contiguous (C*KH*KW, N*OH*OW), the matrix Conv2d multiplies (see im2col.cu for why).
+    place). Returns cols: (C*KH*KW, N*OH*OW), same dtype, C-contiguous: the matrix Conv2d
+    multiplies (see im2col.cu for why this layout).
     """
     fn = "im2col"
     check_gpu_array(fn, "x", x, ndim=4, dtypes=(np.float32, np.float64), contiguous=False)
     cupy = require_cupy()
     x, strides = _strides(cupy, x)
     N, C, H, W = x.shape
-    OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=fn)
+    OH, OW = _output_size(H, W, KH, KW, stride, padding, fn=fn)
     _check_int32(fn, N, C, H, W, OH, OW, KH, KW)
     cols_t = cupy.empty((C * KH * KW, N * OH * OW), dtype=x.dtype)
     if cols_t.size == 0:
-        return cols_t.T
+        return cols_t
     cfg = launch_config("im2col", N, C, H, W, KH, KW, stride, padding)
     kernel = get_kernel(cfg.file, f"im2col_kernel<{CTYPE[x.dtype]}>")
     kernel(cfg.grid, cfg.block,
            (x, cols_t) + strides + _sizes(N, C, H, W, KH, KW, stride, padding, OH, OW),
            shared_mem=cfg.shared_mem)
-    return cols_t.T
+    return cols_t
 
 
-def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
-    """The adjoint of :func:`im2col`, on the GPU: add every entry of cols back onto the input
+def fold_cols(cols, x_shape, KH, KW, stride=1, padding=0):
+    """The adjoint of :func:`unfold_cols`, on the GPU: add every entry of cols back onto the input
     pixel it was copied from (overlapping windows add up; padding is dropped).
 
-    cols: (N*OH*OW, C*KH*KW) float32 or float64 CuPy array, any strides (read in place: the
-    transposed layout im2col returns is the fastest);
+    cols: (C*KH*KW, N*OH*OW) float32 or float64 CuPy array, any strides (read in place: the
+    layout unfold_cols returns is the fastest);
     x_shape: (N, C, H, W). Returns dx: (N, C, H, W), same dtype. Deterministic: one thread per
     input pixel gathers the entries that came from it, so no atomics are needed.
     """
@@ -135,15 +144,16 @@ def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
     if len(x_shape) != 4:
         raise ValueError(f"{fn}: x_shape must be (N, C, H, W), got {tuple(x_shape)}.")
     cupy = require_cupy()
-    cols, strides = _strides(cupy, cols)
     N, C, H, W = (int(v) for v in x_shape)
-    OH, OW = output_shape(H, W, KH, KW, stride, padding, fn=fn)
-    expected = (N * OH * OW, C * KH * KW)
+    OH, OW = _output_size(H, W, KH, KW, stride, padding, fn=fn)
+    expected = (C * KH * KW, N * OH * OW)
     if tuple(cols.shape) != expected:
         raise ValueError(f"{fn}: for x_shape {(N, C, H, W)}, a {KH}x{KW} kernel, stride "
-                         f"{stride} and padding {padding}, cols must have shape (N*OH*OW, "
-                         f"C*KH*KW) = {expected}, got {tuple(cols.shape)}. Were the same "
-                         f"KH, KW, stride and padding given to im2col?")
+                         f"{stride} and padding {padding}, cols must have shape (C*KH*KW, "
+                         f"N*OH*OW) = {expected} (col2im: its transpose), got "
+                         f"{tuple(cols.shape)}. Were the same KH, KW, stride and padding "
+                         f"given to im2col?")
+    cols, strides = _strides(cupy, cols.T)    # the kernel's indexing: one row per window
     _check_int32(fn, N, C, H, W, OH, OW, KH, KW)
     dx = cupy.empty((N, C, H, W), dtype=cols.dtype)
     if dx.size == 0:
@@ -172,7 +182,7 @@ def maxpool_forward(x, KH, KW, stride):
     cupy = require_cupy()
     x, strides = _strides(cupy, x)
     N, C, H, W = x.shape
-    OH, OW = output_shape(H, W, KH, KW, stride, 0, fn=fn)
+    OH, OW = _output_size(H, W, KH, KW, stride, 0, fn=fn)
     _check_int32(fn, N, C, H, W, OH, OW, KH, KW)
     out = cupy.empty((N, C, OH, OW), dtype=x.dtype)
     idx = cupy.empty((N, C, OH, OW), dtype=cupy.int32)
@@ -199,7 +209,7 @@ def maxpool_backward(dout, idx, dx, KH, KW, stride):
     cupy = require_cupy()
     dout, dout_strides = _strides(cupy, dout)
     N, C, H, W = dx.shape
-    OH, OW = output_shape(H, W, KH, KW, stride, 0, fn=fn)
+    OH, OW = _output_size(H, W, KH, KW, stride, 0, fn=fn)
     if tuple(dout.shape) != (N, C, OH, OW) or tuple(idx.shape) != (N, C, OH, OW):
         raise ValueError(f"{fn}: for dx of shape {(N, C, H, W)}, a {KH}x{KW} window and stride "
                          f"{stride}, dout and idx must have shape {(N, C, OH, OW)}; got "

@@ -337,7 +337,7 @@ def install(monkeypatch):
 
     The backend's probe answers with the stand-in (so ``require_cupy()``, ``to_device(x, "gpu")``
     and ``gpu_available()`` use it), ``sys.modules["cupy"]`` is the stand-in (where
-    ``get_array_module`` finds CuPy), and ``dlcourse.kernels.usable_for`` answers None everywhere: the
+    ``get_array_module`` finds CuPy), and ``dlcourse.kernels.kernels_for`` answers None everywhere: the
     hand-written CUDA kernels are checked on the emulator, not here.
     """
     import sys
@@ -347,5 +347,5 @@ def install(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
     cupy.random.seed(backend._seed)         # as manual_seed does once CuPy is found
-    from dlcourse import kernels          # every layer, loss and optimizer asks kernels.usable_for
-    monkeypatch.setattr(kernels, "usable_for", lambda x, enabled=True, **checks: None)
+    from dlcourse import kernels          # every layer, loss and optimizer asks kernels.kernels_for
+    monkeypatch.setattr(kernels, "kernels_for", lambda x, enabled=True, **checks: None)

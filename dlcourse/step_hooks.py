@@ -1,0 +1,98 @@
+"""The steps later lessons add around :func:`dlcourse.fit`'s loop, lesson 04's.
+
+``fit`` reads as lesson 04's loop; where a later lesson changes a step, the loop calls a hook
+of :class:`StepHooks` by name, and the hook does nothing unless that lesson's argument is used::
+
+    with hooks.autocast():                              # lesson 10: bf16/fp16 products
+        out = model.forward(xb)
+        value = loss.forward(out, yb)
+        model.backward(hooks.scale(loss.backward()))    # lesson 10: the loss scale
+    value, n = hooks.average_gradients(value, len(xb))  # lesson 13: over every rank's batch
+    if hooks.should_step(model):                        # lesson 10: skip an fp16 overflow
+        optimizer.step()
+        hooks.after_step(model)                         # lesson 11: pruned weights stay zero
+
+Each hook is an object made by its lesson's module (``precision.Policy``,
+``prune.KeepPruned``, ``distributed.DataParallel``), imported only when fit's arguments (or a
+pruned model) ask for it: a plain ``fit`` imports none of them. The loop is notebook
+``04_mlp_on_digits``'s; the hooks come with ``10_number_formats_and_mixed_precision``,
+``11_quantization_and_pruning`` and ``13_data_parallel``.
+"""
+from __future__ import annotations
+
+import contextlib
+
+__all__ = ["StepHooks"]
+
+
+class StepHooks:
+    """The steps later lessons add around lesson 04's. Each is an object from its lesson's
+    module with some of these methods; where none has one, nothing happens there:
+
+    ``autocast()``                    a context around forward, loss and backward (lesson 10)
+    ``scale(dout) -> dout``           the loss's gradient, before backward (lesson 10)
+    ``average_gradients(loss, n)``    -> the global batch's (loss, n) (lesson 13)
+    ``should_step(model) -> bool``    False skips this update (lesson 10: fp16 overflowed)
+    ``after_step(model)``             after ``optimizer.step()`` (lesson 11: keep pruned)
+    ``record(history)``               after each epoch (lesson 10: the loss scaler's state)
+    """
+
+    def __init__(self, steps=(), data_parallel=None):
+        self.steps, self.data_parallel = list(steps), data_parallel
+
+    @classmethod
+    def for_fit(cls, model, precision, loss_scaler, comm, seed) -> StepHooks:
+        """The steps fit's arguments ask for, each module imported only then."""
+        steps, data_parallel = [], None
+        if precision != "fp32" or (loss_scaler is not None and loss_scaler is not False):
+            from .precision import Policy                             # lesson 10
+            steps.append(Policy(precision, loss_scaler))
+        if comm is not None:
+            from .distributed import DataParallel                     # lesson 13
+            data_parallel = DataParallel(comm, model, seed)
+            steps.append(data_parallel)
+        if _pruned(model):
+            from .prune import KeepPruned                             # lesson 11
+            steps.append(KeepPruned())
+        return cls(steps, data_parallel)
+
+    def _each(self, name):
+        return [getattr(s, name) for s in self.steps if hasattr(s, name)]
+
+    @contextlib.contextmanager
+    def autocast(self):
+        with contextlib.ExitStack() as stack:
+            for autocast in self._each("autocast"):
+                stack.enter_context(autocast())
+            yield
+
+    def scale(self, dout):
+        for scale in self._each("scale"):
+            dout = scale(dout)
+        return dout
+
+    def average_gradients(self, value, n):
+        for average in self._each("average_gradients"):
+            value, n = average(value, n)
+        return value, n
+
+    def should_step(self, model) -> bool:
+        return all([should_step(model) for should_step in self._each("should_step")])
+
+    def after_step(self, model):
+        for after_step in self._each("after_step"):
+            after_step(model)
+
+    def record(self, history):
+        for record in self._each("record"):
+            record(history)
+
+
+def _pruned(model) -> bool:
+    """Whether ``dl.prune`` (lesson 11) left a mask, ``layer.masks``, on a layer of the model
+    (a Sequential's layer, or the one inside a fused layer)."""
+    for layer in getattr(model, "layers", [model]):
+        for part in (layer, getattr(layer, "layer", None)):
+            if getattr(part, "masks", None):
+                return True
+    return False

@@ -1,0 +1,71 @@
+"""Tests marked by lesson (issue 32): ``pytest -m lesson06`` runs lesson 06's tests. The table
+that decides it is ``LESSONS`` in tests/conftest.py; these tests keep it whole and true."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import (ALL, LESSON_OF_NOTEBOOK, LESSONS, TOOLING, _lesson_of_each_check,
+                      lessons_of)
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_every_test_file_has_a_row_in_the_lesson_table():
+    files = sorted(p.name for p in TESTS.glob("test_*.py"))
+    missing = [f for f in files if f not in LESSONS]
+    assert not missing, (f"{missing} are not in LESSONS (tests/conftest.py): add a row naming the "
+                         f"lessons they test, or ALL, or TOOLING")
+    gone = sorted(set(LESSONS) - set(files))
+    assert not gone, f"LESSONS (tests/conftest.py) names test files that do not exist: {gone}"
+
+
+def test_every_row_names_lessons_that_exist_and_every_name_pattern_ends_with_a_default():
+    lessons = set(LESSON_OF_NOTEBOOK.values())
+    for name, row in LESSONS.items():
+        rows = row.values() if isinstance(row, dict) else [row]
+        if isinstance(row, dict):
+            assert list(row)[-1] == "", f"{name}: the last pattern must be '' (the other tests)"
+            for pattern in row:
+                re.compile(pattern)
+        for value in rows:
+            assert value in (ALL, TOOLING) or (isinstance(value, tuple) and value and
+                                               set(value) <= lessons), (name, value)
+
+
+def test_a_marker_is_registered_for_every_lesson_and_no_other(pytestconfig):
+    registered = {line.split(":")[0] for line in pytestconfig.getini("markers")
+                  if line.startswith("lesson")}
+    assert registered == {f"lesson{lesson}" for lesson in LESSON_OF_NOTEBOOK.values()}
+
+
+def _item(path, name, param_id=None):
+    """A stand-in for a collected test: its file, its name and its parameters' id."""
+    callspec = SimpleNamespace(id=param_id) if param_id else None
+    return SimpleNamespace(path=Path(path), name=name, originalname=name, callspec=callspec)
+
+
+@pytest.mark.parametrize("path, name, param_id, expected", [
+    ("tests/test_layers.py", "test_conv_im2col_matches_naive", "numpy", {"06"}),
+    ("tests/test_layers.py", "test_batchnorm_running_statistics", "numpy", {"07"}),
+    ("tests/test_layers.py", "test_layer_gradcheck", "numpy", {"03"}),
+    ("tests/test_check_cnn.py", "test_i2c", None, {"06"}),
+    ("tests/test_check_cnn.py", "test_cp", None, {"07"}),
+    ("tests/test_properties.py", "test_conv_fast_equals_naive", None, {"06"}),
+    ("notebooks/06_convolution.ipynb", "Cell 3", None, {"06"}),
+    ("tests/test_hints.py", "test_no_hint_level_holds_solution_code",
+     "06_convolution-conv2d_naive", {"06"}),
+    ("tests/test_student.py", "test_checks_name_the_mistake", "init_std-<lambda>-expected36",
+     {"04b"}),
+    ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution", "cnn",
+     {"06", "07"}),
+    ("tests/test_hints.py", "test_hint_goes_one_level_at_a_time", None,
+     set(LESSON_OF_NOTEBOOK.values())),
+    ("tests/test_derive.py", "test_the_check_refuses_the_librarys_own_implementation",
+     "grid_size_launch_config", {"08a"}),
+    ("tests/test_floors.py", "test_anything", None, set()),
+])
+def test_each_test_gets_its_lessons(path, name, param_id, expected):
+    assert lessons_of(_item(path, name, param_id), _lesson_of_each_check()) == expected
