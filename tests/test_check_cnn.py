@@ -13,7 +13,7 @@ import pytest
 import dlcourse as dl
 import dlcourse.check as C
 from dlcourse.check import ExerciseError
-from dlcourse.check.cnn import maxpool_mistakes
+from dlcourse.check.convolution import maxpool_mistakes
 from dlcourse.conv import (
     conv2d_backward_naive,
     conv2d_forward_naive,

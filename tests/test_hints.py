@@ -108,7 +108,7 @@ def test_a_failing_check_shows_the_learners_cell_and_the_message_not_the_check(t
     assert len(errors) == 1 and errors[0].ename == "ExerciseError"
     shown = ANSI.sub("", "\n".join(errors[0].traceback))
     assert "relu_backward is not right yet" in shown and "use x > 0, not x >= 0" in shown
-    for internal in ("dlcourse/check", "harness.py", "basics.py", "expect_close(", "fail(fn",
+    for internal in ("dlcourse/check", "harness.py", "backprop.py", "expect_close(", "fail(fn",
                      "expected = dout * (x > 0)", "__tracebackhide__"):
         assert internal not in shown, f"the traceback shows the check's {internal!r}:\n{shown}"
     # Every check frame is hidden: each function in dlcourse/check/ sets __tracebackhide__.
@@ -150,8 +150,9 @@ def _message_strings(module):
             yield node.lineno, node.value
 
 
-CHECK_MODULES = ["basics", "training", "cnn", "cuda", "playground", "compression", "deploy",
-                 "data_parallel", "capstone", "harness"]
+CHECK_MODULES = ["basics", "backprop", "training", "init_and_batching", "convolution", "cnn",
+                 "cuda", "playground", "compression", "deploy", "data_parallel", "capstone",
+                 "harness"]
 
 
 @pytest.mark.parametrize("name", CHECK_MODULES)

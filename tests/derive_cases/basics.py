@@ -1,4 +1,5 @@
-"""Derivation and shortcut cases of lessons 00-03, dlcourse/check/basics.py (see __init__.py).
+"""Derivation and shortcut cases of lessons 00-03, dlcourse/check/basics.py and backprop.py
+(see __init__.py).
 
 No shortcut case for normalize_rows: the library has no row normalizer to call."""
 

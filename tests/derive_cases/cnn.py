@@ -1,5 +1,5 @@
-"""Derivation and shortcut cases of lessons 04-07, dlcourse/check/training.py and cnn.py (see
-__init__.py)."""
+"""Derivation and shortcut cases of lessons 04-07, dlcourse/check/training.py,
+init_and_batching.py, convolution.py and cnn.py (see __init__.py)."""
 
 DERIVED: dict[str, list[str]] = {
     "dropout_forward": [r"1/\(1-p\)", r"\\frac\{1\}\{1-p\}", r"\\frac\{x\}\{1-p\}"],
