@@ -150,7 +150,8 @@ class Conv2dReLU(FusedReLU):
 
     @checked
     def backward(self, dout, input_grad: bool = True):
-        dz, db = bias_relu_backward(as_matrix(dout), self.cache, 0, self.use_kernels)  # (F, N*OH*OW), (F,)
+        dz, db = bias_relu_backward(as_matrix(dout), self.cache, 0,
+                                    self.use_kernels)                      # (F, N*OH*OW), (F,)
         return self.layer.matrix_backward(dz, db, input_grad)
 
 

@@ -43,7 +43,7 @@ from ._validate import check_input, number, shape_str, whole_number
 from .backend import device_of, get_array_module, to_device
 
 __all__ = ["Layer", "Container", "checked", "check_init", "check_state", "eval_mode", "build_layer",
-           "layer_type", "kernels_for", "plug_in_kernels"]
+           "layer_type", "kernels_for", "plug_in_kernels", "every_layer"]
 
 
 # ======================================================================================
@@ -316,6 +316,16 @@ class Container(Layer):
     def __repr__(self):
         inner = "\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
         return f"{type(self).__name__}(\n{inner}\n)"
+
+
+def every_layer(model):
+    """Every layer of ``model`` (a container's, and the layer inside a fused one), in order; a
+    single layer (or a loss, an optimizer) is its own only layer."""
+    for layer in getattr(model, "layers", [model]):
+        yield layer
+        inner = getattr(layer, "layer", None)
+        if inner is not None:
+            yield inner
 
 
 def _not_a_layer_hint(item) -> str:

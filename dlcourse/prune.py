@@ -33,18 +33,10 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import device_of, get_array_module, to_device, to_numpy
+from .layer_base import every_layer
 
 __all__ = ["prune", "prune_gradually", "pruning_schedule", "sparsity", "keep_pruned",
            "KeepPruned", "prunable"]
-
-
-def _layers(model):
-    """Every layer of ``model`` (a Sequential's, a fused layer's inner one), in order."""
-    for layer in getattr(model, "layers", [model]):
-        yield layer
-        inner = getattr(layer, "layer", None)
-        if inner is not None:
-            yield inner
 
 
 def prunable(model) -> dict:
@@ -133,7 +125,7 @@ def prune_gradually(model, sparsity: float, fine_tune, steps: int = 4, scope: st
 def keep_pruned(model) -> None:
     """Multiply every pruned weight by its mask (``dl.fit`` calls it after each step), so a
     pruned weight stays exactly zero. Nothing happens for a model that was never pruned."""
-    for layer in _layers(model):
+    for layer in every_layer(model):
         masks = getattr(layer, "masks", None)
         if not masks:
             continue

@@ -22,7 +22,29 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["StepHooks"]
+from .layer_base import every_layer
+
+__all__ = ["StepHooks", "OneProcess"]
+
+
+class OneProcess:
+    """What ``fit`` asks of lesson 13's ``DataParallel`` (the seed, this rank's share of the
+    batches, steps per epoch, totals over ranks), answered for one process: no import of
+    ``distributed.py``, and ``fit`` keeps one path."""
+
+    is_main, shard = True, {}
+
+    def __init__(self, seed):
+        self.seed = self.dropout_seed = seed
+
+    def steps(self, N: int, batch_size: int) -> int:
+        return -(-N // batch_size)                       # ceil(N / batch_size)
+
+    def total(self, value):
+        return value
+
+    def share(self, result):
+        return result
 
 
 class StepHooks:
@@ -38,12 +60,12 @@ class StepHooks:
     """
 
     def __init__(self, steps=(), data_parallel=None):
-        self.steps, self.data_parallel = list(steps), data_parallel
+        self.steps, self.data_parallel = list(steps), data_parallel or OneProcess(None)
 
     @classmethod
     def for_fit(cls, model, precision, loss_scaler, comm, seed) -> StepHooks:
         """The steps fit's arguments ask for, each module imported only then."""
-        steps, data_parallel = [], None
+        steps, data_parallel = [], OneProcess(seed)
         if precision != "fp32" or (loss_scaler is not None and loss_scaler is not False):
             from .precision import Policy                             # lesson 10
             steps.append(Policy(precision, loss_scaler))
@@ -91,8 +113,4 @@ class StepHooks:
 def _pruned(model) -> bool:
     """Whether ``dl.prune`` (lesson 11) left a mask, ``layer.masks``, on a layer of the model
     (a Sequential's layer, or the one inside a fused layer)."""
-    for layer in getattr(model, "layers", [model]):
-        for part in (layer, getattr(layer, "layer", None)):
-            if getattr(part, "masks", None):
-                return True
-    return False
+    return any(getattr(layer, "masks", None) for layer in every_layer(model))

@@ -450,7 +450,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     """
     _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
     hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed)  # none in lesson 04
-    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, seed, progress, lr_schedule,
+    run = _Run(model, loss, optimizer, X, y, epochs, batch_size, progress, lr_schedule,
                hooks.data_parallel)
     try:
         for epoch in range(1, epochs + 1):
@@ -504,23 +504,22 @@ class _Run:
     cast to its dtype), the seeded batch order, the snapshot that undoes a step gone to inf or
     NaN, the running loss and accuracy of the epoch, the History, the progress bar, and the
     hooks. Each method is one thing the loop does. ``dp``: lesson 13's DataParallel (with
-    ``fit(comm=...)``), which shares the seed and the batches among ranks; else ``None``."""
+    ``fit(comm=...)``), which shares the seed and the batches among ranks, else
+    ``step_hooks.OneProcess``."""
 
-    def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, seed, progress,
-                 lr_schedule, dp=None):
+    def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, progress, lr_schedule,
+                 dp):
         self.model, self.loss, self.optimizer, self.X, self.y = model, loss, optimizer, X, y
         self.lr_schedule, self.dp = lr_schedule, dp
         self.epochs, self.batch_size = epochs, int(batch_size)
         self.device, self.dtype = _model_device(model), _model_dtype(model)
-        if dp is not None:
-            seed = dp.seed                             # rank 0's, on every rank
+        seed = dp.seed                                 # fit's (with comm=: rank 0's, everywhere)
         if seed is not None:                           # dropout masks (and CuPy's generator),
-            backend.manual_seed(dp.dropout_seed if dp is not None else seed)   # each rank its own
+            backend.manual_seed(dp.dropout_seed)       # each rank its own (lesson 13)
         self.order_rng = backend.rng(seed) if seed is not None else None   # one order per epoch
-        self.steps = (dp.steps(len(X), self.batch_size) if dp is not None
-                      else -(-len(X) // self.batch_size))                  # ceil(N / B)
+        self.steps = dp.steps(len(X), self.batch_size)   # ceil(N / B) for one process
         self.history = History()
-        self.bar = _progress_bar(progress and (dp is None or dp.is_main), epochs * self.steps)
+        self.bar = _progress_bar(progress and dp.is_main, epochs * self.steps)
         self.was_training = getattr(model, "training", True)
         self.epoch = self.step = self.global_step = 0
         self.snapshot = None                           # model and optimizer at the last finite loss
@@ -535,10 +534,9 @@ class _Run:
         order_seed = int(self.order_rng.integers(2**32)) if self.order_rng is not None else None
         if self.bar is not None:
             self.bar.set_description(f"epoch {epoch}/{self.epochs}", refresh=False)
-        shard = self.dp.shard if self.dp is not None else {}
         for self.step, (xb, yb) in enumerate(batches(self.X, self.y, self.batch_size, shuffle=True,
                                                      seed=order_seed, device=self.device,
-                                                     **shard), start=1):
+                                                     **self.dp.shard), start=1):
             self.global_step += 1
             yield _prepare(xb, self.dtype), yb
 
@@ -590,14 +588,12 @@ class _Run:
             raise _diverged(history, self.epoch, self.step, self.steps, self.optimizer,
                             "a parameter became inf or NaN")
         history.train_loss.append(self.loss_sum / seen)
-        if dp is not None:                 # lesson 13: the right answers of every rank
-            self.tally.correct = dp.total(self.tally.correct)
+        self.tally.correct = dp.total(self.tally.correct)   # lesson 13: over every rank
         history.train_accuracy.append(self.tally.accuracy(seen))
         history.lr.append(getattr(self.optimizer, "lr", None))
         if validation is not None:         # with comm=, rank 0 evaluates and shares the result
-            result = (evaluate(self.model, *validation, loss=self.loss, batch_size=self.batch_size)
-                      if dp is None or dp.is_main else None)
-            result = dp.share(result) if dp is not None else result
+            result = dp.share(evaluate(self.model, *validation, loss=self.loss,
+                                       batch_size=self.batch_size) if dp.is_main else None)
             history.val_loss.append(result["loss"])
             history.val_accuracy.append(result["accuracy"])
         backend.synchronize()              # GPU work is queued: wait before reading the clock

@@ -117,9 +117,10 @@ def call(fn, *args, case: str, on_error: str | None = None, refuse=(), **kwargs)
 
 class refusing:
     """``with refusing(["dlcourse.losses.softmax", "dlcourse.layers.Dropout.forward"], fn,
-    case):`` while the block runs, each named function of the library (and every alias of it in
-    a dlcourse module, such as its alias at the top of ``dl``) raises an ExerciseError that says it is what the
-    learner is writing. NumPy and CuPy stay usable: only the library's answer is refused."""
+    case):`` while the block runs, each named function of the library (with every alias of it in
+    a dlcourse module, such as the one at the top of ``dl``, and in ``fn``'s own namespace)
+    raises an ExerciseError that says it is what the learner is writing. NumPy and CuPy stay
+    usable: only the library's answer is refused."""
 
     def __init__(self, names, fn, case):
         __tracebackhide__ = True

@@ -24,12 +24,13 @@ that off for a model, loss or optimizer.
 
 The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
 ``matmul_regblock``; ``products_on_kernel()`` runs the library's products on the last (a CUDA
-graph can capture them, not cuBLAS's). Fused kernels (fused.py): ``bias_relu_forward``, ``bias_relu_backward``
-(bias along columns, used by ``dl.LinearReLU``), ``bias_relu_rows_forward``,
-``bias_relu_rows_backward`` (bias along rows, used by ``dl.Conv2dReLU``),
-``softmax_cross_entropy`` (used by ``dl.SoftmaxCrossEntropy``), ``sgd_momentum_update`` and
-``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Image windows (unfold.py): ``unfold_cols``,
-``fold_cols`` (used by ``dl.Conv2d``; ``im2col`` and ``col2im`` are them with one row per window), ``maxpool_forward``, ``maxpool_backward`` (used by
+graph can capture them, not cuBLAS's). Fused kernels (fused.py): ``bias_relu_forward``,
+``bias_relu_backward`` (bias along columns, used by ``dl.LinearReLU``),
+``bias_relu_rows_forward``, ``bias_relu_rows_backward`` (bias along rows, used by
+``dl.Conv2dReLU``), ``softmax_cross_entropy`` (used by ``dl.SoftmaxCrossEntropy``),
+``sgd_momentum_update`` and ``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Image windows
+(unfold.py): ``unfold_cols``, ``fold_cols`` (used by ``dl.Conv2d``; ``im2col`` and ``col2im``
+are them with one row per window), ``maxpool_forward``, ``maxpool_backward`` (used by
 ``dl.MaxPool2d``). References: ``dlcourse.kernels.reference``. Benchmarks:
 ``benchmarks/gpu_suite.py``. ``dl.fuse(model)`` rewrites a model's Linear→ReLU and Conv2d→ReLU
 pairs into the fused layers.
@@ -41,7 +42,7 @@ import sys
 import numpy as np
 
 from ..backend import device_of, get_array_module, gpu_available
-from ..layer_base import plug_in_kernels
+from ..layer_base import every_layer, plug_in_kernels
 from . import reference
 from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, define_options,
                      get_kernel, launch_config, list_kernels, source)
@@ -114,8 +115,7 @@ def use_kernels(obj, enabled: bool = True):
     (``dl.SoftmaxCrossEntropy``) or an optimizer (``dl.SGD``, ``dl.Adam``): their fused kernel.
     Without them the same code runs as plain CuPy array operations. No effect on the CPU.
     Returns ``obj``."""
-    for part in getattr(obj, "layers", [obj]):
-        for owner in (part, getattr(part, "layer", None)):   # a fused layer and its layer
-            if owner is not None and hasattr(owner, "use_kernels"):
-                owner.use_kernels = bool(enabled)
+    for owner in every_layer(obj):               # a fused layer and its layer too
+        if hasattr(owner, "use_kernels"):
+            owner.use_kernels = bool(enabled)
     return obj

@@ -4,12 +4,12 @@ pooling, on the GPU.
 Introduced in notebook ``08c_fusion_and_graphs``; sources ``im2col.cu`` and ``maxpool.cu``.
 ``dlcourse.conv`` calls these, through ``layer_base.kernels_for``, when its input is a CuPy
 array (``Conv2d``: :func:`unfold_cols`/:func:`fold_cols`; ``MaxPool2d``: maxpool_forward and
-maxpool_backward) and uses its array code otherwise. :func:`unfold_cols` and :func:`fold_cols` follow the contract of
-``dlcourse.conv.unfold`` and ``fold`` (written there once: cols (C*KH*KW, N*OH*OW), one column
-per window) with one stride and one padding for both axes; :func:`im2col` and :func:`col2im`
-are the same with one row per window, (N*OH*OW, C*KH*KW), as the references
-``dlcourse.kernels.reference.im2col_ref`` and ``col2im_ref`` are. For pooling the references
-are ``maxpool_forward_ref`` and ``maxpool_backward_ref``.
+maxpool_backward) and uses its array code otherwise. :func:`unfold_cols` and :func:`fold_cols`
+follow the contract of ``dlcourse.conv.unfold`` and ``fold`` (written there once: cols (C*KH*KW,
+N*OH*OW), one column per window) with one stride and one padding for both axes; :func:`im2col`
+and :func:`col2im` are the same with one row per window, (N*OH*OW, C*KH*KW), as the references
+``dlcourse.kernels.reference.im2col_ref`` and ``col2im_ref`` are. For pooling the references are
+``maxpool_forward_ref`` and ``maxpool_backward_ref``.
 """
 from __future__ import annotations
 
