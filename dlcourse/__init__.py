@@ -46,7 +46,7 @@ __all__ = [
     "Conv2d", "MaxPool2d", "col2im", "im2col", "gradcheck",
     "BatchNorm2d", "Dropout", "Flatten", "Identity", "Layer", "Linear", "ReLU", "Sequential",
     "Sigmoid", "Tanh",
-    # fused layers (lesson 08c)
+    # fused layers (lesson 08d)
     "Conv2dReLU", "LinearReLU", "fuse", "use_kernels",
     "MSELoss", "SigmoidCrossEntropy", "SoftmaxCrossEntropy", "log_softmax", "softmax",
     "CNN", "MLP", "Perceptron",

@@ -1,6 +1,6 @@
 """Saving and loading models: :func:`save` and :func:`load`.
 
-Introduced in notebook ``04_mlp_on_digits`` (save the trained MLP) and used again in
+Introduced in notebook ``04a_mlp_on_digits`` (save the trained MLP) and used again in
 ``07_training_a_cnn``.
 
 A checkpoint is one ``.npz`` file, a zip archive (deflated) of two entries:

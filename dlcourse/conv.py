@@ -24,9 +24,9 @@ file (``Conv2d.backward``, ``Conv2d.matrix_backward``, :func:`fold`), ``ops.matm
 above) and ``layer_base.kernels_for`` (None on the CPU).
 
 What lives elsewhere: the ``Layer`` base class and ``@checked`` in ``layer_base.py``; the GPU
-kernels (``kernels/unfold.py``: ``im2col.cu``, ``maxpool.cu``, lesson 08c), asked for through
+kernels (``kernels/unfold.py``: ``im2col.cu``, ``maxpool.cu``, lesson 08d), asked for through
 the one hook ``layer_base.kernels_for`` (None on the CPU) in :func:`unfold`, :func:`fold` and
-``MaxPool2d``'s ``_kernel_*`` methods; the fused ``Conv2dReLU`` (``fusion.py``, lesson 08c),
+``MaxPool2d``'s ``_kernel_*`` methods; the fused ``Conv2dReLU`` (``fusion.py``, lesson 08d),
 built from ``Conv2d``'s own matrix steps; inference's faster column orders and pooling
 (``fast_inference.py``, lesson 12).
 """
@@ -238,7 +238,7 @@ class Conv2d(Layer):
     ``Conv2dReLU`` (fusion.py) reuses :meth:`matrix_forward` and :meth:`matrix_backward`, the
     two matrix steps without the bias.
 
-    On the GPU, unfold and fold run the CUDA kernels of ``dlcourse.kernels`` (lesson 08c);
+    On the GPU, unfold and fold run the CUDA kernels of ``dlcourse.kernels`` (lesson 08d);
     set ``layer.use_kernels = False`` (or ``dl.use_kernels(model, False)``) to time the plain
     CuPy version instead.
     """

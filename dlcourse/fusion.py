@@ -1,6 +1,6 @@
 """Fused layers: a Linear or Conv2d and the ReLU after it, done as one layer.
 
-Introduced in notebook ``08c_fusion_and_graphs``. Adding a bias and applying ReLU are elementwise:
+Introduced in notebook ``08d_fusion_and_graphs``. Adding a bias and applying ReLU are elementwise:
 a flop or two per number moved, so memory bandwidth sets their speed. As two layers they read
 and write the whole activation twice (``z + b``, then ``max(., 0)``); as one they read and
 write it once. On the GPU the fused pass is one CUDA kernel (``bias_relu.cu``, forward and
@@ -15,7 +15,7 @@ operations done in place, with no new array.
 names: the ReLU's place holds an :class:`~dlcourse.layers.Identity`, so ``"0.W"`` is still
 ``"0.W"`` and optimizers, state dicts and checkpoints work with either model.
 
-Reading map (lesson 08c): :func:`bias_relu` and its backward (the one thing fusion adds),
+Reading map (lesson 08d): :func:`bias_relu` and its backward (the one thing fusion adds),
 then ``LinearReLU`` and ``Conv2dReLU``: each runs its wrapped layer's own matrix steps
 (``Linear``'s product, ``Conv2d.matrix_forward`` / ``matrix_backward`` in ``conv.py``) around
 them. The CUDA kernels are ``kernels/fused.py`` (``bias_relu.cu``).

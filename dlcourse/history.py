@@ -1,6 +1,6 @@
 """What :func:`dlcourse.fit` returns: a :class:`History` of the run, one entry per epoch.
 
-Introduced in notebook ``04_mlp_on_digits`` with ``dl.fit``; ``dl.plots.plot_history`` draws it.
+Introduced in notebook ``04a_mlp_on_digits`` with ``dl.fit``; ``dl.plots.plot_history`` draws it.
 """
 from __future__ import annotations
 

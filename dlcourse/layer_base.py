@@ -9,7 +9,7 @@ provides:
   dtype (``to``, ``astype``), state dicts (``state_dict``, ``load_state_dict``), the config that
   rebuilds a layer (``get_config``), and :meth:`Layer.clear_cache`;
 * :func:`checked`: the decorator written on each library layer's ``forward`` and ``backward``;
-* :class:`Container`: what a model made of layers shares (Sequential, lesson 04);
+* :class:`Container`: what a model made of layers shares (Sequential, lesson 04a);
 * :func:`build_layer`: a layer or model rebuilt from a checkpoint's JSON (lesson 12);
 * :func:`kernels_for`: the one hook through which a layer asks for a hand-written GPU kernel
   (``dlcourse.kernels`` plugs itself in; on the CPU the answer is always None).

@@ -1,7 +1,7 @@
 """Layers: each one a forward/backward pair, written as its math.
 
 Introduced in notebook ``03_backpropagation`` (Linear and the activations), used from
-``04_mlp_on_digits`` on (Dropout, Sequential) and ``07_training_a_cnn`` (BatchNorm2d).
+``04a_mlp_on_digits`` on (Dropout, Sequential) and ``07_training_a_cnn`` (BatchNorm2d).
 
 Every layer follows one contract:
 
@@ -16,7 +16,7 @@ runs on whichever backend its input lives on: ``xp = get_array_module(x)``.
 Reading map: here each layer's ``forward``/``backward`` (the math) and its ``check`` (the input
 it takes). ``@checked`` (which runs the checks), the ``Layer`` base class (modes, device and
 dtype moves, state dicts, configs) and rebuilding from a checkpoint: ``layer_base.py``.
-Conv2d, MaxPool2d: ``conv.py`` (lesson 06); the fused layers: ``fusion.py`` (lesson 08c).
+Conv2d, MaxPool2d: ``conv.py`` (lesson 06); the fused layers: ``fusion.py`` (lesson 08d).
 """
 from __future__ import annotations
 

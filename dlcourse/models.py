@@ -1,7 +1,7 @@
 """Models built from the layers: the perceptron, an MLP and a small LeNet-style CNN.
 
 ``Perceptron`` is introduced in notebook ``01_perceptron``, ``MLP`` in ``03_backpropagation``
-and ``04_mlp_on_digits``, ``CNN`` in ``07_training_a_cnn``.
+and ``04a_mlp_on_digits``, ``CNN`` in ``07_training_a_cnn``.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The matrix product every layer uses, in one place.
 
 Introduced in notebook ``03_backpropagation`` (``Linear``: ``x @ W``); ``06_convolution``
-(``Conv2d``: one matrix product after im2col) and ``08c_fusion_and_graphs`` (the fused layers) use it
+(``Conv2d``: one matrix product after im2col) and ``08d_fusion_and_graphs`` (the fused layers) use it
 too. Every matrix product of ``Linear``, ``Conv2d``, ``LinearReLU`` and ``Conv2dReLU``, forward
 and backward, goes through :func:`matmul`, so a change of how products are computed is made
 here once: ``dl.autocast("bf16")`` (``precision.py``, lesson 10) sets :func:`round_inputs` so
 both inputs are rounded to a lower format and the products still add up in float32, as a
-tensor core computes. ``dl.kernels.products_on_kernel()`` (lesson 08c) sets
+tensor core computes. ``dl.kernels.products_on_kernel()`` (lesson 08d) sets
 :func:`compute_products` so the products of CuPy float32 arrays run on the course's own matmul
 kernel instead of cuBLAS, which a CUDA graph cannot capture through CuPy. This module depends
 only on ``backend.py`` (which library an array belongs to).

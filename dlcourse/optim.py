@@ -1,8 +1,8 @@
 """Optimizers: one loop over ``(params[k], grads[k])``, updating in place.
 
-Introduced in notebook ``04_mlp_on_digits`` (SGD with momentum against Adam; Adagrad, RMSprop
+Introduced in notebook ``04a_mlp_on_digits`` (SGD with momentum against Adam; Adagrad, RMSprop
 and AdamW beside them). On the GPU SGD's and Adam's update of a parameter is one fused CUDA
-kernel (``kernels/optimizers.cu``, lesson ``08c_fusion_and_graphs``) instead of four (SGD) or twelve
+kernel (``kernels/optimizers.cu``, lesson ``08d_fusion_and_graphs``) instead of four (SGD) or twelve
 (Adam) array operations, each a kernel launch; ``dl.use_kernels(optimizer, False)`` runs the
 array code, which is what the kernels must match. Adagrad, RMSprop and AdamW have no kernel of
 their own: they run their array code everywhere.

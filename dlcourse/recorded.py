@@ -1,5 +1,5 @@
 """GPU results recorded by ``benchmarks/gpu_suite.py``, read back for the lessons that show them
-(00, 05, 08a-08c and 10) on any machine, with or without a GPU.
+(00, 05, 08a-08d and 10) on any machine, with or without a GPU.
 
 The suite writes one ``benchmarks/results/<device>.json`` per GPU it ran on, naming the device
 under ``environment.device`` and the date under ``date``. Each figure a lesson shows from these
@@ -94,7 +94,7 @@ def _tell(say, message):
 
 
 # --------------------------------------------------------------------------------------
-# What the GPU lessons (08a-08c) read from a results file, and the one published figure they
+# What the GPU lessons (08a-08d) read from a results file, and the one published figure they
 # show when nothing is recorded.
 
 PUBLISHED_SGEMM = {
@@ -137,7 +137,7 @@ def matmul_ladder(results: dict) -> tuple[dict, Any]:
 def kernel_report(results: dict) -> list[str]:
     """Lines that say what a results file recorded for the fused kernels, the training steps
     (without our kernels, with them, ``dl.fuse``'d, PyTorch), the launch overhead and the
-    CUDA graph: the figures of lesson ``08c_fusion_and_graphs``. Missing figures are left out."""
+    CUDA graph: the figures of lesson ``08d_fusion_and_graphs``. Missing figures are left out."""
     lines = []
     kernels = lookup(results, "elementwise", "kernels") or {}
     for kernel, entry in kernels.items():

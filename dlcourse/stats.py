@@ -1,6 +1,6 @@
 """Per-layer statistics of a model's activations and gradients: is the signal healthy?
 
-Introduced with initialization (notebook ``04b_initialization``: vanishing and exploding
+Introduced with initialization (notebook ``04c_initialization``: vanishing and exploding
 signals, dead ReLUs). Through a deep network with a bad initialization the activations'
 standard deviation shrinks or grows layer after layer (so do the gradients, on the way back),
 and ReLU units that are negative for every input are "dead": they pass no gradient and never

@@ -1,6 +1,6 @@
-"""The steps later lessons add around :func:`dlcourse.fit`'s loop, lesson 04's.
+"""The steps later lessons add around :func:`dlcourse.fit`'s loop, lesson 04a's.
 
-``fit`` reads as lesson 04's loop; where a later lesson changes a step, the loop calls a hook
+``fit`` reads as lesson 04a's loop; where a later lesson changes a step, the loop calls a hook
 of :class:`StepHooks` by name, and the hook does nothing unless that lesson's argument is used::
 
     with hooks.autocast():                              # lesson 10: bf16/fp16 products
@@ -15,7 +15,7 @@ of :class:`StepHooks` by name, and the hook does nothing unless that lesson's ar
 Each hook is an object made by its lesson's module (``precision.Policy``,
 ``prune.KeepPruned``, ``distributed.DataParallel``), imported only when fit's arguments (or a
 pruned model) ask for it: a plain ``fit`` imports none of them. The loop is notebook
-``04_mlp_on_digits``'s; the hooks come with ``10_number_formats_and_mixed_precision``,
+``04a_mlp_on_digits``'s; the hooks come with ``10_number_formats_and_mixed_precision``,
 ``11_quantization_and_pruning`` and ``13_data_parallel``.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ class OneProcess:
 
 
 class StepHooks:
-    """The steps later lessons add around lesson 04's. Each is an object from its lesson's
+    """The steps later lessons add around lesson 04a's. Each is an object from its lesson's
     module with some of these methods; where none has one, nothing happens there:
 
     ``autocast()``                    a context around forward, loss and backward (lesson 10)

@@ -1,6 +1,6 @@
 """The training loop, written once: :func:`fit`, :func:`evaluate`, :func:`confusion_matrix`.
 
-Introduced in notebook ``04_mlp_on_digits``, which first writes the loop by hand::
+Introduced in notebook ``04a_mlp_on_digits``, which first writes the loop by hand::
 
     for epoch in range(epochs):
         for xb, yb in dl.data.batches(X, y, batch_size):
@@ -449,7 +449,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
     _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
-    hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed)  # none in lesson 04
+    hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed)  # none in lesson 04a
     run = _Run(model, loss, optimizer, X, y, epochs, batch_size, progress, lr_schedule,
                hooks.data_parallel)
     try:

@@ -636,7 +636,7 @@ def sgd_library(params, grads, velocity, lr, momentum):
     opt.step()
 
 
-# ---- lessons 08a and 08b (08a_gpu_execution_and_memory, 08b_tiling_and_occupancy)
+# ---- lessons 08a and 08b (08a_gpu_execution_and_memory, 08b_tiling_and_roofline)
 def gs_good(n, block):
     return (n + block - 1) // block
 
@@ -777,7 +777,7 @@ def test_softmax_ce_grad():
     expect_fail(C.softmax_ce_grad, sce_whole_array, "whole array")
 
 
-# ---- lesson 04: inverted dropout
+# ---- lesson 04a: inverted dropout
 def do_good(x, p, rng):
     mask = (rng.random(x.shape) >= p) / (1 - p)
     return x * mask, mask
@@ -893,7 +893,7 @@ def test_batchnorm_backward():
                 "eps=0.1", "use the eps argument")
 
 
-# ---- lesson 08c (08c_fusion_and_graphs)
+# ---- lesson 08d (08d_fusion_and_graphs)
 def brb_good(dout, y):
     dx = dout * (y > 0)
     return dx, dx.sum(axis=0)

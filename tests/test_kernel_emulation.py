@@ -516,14 +516,14 @@ def test_emulated_loss_kernel_names_a_bad_label(emulated_gpu):
 
 
 def test_lesson_08c_counts_the_launches_of_a_training_step_right(emulated_gpu):
-    """Lesson 08c (section 4) reads off the code how many kernels one training step of the MLP
+    """Lesson 08d (section 4) reads off the code how many kernels one training step of the MLP
     784-512-512-10 launches on the GPU, with SGD's fused update and with the update as array
     code; nbval checks that output. Count them here: with the arrays standing in for CuPy ones,
     every array operation and every launch of our kernels (the count does not depend on the
     layer sizes, so a small MLP will do)."""
     import json
     from pathlib import Path
-    path = Path(__file__).parents[1] / "notebooks" / "08c_fusion_and_graphs.ipynb"
+    path = Path(__file__).parents[1] / "notebooks" / "08d_fusion_and_graphs.ipynb"
     text = "".join("".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
                    for o in c.get("outputs", []))
     stated = re.findall(r"(\d+) kernel launches per training step.*\((\d+) with SGD's update as "
@@ -568,7 +568,7 @@ def test_emulated_per_axis_stride_or_padding_runs_the_array_code(emulated_gpu):
 
 @pytest.mark.parametrize("name", ["mlp", "cnn"])
 def test_emulated_products_on_kernel_train_like_the_array_code(emulated_gpu, monkeypatch, name):
-    """dl.kernels.products_on_kernel() (lesson 08c's CUDA graph: CuPy refuses to capture cuBLAS)
+    """dl.kernels.products_on_kernel() (lesson 08d's CUDA graph: CuPy refuses to capture cuBLAS)
     runs every product of a float32 training step, forward and backward (transposed operands
     included), on matmul_regblock: the step must equal the one computed with `@`."""
     monkeypatch.setattr(K.matmul, "device_of", lambda a: "gpu")

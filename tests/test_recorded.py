@@ -144,7 +144,7 @@ def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop
     assert rec.results["environment"]["device"] == device
 
 
-# ---- what the GPU lessons 08a-08c read from a results file
+# ---- what the GPU lessons 08a-08d read from a results file
 from dlcourse.recorded import PUBLISHED_SGEMM, kernel_report, matmul_ladder  # noqa: E402
 
 SUITE = {

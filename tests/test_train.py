@@ -426,7 +426,7 @@ def test_fit_accepts_an_optimizer_over_part_of_the_model_and_refuses_a_stale_one
 
 
 # ======================================================================================
-# fit is lesson 04's loop: the steps lessons 10, 11 and 13 add (precision=, a pruned model,
+# fit is lesson 04a's loop: the steps lessons 10, 11 and 13 add (precision=, a pruned model,
 # comm=) come from their own modules, only when asked for, and leave a plain fit's numbers alone
 # ======================================================================================
 def _digits(n=200):

@@ -18,10 +18,10 @@ module                     lessons
 ``basics.py``              00-02: arrays, the perceptron, loss and gradient descent
 ``backprop.py``            03: backpropagation
 ``training.py``            04: training an MLP on digits
-``init_and_batching.py``   04b-05: initialization, GPU batching
+``init_and_batching.py``   04c-05: initialization, GPU batching
 ``convolution.py``         06: convolution
 ``cnn.py``                 07: training a CNN
-``cuda.py``                08a-08c: GPU execution and memory, tiling and occupancy, fusion
+``cuda.py``                08a-08d: GPU execution and memory, tiling and occupancy, fusion
 ``playground.py``          09: the playground
 ``compression.py``         10-11: number formats and mixed precision, quantization and pruning
 ``deploy.py``              12: from a checkpoint to a service
@@ -33,13 +33,13 @@ from .basics import (cross_entropy, normalize_rows, perceptron_predict,  # lesso
                      perceptron_update, sigmoid_ce_grad, sigmoid_derivative, softmax,
                      softmax_ce_grad)
 from .backprop import linear_backward, linear_forward, relu_backward  # lesson 03
-from .training import (accuracy, adam_step, dropout_backward, dropout_forward,  # lesson 04
+from .training import (accuracy, adam_step, dropout_backward, dropout_forward,  # lesson 04a
                        iterate_minibatches, sgd_momentum_step)
-from .init_and_batching import init_std, mlp_forward_batched  # lessons 04b, 05
+from .init_and_batching import init_std, mlp_forward_batched  # lessons 04c, 05
 from .convolution import (conv2d_backward, conv2d_naive, conv_output_size,  # lesson 06
                           conv_output_size_2d, im2col_simple, max_window_grad, maxpool_backward)
 from .cnn import batchnorm_backward, batchnorm_forward, batchnorm_running, conv_params  # lesson 07
-from .cuda import (arithmetic_intensity, bias_relu_backward, global_index,  # lessons 08a-08c
+from .cuda import (arithmetic_intensity, bias_relu_backward, global_index,  # lessons 08a-08d
                    grid_size, tiled_matmul, warp_transactions)
 from .harness import ExerciseError, derivation
 from .hints import hint, solution
@@ -57,10 +57,10 @@ __all__ = [
     "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad",
     # lesson 03 (backprop.py)
     "linear_forward", "linear_backward", "relu_backward",
-    # lesson 04 (training.py)
+    # lesson 04a (training.py)
     "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward",
     "dropout_backward", "adam_step",
-    # lessons 04b and 05 (init_and_batching.py)
+    # lessons 04c and 05 (init_and_batching.py)
     "init_std", "mlp_forward_batched",
     # lesson 06 (convolution.py)
     "conv_output_size", "conv_output_size_2d", "conv2d_naive", "im2col_simple",
@@ -68,7 +68,7 @@ __all__ = [
     # lesson 07 (cnn.py)
     "conv_params", "batchnorm_forward", "batchnorm_running", "batchnorm_backward",
     # lessons 08a (global_index, grid_size, warp_transactions), 08b (tiled_matmul,
-    # arithmetic_intensity), 08c (bias_relu_backward)
+    # arithmetic_intensity), 08d (bias_relu_backward)
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
     "bias_relu_backward",
     # lesson 09

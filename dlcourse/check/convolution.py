@@ -19,7 +19,7 @@ lesson             check                            your function
 06_convolution     :func:`conv2d_backward`          ``(dout, x, W, stride, padding)``
 =================  ===============================  =========================================
 
-The checks of training a CNN (07) are in ``cnn.py``, the MLP lessons' (04-05) in
+The checks of training a CNN (07) are in ``cnn.py``, the MLP lessons' (04a-05) in
 ``training.py`` and ``init_and_batching.py``; the shared machinery (``call``, ``fail``,
 ``expect_close``, ...) lives in ``harness.py``.
 """

@@ -1,8 +1,8 @@
-"""Checks for the GPU lessons 08a-08c: the index arithmetic and memory counting behind kernels.
+"""Checks for the GPU lessons 08a-08d: the index arithmetic and memory counting behind kernels.
 
 Used in notebooks ``08a_gpu_execution_and_memory`` (``global_index``, ``grid_size``,
-``warp_transactions``), ``08b_tiling_and_occupancy`` (``tiled_matmul``,
-``arithmetic_intensity``) and ``08c_fusion_and_graphs`` (``bias_relu_backward``). Every exercise there is a small NumPy function that
+``warp_transactions``), ``08b_tiling_and_roofline`` (``tiled_matmul``,
+``arithmetic_intensity``) and ``08d_fusion_and_graphs`` (``bias_relu_backward``). Every exercise there is a small NumPy function that
 reasons about a kernel without a GPU; each check runs it on several cases and either prints
 one line saying that all pass, or raises :class:`ExerciseError` naming the case, what was
 expected, what your function gave and, for the common mistakes, the likely fix::
@@ -18,7 +18,7 @@ expected, what your function gave and, for the common mistakes, the likely fix::
 - :func:`arithmetic_intensity` checks ``arithmetic_intensity(tile_m, tile_n, K, itemsize=4)``:
   FLOPs per byte loaded from global memory;
 - :func:`bias_relu_backward` checks ``bias_relu_backward(dout, y) -> (dx, db)``: the fused
-  backward of ``y = max(x + b, 0)`` that ``bias_relu.cu`` computes in one pass (lesson 08c).
+  backward of ``y = max(x + b, 0)`` that ``bias_relu.cu`` computes in one pass (lesson 08d).
 
 While a check runs the learner's function, the library's own version of what it builds (a
 kernel's NumPy reference, the launch-geometry helpers) is refused (``REFUSE`` below). The

@@ -1,4 +1,4 @@
-"""Checks for lessons 04b-05: the initialization of an MLP, and GPU batching.
+"""Checks for lessons 04c-05: the initialization of an MLP, and GPU batching.
 
 Each check takes *your* function, runs it on several small cases, compares it with the
 library's rule (``dlcourse/layers.py``) and either prints one line saying that every case
@@ -10,11 +10,11 @@ mistakes, the likely fix::
 ==================  ===============================  ==============================================
 lesson              check                            your function
 ==================  ===============================  ==============================================
-04b_initialization  :func:`init_std`                 ``(fan_in, fan_out, scheme) -> float``
+04c_initialization  :func:`init_std`                 ``(fan_in, fan_out, scheme) -> float``
 05_gpu_batching     :func:`mlp_forward_batched`      ``(X, W1, b1, W2, b2) -> logits``
 ==================  ===============================  ==============================================
 
-The training checks of lesson 04 are in ``training.py``, the convolution lessons' (06-07) in
+The training checks of lesson 04a are in ``training.py``, the convolution lessons' (06-07) in
 ``convolution.py`` and ``cnn.py``; the shared machinery (``call``, ``fail``, ``expect_close``,
 ...) lives in ``harness.py``.
 """
@@ -39,7 +39,7 @@ REFUSE: dict[str, list[str]] = {
 
 
 # ======================================================================================
-# 04b_initialization
+# 04c_initialization
 # ======================================================================================
 def _init_std_mistakes(fan_in, fan_out, scheme):
     """(a wrong std, what it is) for the usual mistakes; the first match names the fix."""

@@ -269,7 +269,7 @@ HINTS: dict[str, list[str]] = {
         ("A weight matrix of shape (d_in, d_out) holds rows times columns numbers; the bias holds "
          "one number per output unit. Add both for each layer; the loop adds up the layers."),
         ("Pseudo-code: total += ___ (the weights) + ___ (the biases). Check by hand: sizes [2, 1] "
-         "has 3 parameters, [2, 4, 2] has 22. Where to look: lesson 04's Linear layer (its W and "
+         "has 3 parameters, [2, 4, 2] has 22. Where to look: lesson 04a's Linear layer (its W and "
          "b) and the exercise text."),
     ],
 }

@@ -1,4 +1,4 @@
-"""Checks for lesson 04: training an MLP on digits.
+"""Checks for lesson 04a: training an MLP on digits.
 
 Each check takes *your* function, runs it on several small cases, compares it with the
 library's rule (``dlcourse/optim.py``, ``layers.py``, ``data/batching.py``) and either prints
@@ -10,15 +10,15 @@ problem and, for the common mistakes, the likely fix::
 ==================  ===============================  ==============================================
 lesson              check                            your function
 ==================  ===============================  ==============================================
-04_mlp_on_digits    :func:`iterate_minibatches`      ``(X, y, batch_size, shuffle, seed)``
-04_mlp_on_digits    :func:`accuracy`                 ``(logits, y) -> float``
-04_mlp_on_digits    :func:`sgd_momentum_step`        ``(params, grads, velocity, lr, momentum)``
-04_mlp_on_digits    :func:`dropout_forward`          ``(x, p, rng) -> out, mask``
-04_mlp_on_digits    :func:`dropout_backward`         ``(dout, mask) -> dx``
-04_mlp_on_digits    :func:`adam_step`                ``(params, grads, m, v, t, lr, ...)``
+04a_mlp_on_digits    :func:`iterate_minibatches`      ``(X, y, batch_size, shuffle, seed)``
+04a_mlp_on_digits    :func:`accuracy`                 ``(logits, y) -> float``
+04a_mlp_on_digits    :func:`sgd_momentum_step`        ``(params, grads, velocity, lr, momentum)``
+04a_mlp_on_digits    :func:`dropout_forward`          ``(x, p, rng) -> out, mask``
+04a_mlp_on_digits    :func:`dropout_backward`         ``(dout, mask) -> dx``
+04a_mlp_on_digits    :func:`adam_step`                ``(params, grads, m, v, t, lr, ...)``
 ==================  ===============================  ==============================================
 
-The checks of lessons 04b and 05 (initialization, GPU batching) are in ``init_and_batching.py``,
+The checks of lessons 04c and 05 (initialization, GPU batching) are in ``init_and_batching.py``,
 the convolution lessons' (06-07) in ``convolution.py`` and ``cnn.py``; the shared machinery
 (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
 """
@@ -67,7 +67,7 @@ def _all_batches(fn):
 
 
 # ======================================================================================
-# 04_mlp_on_digits
+# 04a_mlp_on_digits
 # ======================================================================================
 def iterate_minibatches(fn) -> None:
     """Check ``fn(X, y, batch_size, shuffle=True, seed=None)``, which yields (or returns a

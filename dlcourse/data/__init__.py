@@ -2,7 +2,7 @@
 
 Notebook ``01_perceptron`` uses the synthetic 2-D sets (:func:`make_blobs`,
 :func:`make_xor`, :func:`make_circles`, :func:`make_spirals`). Notebook
-``04_mlp_on_digits`` introduces :func:`load_digits`, :class:`Standardizer`,
+``04a_mlp_on_digits`` introduces :func:`load_digits`, :class:`Standardizer`,
 :func:`one_hot` and :func:`batches`. :func:`load_mnist1d` generates the harder MNIST-1D
 set from code. The larger image sets (:func:`load_mnist`, :func:`load_fashion_mnist`,
 :func:`load_cifar10`) are downloaded once into a cache folder and read with small parsers

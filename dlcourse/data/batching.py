@@ -1,6 +1,6 @@
 """Preprocessing and batching: :class:`Standardizer`, :func:`one_hot`, :func:`batches`.
 
-Introduced in notebook ``04_mlp_on_digits``. Everything here works on NumPy and CuPy arrays;
+Introduced in notebook ``04a_mlp_on_digits``. Everything here works on NumPy and CuPy arrays;
 the GPU enters the data path in one place only: ``batches(..., device="gpu")`` copies each
 batch there.
 """

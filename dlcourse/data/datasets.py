@@ -1,6 +1,6 @@
 """The real data sets: the bundled 8x8 digits, MNIST-1D, MNIST, Fashion-MNIST and CIFAR-10.
 
-Notebook ``04_mlp_on_digits`` introduces :func:`load_digits` (bundled with scikit-learn, no
+Notebook ``04a_mlp_on_digits`` introduces :func:`load_digits` (bundled with scikit-learn, no
 download). :func:`load_mnist1d` generates Greydanus's MNIST-1D from code with a seed (no
 download either). :func:`load_mnist`, :func:`load_fashion_mnist` and :func:`load_cifar10`,
 named in ``07_training_a_cnn``, download their files once (:mod:`dlcourse.data.download`) and

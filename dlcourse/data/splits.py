@@ -1,6 +1,6 @@
 """The result of a loader: a :class:`Dataset` split into train / validation / test.
 
-Introduced in notebook ``04_mlp_on_digits`` with :func:`dlcourse.data.load_digits`. Every
+Introduced in notebook ``04a_mlp_on_digits`` with :func:`dlcourse.data.load_digits`. Every
 split made here is fixed and seeded (``SPLIT_SEED``), so a number in a notebook can be
 reproduced; the loaders of :mod:`dlcourse.data.datasets` all build their splits with it.
 """

@@ -1,6 +1,6 @@
 """Fused kernels: several array operations done in one pass over memory.
 
-Introduced in notebook ``08c_fusion_and_graphs``. Sources: ``bias_relu.cu``, ``softmax_cross_entropy.cu`` and
+Introduced in notebook ``08d_fusion_and_graphs``. Sources: ``bias_relu.cu``, ``softmax_cross_entropy.cu`` and
 ``optimizers.cu``. NumPy references: ``dlcourse.kernels.reference.bias_relu_forward_ref``,
 ``bias_relu_backward_ref``, ``softmax_cross_entropy_ref``, ``sgd_momentum_update_ref`` and
 ``adam_update_ref``.

@@ -1,7 +1,7 @@
 """The kernels over image windows: im2col and col2im (convolution as a matrix product) and max
 pooling, on the GPU.
 
-Introduced in notebook ``08c_fusion_and_graphs``; sources ``im2col.cu`` and ``maxpool.cu``.
+Introduced in notebook ``08d_fusion_and_graphs``; sources ``im2col.cu`` and ``maxpool.cu``.
 ``dlcourse.conv`` calls these, through ``layer_base.kernels_for``, when its input is a CuPy
 array (``Conv2d``: :func:`unfold_cols`/:func:`fold_cols`; ``MaxPool2d``: maxpool_forward and
 maxpool_backward) and uses its array code otherwise. :func:`unfold_cols` and :func:`fold_cols`
