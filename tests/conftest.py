@@ -86,6 +86,7 @@ LESSONS: dict[str, object] = {
     "test_io.py": TOOLING,
     "test_kernel_emulation.py": ("08a", "08b", "08d"),
     "test_kernels.py": ("08a", "08b", "08d"),
+    "test_lesson_shape.py": ALL,
     "test_layers.py": {"conv|maxpool|im2col": ("06",),
                        "batchnorm": ("07",),
                        "dropout|optimizers|sgd": ("04a",),
