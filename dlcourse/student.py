@@ -398,6 +398,17 @@ def solution_text(name: str, folder=None) -> str:
 # ======================================================================================
 MANIFEST = ".dlcourse-manifest.json"
 
+# Lessons that were renamed or split (issue 27): the old name -> the lessons that replace it. A
+# learner's workspace may still hold the old one; :func:`sync_notebooks` says where it went.
+RENAMED = {
+    "04_mlp_on_digits": ("04a_mlp_on_digits", "04b_optimizers_and_regularization"),
+    "04b_initialization": ("04c_initialization",),
+    "08b_tiling_and_occupancy": ("08b_tiling_and_roofline",
+                                 "08c_bank_conflicts_occupancy_and_tensor_cores"),
+    "08c_fusion_and_graphs": ("08d_fusion_and_graphs",),
+    "11_quantization_and_pruning": ("11a_quantization", "11b_pruning"),
+}
+
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -441,7 +452,10 @@ def sync_notebooks(source_dir, outdir) -> list[tuple[str, Path]]:
     - ``"kept"``: the learner changed this notebook; it is kept as it is, and there is no new
       version of it;
     - ``"kept, new version beside"``: the learner changed it and the course has a newer version,
-      written beside it (``path`` is the new file).
+      written beside it (``path`` is the new file);
+    - ``"retired"``: a lesson this folder got from an older version of the course that is no
+      longer one (renamed or split, :data:`RENAMED`), untouched by the learner: removed;
+    - ``"kept, retired"``: the same, but the learner changed it: kept as it is.
 
     What was generated is recorded (SHA-256) in ``outdir/.dlcourse-manifest.json``; a file
     the manifest does not know is the learner's. Every notebook is converted and validated
@@ -493,11 +507,32 @@ def sync_notebooks(source_dir, outdir) -> list[tuple[str, Path]]:
         generated[target.name] = _sha(text)
         generated[f"source:{name}"] = _sha(text)
         done.append((what, target))
+    done += _retire(outdir, generated, {name for name, _ in converted})
     with atomic_write(outdir / MANIFEST, "w", encoding="utf-8") as f:
         json.dump({"about": "what dlcourse generated here (SHA-256), so that it never "
                             "overwrites a notebook you changed",
                    "generated": dict(sorted(generated.items()))}, f, indent=1)
         f.write("\n")
+    return done
+
+
+def _retire(outdir: Path, generated: dict, lessons: set) -> list[tuple[str, Path]]:
+    """Lessons written here by an older course that renamed or split them (:data:`RENAMED`): an
+    untouched one goes (it holds nothing of the learner's), a changed one stays. Forgets both in
+    ``generated``."""
+    done = []
+    for name in sorted(generated):
+        if name in lessons or name.removesuffix(".ipynb") not in RENAMED:
+            continue          # still a lesson; or not one the course renamed (only those go)
+        target = outdir / name
+        sha = _file_sha(target)
+        if sha is not None and sha == generated[name]:
+            target.unlink()
+            done.append(("retired", target))
+        elif sha is not None:
+            done.append(("kept, retired", target))
+        del generated[name]
+        generated.pop(f"source:{name}", None)
     return done
 
 

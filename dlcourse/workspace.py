@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from ._io import atomic_write
-from .student import (exercises, find_exercise, make_student_notebook, notebooks_dir,
-                      solution_text, sync_notebooks)
+from .student import (RENAMED, exercises, find_exercise, make_student_notebook,
+                      notebooks_dir, solution_text, sync_notebooks)
 
 __all__ = ["WorkspaceError", "default_workspace", "reset_exercise", "jupyter_command",
            "add_commands"]
@@ -58,8 +58,17 @@ def _report(done, where: Path) -> None:
             print(f"  kept your {path.name} as you changed it (no newer version of it)")
         elif what in ("added", "updated"):
             print(f"  {what}: {path.name}")
+        elif what in ("retired", "kept, retired"):
+            print(f"  {path.name} is no longer a lesson{_now_in(path.stem)}: "
+                  + ("removed (you had not changed it)" if what == "retired" else
+                     "kept as you changed it; delete it when you no longer need it"))
     summary = ", ".join(f"{n} {what}" for what, n in counts.items())
     print(f"workspace: {where} ({summary})")
+
+
+def _now_in(stem: str) -> str:
+    lessons = RENAMED.get(stem)
+    return f" (its content is now in {' and '.join(lessons)})" if lessons else ""
 
 
 # --------------------------------------------------------------------------------------

@@ -173,3 +173,34 @@ def test_start_serves_jupyterlab_on_a_workspace_without_solutions(tmp_path):
     assert f"your workspace is {ws.resolve()}" in output
     assert len(list(ws.glob("*.ipynb"))) == len(list(NOTEBOOKS.glob("*.ipynb")))
     _solution_free(ws)
+
+
+def test_a_renamed_lesson_goes_if_untouched_and_stays_if_changed(source, tmp_path, monkeypatch,
+                                                                  capsys):
+    """Issue 27 split and renamed lessons: a workspace made by the older course still holds the
+    old names. An untouched one is removed (nothing of the learner's is in it), a changed one
+    kept, and the report says where its content went."""
+    from dlcourse import student, workspace
+    monkeypatch.setitem(student.RENAMED, "04_mlp_on_digits", ("04a_mlp_on_digits", "04b_x"))
+    monkeypatch.setitem(student.RENAMED, "08c_fusion_and_graphs", ("08d_fusion_and_graphs",))
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("04_mlp_on_digits", "08c_fusion_and_graphs"):
+        shutil.copy(source / "01_perceptron.ipynb", old / f"{name}.ipynb")
+    ws = tmp_path / "ws"
+    sync_notebooks(old, ws)                                        # the older course
+    _edit(ws / "08c_fusion_and_graphs.ipynb", 0, "my notes")
+    (ws / "99_mine.ipynb").write_text((ws / "04_mlp_on_digits.ipynb").read_text())
+    done = {p.name: what for what, p in sync_notebooks(source, ws)}  # the new course
+    assert done["04_mlp_on_digits.ipynb"] == "retired"
+    assert done["08c_fusion_and_graphs.ipynb"] == "kept, retired"
+    assert not (ws / "04_mlp_on_digits.ipynb").exists()
+    assert nbformat.read(ws / "08c_fusion_and_graphs.ipynb", as_version=4).cells[0].source == \
+        "my notes"
+    assert (ws / "99_mine.ipynb").exists()                         # not ours: never touched
+    workspace._report(list((w, ws / n) for n, w in done.items()), ws)
+    out = capsys.readouterr().out
+    assert "04_mlp_on_digits.ipynb is no longer a lesson (its content is now in " \
+           "04a_mlp_on_digits and 04b_x): removed" in out
+    assert "kept as you changed it" in out
+    assert [w for w, _ in sync_notebooks(source, ws)] == ["unchanged", "unchanged"]
