@@ -38,6 +38,7 @@ Why this format:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import zipfile
@@ -50,7 +51,7 @@ from numpy.lib import format as npy_format   # formats 1 and 2
 from ._io import atomic_write, check_writable
 from .backend import to_numpy
 
-__all__ = ["save", "load", "check_can_save", "CheckpointError", "FORMAT_VERSION",
+__all__ = ["save", "load", "load_bytes", "check_can_save", "CheckpointError", "FORMAT_VERSION",
            "MAX_CHECKPOINT_BYTES"]
 
 FORMAT_NAME = "dlcourse-checkpoint"
@@ -125,14 +126,15 @@ def _npz_path(path) -> Path:
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")   # an .npz is a zip (the second: an empty one)
 
 
-def _check_is_npz(path: Path) -> None:
+def _check_is_npz(path: Path, head: bytes | None = None) -> None:
     """Refuse a file that is not a zip archive, as np.load would tell by its first bytes
     (it would return a .npy file's array, or try to unpickle anything else)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(6)
-    except FileNotFoundError:
-        return                    # _read says "No checkpoint at ..."
+    if head is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(6)
+        except FileNotFoundError:
+            return                # _read says "No checkpoint at ..."
     if len(head) < 4 or head.startswith(_ZIP_MAGIC):
         return                    # a zip, or too short to tell: _read reports the damage
     what = " It holds one NumPy array (np.save writes .npy files)." if head == b"\x93NUMPY" else ""
@@ -140,12 +142,16 @@ def _check_is_npz(path: Path) -> None:
                           f"dl.load reads files written by dl.save(model, \"name.npz\").")
 
 
-def save(model, path) -> Path:
+def save(model, path, *, sign_with=None, encrypt_with=None) -> Path:
     """Save ``model``'s architecture, parameters and buffers to ``path`` (an ``.npz`` file).
 
     ``".npz"`` is added when the path has no suffix; a folder (``"ckpts/"``) is refused with
     IsADirectoryError, as a checkpoint is one file. The write is atomic: if anything fails,
     an existing file at ``path`` is left untouched. Returns the path written.
+
+    ``encrypt_with=KEYFILE`` writes it encrypted (AES-256-GCM); ``sign_with=PRIVATE_KEY`` writes
+    an Ed25519 signature of the file's bytes beside it, ``path + ".sig"`` (both at once:
+    encrypted, then the encrypted bytes signed). See ``protect.py``; needs the ``protect`` extra.
 
     Example::
 
@@ -175,8 +181,22 @@ def save(model, path) -> Path:
             "sha256": _digest(architecture, arrays)}
 
     path = _save_target(path)
-    with atomic_write(path) as f:      # readers see the old file or the new one, never half
-        _write_zip(f, _pack(meta, arrays))
+    if sign_with is None and encrypt_with is None:
+        with atomic_write(path) as f:  # readers see the old file or the new one, never half
+            _write_zip(f, _pack(meta, arrays))
+        return path
+    from . import protect
+    buffer = io.BytesIO()
+    _write_zip(buffer, _pack(meta, arrays))
+    data = buffer.getvalue()
+    if encrypt_with is not None:
+        data = protect.encrypt(data, encrypt_with)
+    signature = protect.sign_bytes(data, sign_with) if sign_with is not None else None
+    with atomic_write(path) as f:
+        f.write(data)
+    if signature is not None:      # after the file: a crash between leaves it unverifiable
+        with atomic_write(protect.signature_path(path)) as f:
+            f.write(signature)
     return path
 
 
@@ -256,13 +276,13 @@ def _unpack(entries: list, blob) -> dict:
     return arrays
 
 
-def _check_members(path: Path) -> None:
+def _check_members(path: Path, source) -> None:
     """Read each entry's ``.npy`` header (a few hundred bytes) and refuse, before np.load
     inflates or allocates anything, an entry whose header declares more or fewer bytes than
     its zip entry holds, a total beyond ``MAX_CHECKPOINT_BYTES``, or a dtype that is not
     real numbers (the metadata entry is UTF-8 bytes, or text in format 1; the arrays entry of
     format 2 is bytes)."""
-    with zipfile.ZipFile(path) as archive:
+    with zipfile.ZipFile(_rewound(source)) as archive:
         infos = archive.infolist()
         total = sum(info.file_size for info in infos)
         if total > MAX_CHECKPOINT_BYTES:
@@ -361,15 +381,24 @@ def check_can_save(path) -> Path:
     return target
 
 
-def _read(path: Path) -> tuple[dict, dict]:
-    """The metadata and arrays of a checkpoint, refusing anything that needs pickle."""
-    _check_is_npz(path)
+def _rewound(source):
+    """A path as it is, or an in-memory file back at its start (read again from the top)."""
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    return source
+
+
+def _read(path: Path, data: bytes | None = None) -> tuple[dict, dict]:
+    """The metadata and arrays of a checkpoint, refusing anything that needs pickle: read from
+    ``path``, or from ``data``, the bytes already read from it (and verified)."""
+    _check_is_npz(path, None if data is None else data[:6])
+    source = path if data is None else io.BytesIO(data)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(_rewound(source)) as archive:
             names = {info.filename for info in archive.infolist()}
             if META_FILE in names:
                 return _read_zip(path, archive, names)
-        return _read_npz(path)                       # formats 1 and 2
+        return _read_npz(path, source)               # formats 1 and 2
     except CheckpointError:
         raise
     except FileNotFoundError:
@@ -408,10 +437,10 @@ def _read_zip(path: Path, archive: zipfile.ZipFile, names: set) -> tuple[dict, d
     return meta, _unpack(entries, archive.read(ARRAYS_FILE))
 
 
-def _read_npz(path: Path) -> tuple[dict, dict]:
+def _read_npz(path: Path, source) -> tuple[dict, dict]:
     """Formats 1 and 2, through np.load, once every .npy header has been checked."""
-    _check_members(path)
-    with np.load(path, allow_pickle=False) as npz:
+    _check_members(path, source)
+    with np.load(_rewound(source), allow_pickle=False) as npz:
         names = list(npz.files)
         if META_KEY not in names:
             raise CheckpointError(f"{path} is an .npz file but not a dlcourse checkpoint "
@@ -449,7 +478,7 @@ def _metadata(path: Path, text) -> dict:
     return meta
 
 
-def load(path, device: str | None = None):
+def load(path, device: str | None = None, *, key=None, public_key=None):
     """Rebuild a model saved by :func:`save`, with its parameters and buffers.
 
     Args:
@@ -457,6 +486,9 @@ def load(path, device: str | None = None):
         device: ``"cpu"``, ``"gpu"`` or ``"auto"``; ``None`` (default) puts the model on the
             CPU, like a model you just built. A checkpoint saved from either device loads
             on either.
+        key: for an encrypted checkpoint, its AES key file (``None``: ``$DLCOURSE_MODEL_KEY``).
+        public_key: the signer's public key file: the model loads only if ``path + ".sig"`` is
+            that key's signature of the file's bytes (the bytes verified are the bytes loaded).
 
     Returns:
         The model, in training mode (call ``model.eval()`` before predicting if it has
@@ -466,11 +498,54 @@ def load(path, device: str | None = None):
     Raises:
         CheckpointError: the file is truncated, altered (SHA-256 mismatch), holds a pickled
         array, comes from a newer format, or its arrays do not fit its architecture.
+        protect.ProtectionError: a signature or a key that does not fit (the message says which).
     """
+    path = _npz_path(path)
+    data = None
+    if key is not None or public_key is not None or _starts_encrypted(path):
+        data = _read_bytes(path)
+    return load_bytes(path, data, device, key=key, public_key=public_key)
+
+
+def _starts_encrypted(path: Path) -> bool:
+    from .protect import MAGIC
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False                 # _read reports a missing or unreadable file
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The whole file, once its size is known to be one a checkpoint may have."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_CHECKPOINT_BYTES + MAX_META_BYTES:
+                raise CheckpointError(f"{path} is {size} bytes, more than a checkpoint may be.")
+            return f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No checkpoint at {path}: check the path "
+                                f"(the current folder is {Path.cwd()}).") from None
+
+
+def load_bytes(path, data: bytes | None, device: str | None = None, *, key=None,
+               public_key=None):
+    """:func:`load` on ``data``, the bytes already read from ``path`` (``None``: read the
+    file): the signature, if asked for, and the decryption work on exactly these bytes."""
     from .layer_base import build_layer
 
-    path = _npz_path(path)
-    meta, arrays = _read(path)
+    path = Path(path)
+    if data is not None:
+        from . import protect
+        if public_key is not None:
+            protect.verify_bytes(data, path, public_key)
+        if protect.is_encrypted(data):
+            data = protect.decrypt(data, key, name=str(path))
+        elif key is not None:
+            raise protect.ProtectionError(f"{path} is not encrypted, but a key was given: "
+                                          f"is this the file you meant?")
+    meta, arrays = _read(path, data)
     version = meta.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(f"{path} has checkpoint format version {version!r}, but this "

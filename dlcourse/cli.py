@@ -448,6 +448,7 @@ def _add_deploy_commands(commands) -> None:
     predict.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
     predict.add_argument("--top", type=_positive_int, default=3,
                          help="probabilities shown per input, largest first (default: 3)")
+    _add_protection_options(predict)
 
     export = commands.add_parser(
         "export", help="write a saved model as an ONNX file",
@@ -457,6 +458,7 @@ def _add_deploy_commands(commands) -> None:
     export.add_argument("model", metavar="MODEL.npz")
     export.add_argument("out", metavar="OUT.onnx")
     export.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
+    _add_protection_options(export)
 
     serve = commands.add_parser(
         "serve", help="serve a saved model over HTTP, with a draw-a-digit page",
@@ -474,12 +476,61 @@ def _add_deploy_commands(commands) -> None:
                             "prints it) is HEX")
     serve.add_argument("--max-request-bytes", type=_positive_int, default=4 * 2**20,
                        help="largest request body accepted (default: 4 MiB)")
+    _add_protection_options(serve)
+
+    keygen = commands.add_parser(
+        "keygen", help="write a key pair for signing models, or an AES key for encrypting them",
+        description="Write an Ed25519 key pair into DIR: model_signing.key (private, mode 0600: "
+                    "signs) and model_signing.pub (public: verifies). With --aes, a 32-byte "
+                    "AES-256 key, model.aeskey (mode 0600), for encrypted checkpoints. Never "
+                    "overwrites a key. Needs: pip install -e \".[protect]\".")
+    keygen.add_argument("dir", metavar="DIR")
+    keygen.add_argument("--aes", action="store_true", help="an AES key instead of a key pair")
+    keygen.set_defaults(run=_keygen)
+
+    sign = commands.add_parser(
+        "sign", help="sign a saved model (writes MODEL.npz.sig beside it)",
+        description="Sign the exact bytes of MODEL.npz (encrypted or not) with an Ed25519 "
+                    "private key; the signature goes beside it as MODEL.npz.sig. `dlcourse "
+                    "serve/predict/export --public-key` and dl.load(path, public_key=...) then "
+                    "refuse any file but one this key signed.")
+    sign.add_argument("model", metavar="MODEL.npz")
+    sign.add_argument("--key", required=True, metavar="PRIVATE_KEY",
+                      help="the private key file (model_signing.key from `dlcourse keygen`)")
+    sign.set_defaults(run=_sign)
+
+
+def _add_protection_options(command) -> None:
+    command.add_argument("--key", metavar="FILE",
+                         help="the AES key file of an encrypted model (default: "
+                              "$DLCOURSE_MODEL_KEY); a file, never the key itself")
+    command.add_argument("--public-key", metavar="FILE",
+                         help="refuse the model unless MODEL.sig is this public key's signature "
+                              "of its bytes")
+
+
+def _keygen(args) -> int:
+    from .protect import keygen
+    for path in keygen(args.dir, aes=args.aes):
+        print(f"wrote {path}" + (" (private: keep it so, mode 0600)"
+                                 if path.suffix in (".key", ".aeskey") else " (public)"))
+    return 0
+
+
+def _sign(args) -> int:
+    from .protect import write_signature
+    try:
+        data = open(args.model, "rb").read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No model at {args.model}.") from None
+    print(f"wrote {write_signature(args.model, data, args.key)}")
+    return 0
 
 
 def _load_for_inference(args):
     from .checkpoint import load
     from .inference import InputError, input_shape
-    model = load(args.model)
+    model = load(args.model, key=args.key, public_key=args.public_key)
     try:
         return model, tuple(args.input_shape) if args.input_shape else input_shape(model)
     except InputError as err:
@@ -528,7 +579,8 @@ def _serve(args) -> int:
     from .serve import ModelRefused, serve
     try:
         serve(args.model, host=args.host, port=args.port, expect_sha256=args.expect_sha256,
-              max_request_bytes=args.max_request_bytes)
+              max_request_bytes=args.max_request_bytes, key=args.key,
+              public_key=args.public_key)
     except (ModelRefused, ImportError) as err:
         raise CLIError(str(err)) from None
     return 0
@@ -539,7 +591,8 @@ def _serve(args) -> int:
 # ======================================================================================
 # Errors whose message already says what to do: printed without the DLCOURSE_DEBUG hint.
 EXPECTED_ERRORS = {"CLIError", "DeviceError", "DownloadError", "ChecksumError", "DataFormatError",
-                   "FileNotFoundError", "CheckpointError", "MemoryError", "WorkspaceError"}
+                   "FileNotFoundError", "CheckpointError", "MemoryError", "WorkspaceError",
+                   "ProtectionError"}
 
 
 def main(argv=None) -> int:

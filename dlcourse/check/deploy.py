@@ -1,10 +1,12 @@
-"""Checks for lesson 12 (from checkpoint to service).
+"""Checks for lessons 12 (from checkpoint to service) and 12b (protecting a model).
 
 ==========================  ===============================================================
 check                       your function
 ==========================  ===============================================================
 :func:`fold_batchnorm`      ``(W, b, gamma, beta, mean, var, eps) -> (W_folded, b_folded)``
 :func:`validate_batch`      ``(inputs, shape) -> float32 array (N, *shape)``, or ValueError
+:func:`load_signed`         ``(path, public_key_file) -> model``, or an error (12b)
+:func:`two_time_pad`        ``(c1, c2, p1) -> p2`` (bytes; 12b)
 ==========================  ===============================================================
 
 Each check runs your function on several cases and prints one line when all pass, or raises
@@ -13,13 +15,15 @@ shared machinery is ``harness.py``).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..inference import InputError, as_batch
 from .harness import (ExerciseError, call, expect_close, expect_shape, expect_tuple,
                      expect_unchanged, fail, passed, refusing, to_array)
 
-__all__ = ["fold_batchnorm", "validate_batch", "ExerciseError"]
+__all__ = ["fold_batchnorm", "validate_batch", "load_signed", "two_time_pad", "ExerciseError"]
 
 # While the learner's function runs, the library's own versions answer with an error: the
 # folding of dl.infer, this check's oracle, and BatchNorm2d's forward pass (which, run on the
@@ -171,6 +175,167 @@ def validate_batch(fn) -> None:
     passed(fn, len(good) + len(bad))
 
 
+# ======================================================================================
+# lesson 12b: protecting a model
+# ======================================================================================
+# The library's own verification: dl.load(path, public_key=...) and the service's loader.
+_REFUSE_SIGNED = ["dlcourse.protect.verify_bytes", "dlcourse.serve.app.load_verified"]
+
+
+class _SwapOnSecondOpen:
+    """While active, the second time anything opens ``path`` to read it, the file is first
+    replaced by ``forged`` (an attacker swapping the file between a check and a load)."""
+
+    def __init__(self, path, forged: bytes):
+        import builtins
+        import io
+        self.path, self.forged, self.opens = os.path.realpath(path), forged, 0
+        self.builtins, self.io, self.original = builtins, io, builtins.open
+
+    def _open(self, file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode and "+" not in mode \
+                and os.path.realpath(os.fsdecode(os.fspath(file))) == self.path:
+            self.opens += 1
+            if self.opens == 2:
+                with self.original(self.path, "wb") as f:
+                    f.write(self.forged)
+        return self.original(file, mode, *args, **kwargs)
+
+    def __enter__(self):
+        self.builtins.open = self.io.open = self._open
+        return self
+
+    def __exit__(self, *exc):
+        self.builtins.open = self.io.open = self.original
+        return False
+
+
+def _model_outputs(model) -> np.ndarray:
+    from ..backend import to_numpy
+    x = np.linspace(-1, 1, 2 * 6, dtype=np.float32).reshape(2, 6)
+    model.eval()
+    return to_numpy(model.forward(x))
+
+
+def load_signed(fn) -> None:
+    """Check ``fn(path, public_key_file)``: the model saved at ``path``, only if ``path +
+    ".sig"`` is the Ed25519 signature, by that public key, of the file's bytes; otherwise an
+    error (any exception). The bytes that were verified must be the bytes loaded."""
+    __tracebackhide__ = True
+    import tempfile
+    from pathlib import Path
+
+    from .. import MLP
+    from ..checkpoint import save
+    from ..protect import keygen, write_signature
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        private, public = keygen(folder / "keys")
+        other_private, other_public = keygen(folder / "other")
+        good, forged = MLP([6, 4, 3], seed=1), MLP([6, 4, 3], seed=2)
+        want = _model_outputs(good)
+
+        def fresh(name, signer=private):
+            path = save(good, folder / name)
+            if signer is not None:
+                write_signature(path, path.read_bytes(), signer)
+            return path
+
+        def forged_bytes():
+            return save(forged, folder / "forged.npz").read_bytes()
+
+        case = "a model signed by this key"
+        path = fresh("good.npz")
+        got = call(fn, str(path), str(public), case=case, refuse=_REFUSE_SIGNED)
+        if not hasattr(got, "forward"):
+            fail(fn, case, f"it returned {type(got).__name__}, not a model.",
+                 "once the signature verifies, build the model from the bytes you read.")
+        if not np.allclose(_model_outputs(got), want):
+            fail(fn, case, "the model it returned is not the one that was saved.")
+
+        refusals = [
+            ("a forger rewrote the weights and the checkpoint's digest (the .sig is the old one)",
+             lambda: (fresh("f1.npz").write_bytes(forged_bytes()), folder / "f1.npz")[1],
+             "the checkpoint's own SHA-256 passes for a forged file (the forger wrote it): only "
+             "the signature over the file's bytes can tell. Verify it before loading."),
+            ("the model was signed by another key", lambda: fresh("f2.npz", other_private),
+             "the signature verifies only with the signer's public key: verify with the one "
+             "you were given, and let its failure stop the load."),
+            ("the model has no signature beside it", lambda: fresh("f3.npz", None),
+             "a missing .sig is a refusal, not a model to load unchecked."),
+        ]
+        for case, make, fix in refusals:
+            path = make()
+            try:
+                with refusing(_REFUSE_SIGNED, fn, case):
+                    got = fn(str(path), str(public))
+            except ExerciseError:
+                raise
+            except NotImplementedError:
+                call(fn, str(path), str(public), case=case, refuse=_REFUSE_SIGNED)
+            except Exception:  # noqa: BLE001 - refusing with any error is right
+                continue
+            fail(fn, case, "it returned a model; it must refuse (raise an error).", fix)
+
+        case = ("an attacker swaps the file for a forged one right after your function first "
+                "read it")
+        path = fresh("swap.npz")
+        try:
+            with refusing(_REFUSE_SIGNED, fn, case), _SwapOnSecondOpen(path, forged_bytes()):
+                got = fn(str(path), str(public))
+        except ExerciseError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            fail(fn, case, f"it raised {type(err).__name__}: {err} — for a file that was "
+                           f"correctly signed when it was read.",
+                 "read the file once, verify those bytes, and build the model from the same "
+                 "bytes (the exercise names the tool that builds a model from bytes already read): then "
+                 "a swap changes nothing.")
+        if np.allclose(_model_outputs(got), _model_outputs(forged)):
+            fail(fn, case, "it loaded the forged model: it verified one reading of the file and "
+                           "loaded another (the file was read again after the check).",
+                 "read the bytes once, verify them, and build the model from those same bytes "
+                 "(the exercise names the tool that builds a model from bytes already read), never "
+                 "from the path again.")
+    passed(fn, 1 + len(refusals) + 1, name="load_signed")
+
+
+def two_time_pad(fn) -> None:
+    """Check ``fn(c1, c2, p1)``: c1 and c2 are two plaintexts encrypted with AES-GCM under the
+    same key AND the same nonce (the 16-byte tags removed), p1 is the first plaintext; return
+    the second plaintext, p2 (bytes), as far as c2 goes."""
+    __tracebackhide__ = True
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    gen = np.random.default_rng(7)
+    texts = [(b"weights of model A: 0.12 -0.5 3.25", b"weights of model B: 9.99 0.001 -7"),
+             (bytes(gen.integers(0, 256, 64, dtype=np.uint8)),
+              bytes(gen.integers(0, 256, 40, dtype=np.uint8))),
+             (b"\x00" * 48, b"an all-zero p1 gives c1 = the keystream")]
+    for i, (p1, p2) in enumerate(texts):
+        key, nonce = bytes(gen.integers(0, 256, 32, dtype=np.uint8)), b"\x01" * 12
+        aes = AESGCM(key)
+        c1, c2 = aes.encrypt(nonce, p1, None)[:-16], aes.encrypt(nonce, p2, None)[:-16]
+        case = f"case {i + 1}: p1 of {len(p1)} bytes, p2 of {len(p2)} bytes, one nonce"
+        got = call(fn, c1, c2, p1, case=case)
+        if isinstance(got, np.ndarray):
+            got = got.astype(np.uint8).tobytes()
+        if not isinstance(got, (bytes, bytearray)):
+            fail(fn, case, f"it returned {type(got).__name__}, not bytes.",
+                 "bytes(...) of a list of integers 0-255 (or of a uint8 array) is bytes.")
+        got = bytes(got)
+        if len(got) != len(p2):
+            fail(fn, case, f"it returned {len(got)} bytes; p2 has {len(p2)} (as many as c2).",
+                 "the keystream is cancelled byte by byte: go as far as c2 goes (p1 is longer).")
+        if got == p2:
+            continue
+        xored = bytes(a ^ b for a, b in zip(c1, c2))
+        if got == xored[:len(p2)]:
+            fail(fn, case, "it returned c1 XOR c2, which is p1 XOR p2, not p2.",
+                 "the keystream is gone from c1 XOR c2; one more XOR removes p1.")
+        fail(fn, case, "the bytes it returned are not p2.")
+    passed(fn, len(texts), name="two_time_pad")
+
+
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
 # exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
@@ -192,5 +357,21 @@ HINTS: dict[str, list[str]] = {
          'numbers; if it is 2-D with as many columns as one sample has numbers, reshape it to '
          '(N,) + shape; refuse no batch axis, an empty batch, or samples of another shape; refuse '
          'non-finite values; return float32. The list of what to refuse is in the exercise text'),
+    ],
+    'load_signed': [
+        ('two things to get right: which bytes the signature is checked on, and which bytes the '
+         'model is built from. Must they be the same? What could happen between two reads of a '
+         'file?'),
+        ('pseudo-code: data = the file read ___ times; record = the .sig file parsed as JSON; '
+         'signature = the base64 field decoded; the public key loaded from its PEM file; verify '
+         '(signature, ___) (it raises when they do not match); model = built from ___ with '
+         'the tool that builds a model from bytes already read, given the path (for its messages) '
+         'and ___'),
+    ],
+    'two_time_pad': [
+        ('counter mode, which GCM uses, encrypts by XOR with a keystream that depends only on the '
+         'key and the nonce. Write c1 and c2 that way: what is c1 XOR c2?'),
+        ('pseudo-code: for each position i up to the length of c2: p2[i] = c1[i] XOR ___ XOR ___; '
+         'return them as bytes'),
     ],
 }

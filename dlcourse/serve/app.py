@@ -21,13 +21,12 @@ core install does not need it (``pip install -e ".[serve]"``).
 import hashlib  # (no `from __future__ import annotations`: FastAPI reads the handlers' annotations)
 import json
 import sys
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import load
+from ..checkpoint import load_bytes
 from ..inference import InputError, as_batch, input_shape, predict_proba
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
@@ -45,11 +44,13 @@ def sha256_of(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def load_verified(path, expect_sha256: str | None = None):
+def load_verified(path, expect_sha256: str | None = None, *, key=None, public_key=None):
     """``(model, sha256)``: the checkpoint at ``path``, loaded once from the very bytes that
-    were hashed (a file swapped between the check and the load cannot slip in), refused with
-    :class:`ModelRefused` when ``expect_sha256`` is given and differs. ``dl.load`` then checks
-    the checkpoint's own digest (CheckpointError when altered)."""
+    were hashed and verified (a file swapped between the check and the load cannot slip in),
+    refused with :class:`ModelRefused` when ``expect_sha256`` is given and differs. With
+    ``public_key`` its signature (``path + ".sig"``) must verify on those bytes; ``key``
+    decrypts an encrypted checkpoint (``protect.py``). ``dl.load`` then checks the checkpoint's
+    own digest (CheckpointError when altered)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -66,14 +67,11 @@ def load_verified(path, expect_sha256: str | None = None):
             raise ModelRefused(f"refusing to serve {path}: its SHA-256 is {digest}, not the "
                                f"expected {want}. The file was changed or replaced; serve "
                                f"the right file, or pin the new one after checking it.")
-    with tempfile.TemporaryDirectory() as folder:
-        copy = Path(folder) / (path.stem + ".npz")
-        copy.write_bytes(data)
-        try:
-            model = load(copy)
-        except Exception as err:     # say the learner's path, not the private copy's
-            err.args = tuple(str(a).replace(str(copy), str(path)) for a in err.args)
-            raise
+    from ..protect import ProtectionError
+    try:
+        model = load_bytes(path, data, key=key, public_key=public_key)
+    except ProtectionError as err:
+        raise ModelRefused(f"refusing to serve {path}: {err}") from None
     return model, digest
 
 
@@ -169,14 +167,15 @@ def create_app(model, *, sha256: str = "", name: str = "model",
 
 
 def serve(path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-          expect_sha256: str | None = None, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+          expect_sha256: str | None = None, max_request_bytes: int = MAX_REQUEST_BYTES, *,
+          key=None, public_key=None) -> None:
     """Load and verify the checkpoint, then serve it until Ctrl-C (``dlcourse serve``)."""
     try:
         import uvicorn
     except ImportError:
         raise ImportError("the prediction service needs FastAPI and uvicorn: python -m pip "
                           "install -e \".[serve]\"") from None
-    model, digest = load_verified(path, expect_sha256)
+    model, digest = load_verified(path, expect_sha256, key=key, public_key=public_key)
     app = create_app(model, sha256=digest, name=Path(path).name,
                      max_request_bytes=max_request_bytes)
     shown = f"[{host}]" if ":" in host else host

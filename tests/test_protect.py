@@ -1,0 +1,215 @@
+"""Protecting a model (issue 33): signed checkpoints that prove who made them, encrypted ones
+that only a key opens (dlcourse/protect.py), through dl.save/dl.load, the command line and a real
+service on loopback."""
+import json
+import os
+import stat
+import subprocess
+import sys
+import urllib.request
+import zipfile
+
+import numpy as np
+import pytest
+
+import dlcourse as dl
+from dlcourse import protect
+
+pytest.importorskip("cryptography", reason="signing and encryption need the cryptography "
+                                           "package: pip install -e '.[protect]'")
+ProtectionError = protect.ProtectionError
+
+
+@pytest.fixture()
+def keys(tmp_path):
+    """(private key, public key, AES key) files in a fresh folder, as `dlcourse keygen` writes
+    them."""
+    folder = tmp_path / "keys"
+    private, public = protect.keygen(folder)
+    (aes,) = protect.keygen(folder, aes=True)
+    return private, public, aes
+
+
+@pytest.fixture()
+def model():
+    return dl.MLP([6, 5, 3], seed=1)
+
+
+def _same(a, b):
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    return np.array_equal(a.forward(x), b.forward(x))
+
+
+def test_keygen_writes_private_keys_0600_and_never_overwrites(keys, tmp_path):
+    private, public, aes = keys
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(aes).st_mode) == 0o600
+    assert len(aes.read_bytes()) == 32 and b"PUBLIC KEY" in public.read_bytes()
+    before = private.read_bytes()
+    with pytest.raises(ProtectionError, match="never overwrites"):
+        protect.keygen(private.parent)
+    with pytest.raises(ProtectionError, match="never overwrites"):
+        protect.keygen(private.parent, aes=True)
+    assert private.read_bytes() == before
+
+
+@pytest.mark.parametrize("sign, encrypt", [(True, False), (False, True), (True, True)])
+def test_round_trips(model, keys, tmp_path, sign, encrypt):
+    private, public, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", sign_with=private if sign else None,
+                   encrypt_with=aes if encrypt else None)
+    assert protect.signature_path(path).exists() == sign
+    loaded = dl.load(path, key=aes if encrypt else None, public_key=public if sign else None)
+    assert _same(model, loaded)
+
+
+def test_nothing_changes_for_a_model_neither_signed_nor_encrypted(model, tmp_path):
+    path = dl.save(model, tmp_path / "m.npz")
+    assert zipfile.is_zipfile(path) and not protect.signature_path(path).exists()
+    assert _same(model, dl.load(path))
+
+
+def test_an_encrypted_file_holds_no_weight_bytes_and_a_fresh_nonce_each_save(model, keys,
+                                                                            tmp_path):
+    _, _, aes = keys
+    a = dl.save(model, tmp_path / "a.npz", encrypt_with=aes).read_bytes()
+    b = dl.save(model, tmp_path / "b.npz", encrypt_with=aes).read_bytes()
+    assert a != b                                     # a new nonce, so new ciphertext
+    header = json.loads(a.split(b"\n")[1])            # readable: format, version, key id, nonce
+    assert header["cipher"] == "AES-256-GCM" and header["format"] == "dlcourse-encrypted"
+    for name, w in model.state_dict().items():
+        row = np.ascontiguousarray(w, dtype="<f4").tobytes()[:16]
+        assert row not in a, f"{name}'s float32 bytes appear in the encrypted file"
+
+
+def test_an_encrypted_file_without_a_key_says_so(model, keys, tmp_path, monkeypatch):
+    _, _, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", encrypt_with=aes)
+    monkeypatch.delenv(protect.ENV_KEY, raising=False)
+    with pytest.raises(ProtectionError, match="encrypted: give its key"):
+        dl.load(path)
+    monkeypatch.setenv(protect.ENV_KEY, aes.read_bytes().hex())       # or from the environment
+    assert _same(model, dl.load(path))
+
+
+def test_a_wrong_key_is_a_wrong_key_and_a_damaged_file_is_damaged(model, keys, tmp_path):
+    _, _, aes = keys
+    (other,) = protect.keygen(tmp_path / "other", aes=True)
+    path = dl.save(model, tmp_path / "m.npz", encrypt_with=aes)
+    with pytest.raises(ProtectionError, match="wrong key"):
+        dl.load(path, key=other)
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(ProtectionError, match="damaged or was altered"):
+        dl.load(path, key=aes)
+
+
+def test_a_key_for_a_file_that_is_not_encrypted_is_refused(model, keys, tmp_path):
+    """A plaintext file where an encrypted one is expected may be a swapped file."""
+    path = dl.save(model, tmp_path / "m.npz")
+    with pytest.raises(ProtectionError, match="not encrypted"):
+        dl.load(path, key=keys[2])
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_key_others_can_read_is_refused(model, keys, tmp_path, mode):
+    private, _, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", encrypt_with=aes)
+    os.chmod(aes, mode)
+    with pytest.raises(ProtectionError, match="readable by others.*chmod 600"):
+        dl.load(path, key=aes)
+    os.chmod(private, mode)
+    with pytest.raises(ProtectionError, match="readable by others"):
+        dl.save(model, tmp_path / "n.npz", sign_with=private)
+
+
+def test_missing_signature_other_key_and_changed_bytes_are_refused(model, keys, tmp_path):
+    private, public, _ = keys
+    other_private, other_public = protect.keygen(tmp_path / "other")
+    path = dl.save(model, tmp_path / "m.npz", sign_with=private)
+    with pytest.raises(ProtectionError, match="signed by another key"):
+        dl.load(path, public_key=other_public)
+    unsigned = dl.save(model, tmp_path / "u.npz")
+    with pytest.raises(ProtectionError, match="not signed"):
+        dl.load(unsigned, public_key=public)
+    # A forger who rewrites the weights AND the digest: the digest passes, the signature not.
+    forged = dl.MLP([6, 5, 3], seed=2)
+    dl.save(forged, path)                              # a valid checkpoint, new digest inside
+    assert _same(forged, dl.load(path))                # the digest alone cannot tell
+    with pytest.raises(ProtectionError, match="does not match its signature"):
+        dl.load(path, public_key=public)
+
+
+def test_encrypt_then_sign_is_checked_before_decrypting(model, keys, tmp_path):
+    private, public, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", sign_with=private, encrypt_with=aes)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(ProtectionError, match="does not match its signature"):
+        dl.load(path, key=aes, public_key=public)
+
+
+def dlcourse(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "dlcourse", *map(str, args)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_the_command_line_signs_encrypts_and_refuses_a_key_given_as_an_argument(model,
+                                                                                tmp_path):
+    folder = tmp_path / "k"
+    r = dlcourse("keygen", folder)
+    assert r.returncode == 0 and "model_signing.key" in r.stdout, r.stderr
+    assert dlcourse("keygen", folder, "--aes").returncode == 0
+    again = dlcourse("keygen", folder)
+    assert again.returncode == 1 and "never overwrites" in again.stderr
+    path = dl.save(model, tmp_path / "m.npz", encrypt_with=folder / "model.aeskey")
+    r = dlcourse("sign", path, "--key", folder / "model_signing.key")
+    assert r.returncode == 0 and "m.npz.sig" in r.stdout, r.stderr
+    inputs = tmp_path / "x.npy"
+    np.save(inputs, np.zeros((2, 6), np.float32))
+    r = dlcourse("predict", path, inputs, "--key", folder / "model.aeskey",
+                 "--public-key", folder / "model_signing.pub")
+    assert r.returncode == 0 and "2 input(s)" in r.stdout, r.stderr
+    r = dlcourse("predict", path, inputs, "--key", (folder / "model.aeskey").read_bytes().hex())
+    assert r.returncode == 1 and "process lists" in r.stderr
+    r = dlcourse("predict", path, inputs,
+                 env={protect.ENV_KEY: (folder / "model.aeskey").read_bytes().hex()})
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_signed_model_is_served_over_http_and_a_forged_one_refused_at_start(tmp_path):
+    pytest.importorskip("fastapi", reason="the service needs FastAPI: pip install -e '.[serve]'")
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "serve_load_for_protect", Path(__file__).resolve().parents[1] / "benchmarks" /
+        "serve_load.py")
+    tools = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tools)
+    private, public = protect.keygen(tmp_path / "k")
+    path = tools.digits_model(tmp_path / "mlp.npz")
+    protect.write_signature(path, path.read_bytes(), private)
+    port = tools.free_port()
+    proc = tools.start_server(path, port, "--public-key", public)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as r:
+            assert json.loads(r.read())["status"] == "ok"
+    finally:
+        tools.stop_server(proc)
+    dl.save(dl.MLP([64, 32, 10], seed=5), path)          # a forger's model, a valid checkpoint
+    r = dlcourse("serve", path, "--port", "1", "--public-key", public)
+    assert r.returncode == 1 and "refusing to serve" in r.stderr
+    assert "does not match its signature" in r.stderr
+
+
+def test_older_checkpoints_still_load_when_nothing_is_asked(tmp_path):
+    """A file written before issue 33 has no signature and is not encrypted: dl.load reads it
+    as before (the stored checkpoints of tests/data are loaded by test_saved_checkpoints.py)."""
+    path = dl.save(dl.MLP([3, 2], seed=0), tmp_path / "old.npz")
+    assert dl.load(path).sizes == [3, 2]
+    path.write_bytes(b"DLCOURSE-ENCRYPTED\n{not json")      # a damaged encrypted file
+    with pytest.raises(ProtectionError, match="damaged"):
+        dl.load(path, key=b"k" * 32)
