@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +47,46 @@ POINTS_SEED = 0          # the 2-D sets and their split are the same on every ru
 
 class CLIError(Exception):
     """A problem to report in one line (exit status 1)."""
+
+
+# What a file holds, told by its first bytes: a command that writes a file never overwrites one
+# of another kind (a trained checkpoint with ONNX bytes) unless --force says so.
+_KINDS = ((b"PK\x03\x04", "checkpoint", "a checkpoint (.npz, a zip archive)"),
+          (b"PK\x05\x06", "checkpoint", "a checkpoint (.npz, a zip archive)"),
+          (b"DLCOURSE-ENCRYPTED", "checkpoint", "an encrypted checkpoint"),
+          (b"\x93NUMPY", "array", "a NumPy array (.npy)"),
+          (b"\x08", "onnx", "an ONNX model"),
+          (b"{", "json", "JSON (a notebook?)"))
+
+
+def _file_kind(path: Path) -> tuple[str, str]:
+    with open(path, "rb") as f:
+        head = f.read(32)
+    return next(((kind, text) for magic, kind, text in _KINDS if head.startswith(magic)),
+                ("other", "something else (not what this command writes)"))
+
+
+def check_output(option: str, out, inputs=(), expect: str = "", force: bool = False) -> Path:
+    """Refuse to write ``out`` when it is one of the command's own ``inputs`` (the same file,
+    through any link), a folder, or an existing file of another kind than ``expect`` (unless
+    ``force``): the user's files are never destroyed by a slip of the argument order."""
+    out = Path(out).expanduser()
+    for given in inputs:
+        given = Path(given).expanduser()
+        same = (out.exists() and given.exists() and os.path.samefile(out, given)) or \
+            out.resolve() == given.resolve()
+        if same:
+            raise CLIError(f"{option} {out} is the file this command reads ({given}): writing it "
+                           f"would destroy it. Give another output path.")
+    if out.is_dir():
+        raise CLIError(f"{option} {out} is a folder; give a file name inside it.")
+    if out.exists() and not force:
+        kind, text = _file_kind(out)
+        if kind != expect:
+            raise CLIError(f"{option} {out} exists and holds {text}: refusing to overwrite it "
+                           f"with {dict(checkpoint='a checkpoint', onnx='an ONNX model')[expect]}."
+                           f" Choose another path, or add --force to replace it.")
+    return out
 
 
 # ======================================================================================
@@ -161,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "across threads, above all on a busy machine; else all of them)")
     train.add_argument("--seed", type=_seed, default=0, help="default: 0")
     train.add_argument("--save", metavar="PATH", help="save the trained model (.npz) to PATH")
+    train.add_argument("--force", action="store_true",
+                       help="let --save replace an existing file that is not a checkpoint")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bar: print one line per epoch instead")
     train.add_argument("--ranks", type=_positive_int,
@@ -297,7 +340,8 @@ def _train(args) -> int:
     if args.save:                          # now, not after minutes of training
         from .checkpoint import check_can_save
         try:
-            check_can_save(args.save)
+            check_output("--save", check_can_save(args.save), expect="checkpoint",
+                         force=args.force)
         except OSError as err:
             problem = (err.strerror if err.errno else str(err)).replace(" (os.makedirs)", "")
             if "path" not in problem:
@@ -458,6 +502,8 @@ def _add_deploy_commands(commands) -> None:
     export.add_argument("model", metavar="MODEL.npz")
     export.add_argument("out", metavar="OUT.onnx")
     export.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
+    export.add_argument("--force", action="store_true",
+                        help="replace an existing OUT that is not an ONNX file")
     _add_protection_options(export)
 
     serve = commands.add_parser(
@@ -529,12 +575,20 @@ def _sign(args) -> int:
 
 def _load_for_inference(args):
     from .checkpoint import load
-    from .inference import InputError, input_shape
+    from .inference import InputError, check_parameters_finite, fits, input_shape
     model = load(args.model, key=args.key, public_key=args.public_key)
     try:
-        return model, tuple(args.input_shape) if args.input_shape else input_shape(model)
+        check_parameters_finite(model, args.model)
+        if not args.input_shape:
+            return model, input_shape(model)
     except InputError as err:
         raise CLIError(str(err)) from None
+    shape = tuple(args.input_shape)
+    problem = fits(model, shape)
+    if problem:
+        raise CLIError(f"--input-shape {','.join(map(str, shape))} does not fit this model: "
+                       f"{problem}")
+    return model, shape
 
 
 def _predict(args) -> int:
@@ -555,22 +609,30 @@ def _predict(args) -> int:
 
 
 def _export(args) -> int:
-    from .export import ExportError, export_onnx, require
+    """Export, check against onnxruntime, and only then write OUT (atomically): a failed
+    export or a mismatch leaves no file behind, and an existing OUT stays as it was."""
+    from ._io import atomic_write
+    from .export import ExportError, require, to_onnx
+    out = check_output("OUT", args.out, inputs=[args.model], expect="onnx", force=args.force)
+    if not out.parent.is_dir():
+        raise CLIError(f"cannot write {out}: the folder {out.parent} does not exist.")
     model, shape = _load_for_inference(args)
     try:
-        path = export_onnx(model, args.out, shape)
+        data = to_onnx(model, shape).SerializeToString()
         ort = require("onnxruntime")
     except (ExportError, ImportError) as err:
         raise CLIError(str(err)) from None
     x = np.random.default_rng(0).random((8,) + shape, dtype=np.float32)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     onnx_out = session.run(None, {session.get_inputs()[0].name: x})[0]
     model.eval()
     diff = float(np.abs(onnx_out - np.asarray(model.forward(x))).max())
     if not diff <= 1e-4:
-        raise CLIError(f"{path} was written, but onnxruntime's outputs differ from dlcourse's by "
-                       f"{diff:.2e} (more than 1e-4): do not trust it.")
-    print(f"wrote {path}: input [N, {', '.join(map(str, shape))}]; onnxruntime matches "
+        raise CLIError(f"onnxruntime's outputs differ from dlcourse's by {diff:.2e} (more than "
+                       f"1e-4) on the exported model: nothing was written.")
+    with atomic_write(out) as f:
+        f.write(data)
+    print(f"wrote {out}: input [N, {', '.join(map(str, shape))}]; onnxruntime matches "
           f"dlcourse to {diff:.1e} on 8 random inputs")
     return 0
 

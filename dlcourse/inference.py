@@ -20,7 +20,7 @@ from .layers import Layer, Linear, Sequential
 from .losses import softmax
 
 __all__ = ["InputError", "input_shape", "as_batch", "read_inputs", "read_image",
-           "predict_proba", "IMAGE_SUFFIXES"]
+           "predict_proba", "check_parameters_finite", "fits", "IMAGE_SUFFIXES"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -54,6 +54,36 @@ def input_shape(model: Layer) -> tuple[int, ...]:
                      f"it, e.g. --input-shape 64 or --input-shape 1,8,8.")
 
 
+def check_parameters_finite(model: Layer, name="the model") -> None:
+    """Refuse a model whose parameters or buffers hold NaN or infinity (a checkpoint saved while
+    training diverged): it could not predict anything. The error names each array."""
+    bad = []
+    for key, a in model.state_dict().items():
+        a = to_numpy(a)
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            layer, _, param = key.rpartition(".")
+            where = f"layer {layer}'s {param}" if layer else param
+            bad.append(f"{where} ({int((~np.isfinite(a)).sum())} of {a.size} values)")
+    if bad:
+        raise InputError(f"{name} has parameters that are not finite numbers (NaN or infinity): "
+                         f"{'; '.join(bad)}. It cannot predict anything: it was probably saved "
+                         f"while training diverged. Retrain it (a smaller learning rate), or use "
+                         f"an earlier checkpoint.")
+
+
+def fits(model: Layer, shape) -> str:
+    """'' when ``model`` takes samples of ``shape``; else what went wrong (the layer's error)."""
+    was_training = model.training
+    model.eval()
+    try:
+        infer(model, np.zeros((1,) + tuple(shape), np.float32))
+        return ""
+    except (ValueError, TypeError) as err:
+        return " ".join(str(err).split())
+    finally:
+        model.train(was_training)
+
+
 def as_batch(x, shape, single_ok: bool = False) -> np.ndarray:
     """``x`` as a float32 batch (N, *shape), or an InputError saying what was expected.
 
@@ -67,9 +97,15 @@ def as_batch(x, shape, single_ok: bool = False) -> np.ndarray:
         want += f" or flat (N, {int(np.prod(shape))})"
     try:
         a = np.asarray(x)
-    except (ValueError, OverflowError, TypeError):    # ragged nested lists
+    except (ValueError, OverflowError, TypeError) as err:
+        if "maximum number of dim" in str(err):
+            raise InputError(f"inputs must be shaped {want}; these nest deeper than NumPy's "
+                             f"{_max_dims()} axes.") from None
         raise InputError(f"inputs must be a rectangular array of numbers shaped {want}; the "
                          f"rows have different lengths.") from None
+    if a.dtype.kind == "O" and _all_ints(a):
+        raise InputError(f"inputs must be numbers shaped {want} that fit in float32; some are "
+                         f"integers too large for any NumPy number type (such as 2**64).")
     if a.dtype.kind not in "iuf":
         what = {"b": "booleans", "U": "strings", "S": "bytes", "O": "a ragged or mixed list"}
         raise InputError(f"inputs must be numbers shaped {want}, got "
@@ -98,6 +134,15 @@ def as_batch(x, shape, single_ok: bool = False) -> np.ndarray:
         raise InputError(f"inputs must be finite numbers; {bad} value(s) are NaN or infinite "
                          f"(or too large for float32).")
     return a
+
+
+def _max_dims() -> int:
+    return 64 if int(np.__version__.split(".")[0]) >= 2 else 32
+
+
+def _all_ints(a: np.ndarray) -> bool:
+    """An object array of Python ints (some too large for int64/uint64), not a ragged list."""
+    return a.size > 0 and all(type(v) is int for v in a.flat)
 
 
 def read_image(path, shape) -> np.ndarray:
@@ -136,8 +181,11 @@ def read_inputs(path, shape) -> np.ndarray:
     try:
         data = np.load(path, allow_pickle=False)       # never unpickle
     except ValueError as err:
-        raise InputError(f"{path} cannot be read without pickle ({err}); save plain number "
-                         f"arrays with np.save.") from None
+        if "pickle" in str(err):
+            raise InputError(f"{path} cannot be read without pickle ({err}); save plain number "
+                             f"arrays with np.save.") from None
+        raise InputError(f"{path} is damaged or incomplete ({err}): write it again with "
+                         f"np.save.") from None
     if suffix == ".npy":
         return data
     with data:

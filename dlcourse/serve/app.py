@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import load_bytes
-from ..inference import InputError, as_batch, input_shape, predict_proba
+from ..inference import (InputError, as_batch, check_parameters_finite, input_shape,
+                         predict_proba)
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 MAX_REQUEST_BYTES = 4 * 2**20     # 4 MiB of JSON: a batch of ~256 MNIST images
@@ -85,9 +86,30 @@ def _number_of_classes(model, shape) -> int:
     return int(probs.shape[1])
 
 
+def allowed_hosts(host: str) -> set | None:
+    """The names a request's ``Host:`` may give for a service bound to ``host``: loopback's
+    names, and ``host`` itself. None (any) for a service bound to every interface, which its
+    user opened to the network on purpose."""
+    if host in ("0.0.0.0", "::"):
+        return None
+    return {"127.0.0.1", "localhost", "::1", host.strip("[]").lower()}
+
+
+def _host_name(header: str) -> str:
+    """The host of a ``Host:`` header without its port: "[::1]:8000" -> "::1"."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
 def create_app(model, *, sha256: str = "", name: str = "model",
-               max_request_bytes: int = MAX_REQUEST_BYTES, max_batch: int = MAX_BATCH):
-    """The FastAPI application serving ``model`` (see the module docstring)."""
+               max_request_bytes: int = MAX_REQUEST_BYTES, max_batch: int = MAX_BATCH,
+               hosts: set | None = None):
+    """The FastAPI application serving ``model`` (see the module docstring). ``hosts``: the
+    names a request's ``Host:`` header may give (:func:`allowed_hosts`; None: any). A web page
+    using DNS rebinding sends its own domain there, so requests for other names are refused
+    (421): such a page cannot reach a service on this machine's loopback."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.concurrency import run_in_threadpool
@@ -108,6 +130,17 @@ def create_app(model, *, sha256: str = "", name: str = "model",
 
     def error(status: int, message: str):
         return JSONResponse({"error": message, "expected": expected}, status_code=status)
+
+    @app.middleware("http")
+    async def only_our_host(request, call_next):
+        given = request.headers.get("host", "")
+        if hosts is not None and _host_name(given) not in hosts:
+            return JSONResponse({"error": f"this service answers requests addressed to "
+                                          f"{', '.join(sorted(hosts))} only, not Host: {given!r} "
+                                          f"(a page elsewhere must not reach it through DNS "
+                                          f"rebinding). Use http://127.0.0.1:PORT/."},
+                                status_code=421)
+        return await call_next(request)
 
     @app.exception_handler(HTTPException)        # 404 (no such page), 405 (GET /predict), ...
     async def http_error(request, exc):
@@ -161,29 +194,77 @@ def create_app(model, *, sha256: str = "", name: str = "model",
         except (InputError, RecursionError) as err:
             return error(422, str(err) if isinstance(err, InputError) else "nested too deep.")
         classes, probs = await run_in_threadpool(predict_proba, model, x)
+        bad = np.flatnonzero(~np.isfinite(probs).all(axis=1))
+        if bad.size:
+            return error(422, f"the model's outputs are not finite numbers for sample(s) "
+                              f"{bad[:10].tolist()}: these inputs are so far from what it was "
+                              f"trained on that its arithmetic overflows. Send values in the "
+                              f"range of its training data.")
         return {"classes": classes.tolist(), "probabilities": np.round(probs, 6).tolist()}
 
     return app
 
 
+def _listen(host: str, port: int):
+    """A socket bound to (host, port) and listening, or ModelRefused saying why not, before
+    anything says the service is up."""
+    import socket
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and host == "::":
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        import errno
+        if err.errno == errno.EADDRINUSE:
+            raise ModelRefused(f"port {port} on {host} is already in use (another dlcourse "
+                               f"serve, or another program): stop it, or choose another port "
+                               f"with --port.") from None
+        raise ModelRefused(f"cannot listen on {host} port {port}: {err.strerror}.") from None
+    return sock
+
+
+def check_host(host: str) -> str:
+    if not host or not host.strip():
+        raise ModelRefused("--host is empty: give an address to listen on, e.g. 127.0.0.1 "
+                           "(this machine only, the default) or 0.0.0.0 (all interfaces).")
+    return host.strip()
+
+
 def serve(path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           expect_sha256: str | None = None, max_request_bytes: int = MAX_REQUEST_BYTES, *,
           key=None, public_key=None) -> None:
-    """Load and verify the checkpoint, then serve it until Ctrl-C (``dlcourse serve``)."""
+    """Load and verify the checkpoint, check that it predicts (finite parameters, finite
+    outputs on one sample), bind the port, then serve until Ctrl-C (``dlcourse serve``)."""
     try:
         import uvicorn
     except ImportError:
         raise ImportError("the prediction service needs FastAPI and uvicorn: python -m pip "
                           "install -e \".[serve]\"") from None
+    host = check_host(host)
     model, digest = load_verified(path, expect_sha256, key=key, public_key=public_key)
+    try:
+        check_parameters_finite(model, str(path))
+        shape = input_shape(model)
+    except InputError as err:
+        raise ModelRefused(f"refusing to serve {path}: {err}") from None
+    _, probs = predict_proba(model, np.zeros((1,) + tuple(shape), np.float32))
+    if not np.isfinite(probs).all():
+        raise ModelRefused(f"refusing to serve {path}: on an all-zero sample its outputs are "
+                           f"not finite numbers, so no prediction would work.")
     app = create_app(model, sha256=digest, name=Path(path).name,
-                     max_request_bytes=max_request_bytes)
+                     max_request_bytes=max_request_bytes, hosts=allowed_hosts(host))
+    sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
-    print(f"dlcourse serve: {path} (sha256 {digest}), input {list(input_shape(model))}",
-          flush=True)
+    print(f"dlcourse serve: {path} (sha256 {digest}), input {list(shape)}", flush=True)
     if host not in LOOPBACK:
-        print(f"dlcourse serve: warning: listening on {host}, so other machines can reach this "
+        where = ("all interfaces (0.0.0.0 and ::)" if host in ("0.0.0.0", "::") else host)
+        print(f"dlcourse serve: warning: listening on {where}, so other machines can reach this "
               f"service; the default, 127.0.0.1, keeps it to this machine.", flush=True)
     print(f"dlcourse serve: draw a digit at http://{shown}:{port}/ (Ctrl-C to stop)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning",
-                h11_max_incomplete_event_size=64 * 1024)
+    config = uvicorn.Config(app, log_level="warning", h11_max_incomplete_event_size=64 * 1024)
+    uvicorn.Server(config).run(sockets=[sock])
