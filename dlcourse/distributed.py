@@ -101,6 +101,44 @@ class Communicator:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
 
 
+# --------------------------------------------------------------------------------------
+# Every rank must pass the same shape and dtype to a collective. MPI would otherwise abort with
+# its own internals ("Message truncated") or, for one size and two shapes, sum in memory order
+# without a word. So the arrays' descriptions travel first: a few integers, next to the payload.
+# --------------------------------------------------------------------------------------
+_META_SIZE = 10                # ndim, the dtype's number, up to 8 axes (-1 beyond the last)
+_DTYPES = {np.dtype(t).num: np.dtype(t) for t in
+           ("f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1")}
+
+
+def _meta(x) -> np.ndarray:
+    m = np.full(_META_SIZE, -1, np.int64)
+    m[0], m[1] = x.ndim, np.dtype(x.dtype).num
+    shape = x.shape
+    if x.ndim > _META_SIZE - 2:                         # the last axes as one: still compared
+        shape = (*shape[:_META_SIZE - 3], int(np.prod(shape[_META_SIZE - 3:])))
+    m[2:2 + len(shape)] = shape
+    return m
+
+
+def _described(row) -> str:
+    ndim = int(row[0])
+    shape = tuple(int(s) for s in row[2:2 + min(ndim, _META_SIZE - 2)])
+    dtype = _DTYPES.get(int(row[1]), f"dtype #{int(row[1])}")
+    return f"shape {shape} {dtype}"
+
+
+def check_same_everywhere(rows: np.ndarray, what: str) -> None:
+    """``rows``: every rank's :func:`_meta` (rank order). Raise, on every rank alike, a
+    ValueError naming what each rank passed when they differ."""
+    if (rows == rows[0]).all():
+        return
+    each = "; ".join(f"rank {r} passed {_described(row)}" for r, row in enumerate(rows))
+    raise ValueError(f"{what} needs the same shape and dtype on every rank, but {each}. Each "
+                     f"rank must pass its own copy of the same array (the same model's "
+                     f"gradients, a buffer made the same way on every rank).")
+
+
 class SingleProcess(Communicator):
     """One process, no one to talk to: every collective returns (a copy of) its input."""
 
@@ -137,8 +175,15 @@ class MPICommunicator(Communicator):
     def _host(self, x) -> np.ndarray:
         return np.ascontiguousarray(to_numpy(x))
 
+    def _check(self, x, what: str) -> None:
+        if self.world_size > 1:
+            rows = np.empty((self.world_size, _META_SIZE), np.int64)
+            self.comm.Allgather(_meta(x), rows)
+            check_same_everywhere(rows, what)
+
     def all_reduce(self, x, op: str = "sum"):
         _check_op(op)
+        self._check(x, "all_reduce")
         send = self._host(x)
         out = np.empty_like(send)
         self.comm.Allreduce(send, out, op=self.MPI.SUM)
@@ -149,9 +194,11 @@ class MPICommunicator(Communicator):
     def all_reduce_in_place(self, buf) -> None:
         if device_of(buf) != "cpu" or not buf.flags.c_contiguous:
             return super().all_reduce_in_place(buf)       # through a host copy
+        self._check(buf, "all_reduce_in_place")
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
 
     def broadcast(self, x, root: int = 0):
+        self._check(x, "broadcast")
         buf = self._host(x).copy()
         self.comm.Bcast(buf, root=root)
         return to_device(buf, device_of(x))
@@ -205,8 +252,16 @@ class NCCLCommunicator(Communicator):
     def _gpu(self, x):
         return self.cupy.ascontiguousarray(to_device(x, "gpu"))
 
+    def _check(self, x, what: str) -> None:
+        if self.world_size > 1:
+            rows = self.cupy.zeros((self.world_size, _META_SIZE), np.int64)
+            rows[self.rank] = self.cupy.asarray(_meta(x))
+            self.nccl.all_reduce(rows, rows, "sum")       # each rank fills its own row
+            check_same_everywhere(to_numpy(rows), what)
+
     def all_reduce(self, x, op: str = "sum"):
         _check_op(op)
+        self._check(x, "all_reduce")
         send = self._gpu(x)
         out = self.cupy.empty_like(send)
         self.nccl.all_reduce(send, out, "sum")
@@ -217,6 +272,7 @@ class NCCLCommunicator(Communicator):
     def all_reduce_in_place(self, buf) -> None:
         if device_of(buf) != "gpu" or not buf.flags.c_contiguous:
             return super().all_reduce_in_place(buf)
+        self._check(buf, "all_reduce_in_place")
         self.nccl.all_reduce(buf, buf, "sum")           # NCCL reduces in place
 
     def broadcast(self, x, root: int = 0):
@@ -257,6 +313,7 @@ class ThreadRank(Communicator):
     def all_reduce(self, x, op: str = "sum"):
         _check_op(op)
         slots = self._group.exchange(self.rank, x)
+        check_same_everywhere(np.stack([_meta(s) for s in slots]), "all_reduce")
         total = sum(slots[1:], slots[0].copy())
         return total / self.world_size if op == "mean" else total
 
@@ -615,6 +672,15 @@ class DataParallel:
         W = self.comm.world_size
         if W == 1:
             return -(-N // batch_size)
+        lengths = np.zeros(W, np.int64)
+        lengths[self.comm.rank] = N
+        lengths = to_numpy(self.comm.all_reduce(lengths)).astype(np.int64)
+        if (lengths != lengths[0]).any():
+            each = ", ".join(f"rank {r}: {int(n)}" for r, n in enumerate(lengths))
+            raise ValueError(f"fit(comm=...) needs the same training data on every rank (each "
+                             f"takes its own shard of every global batch), but the ranks passed "
+                             f"different numbers of samples ({each}). Load the same data on "
+                             f"every rank; fit shards it.")
         if N < W:
             raise ValueError(f"fit(comm=...): {N} training samples cannot be shared by {W} "
                              f"ranks (each needs at least one). Use more data or fewer ranks.")

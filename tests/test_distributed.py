@@ -421,3 +421,69 @@ def test_mpiexec_flags_follow_the_mpi_that_mpiexec_belongs_to(tmp_path, monkeypa
     distributed.mpiexec_flags.cache_clear()
     assert distributed.mpiexec_flags(str(fake)) == distributed.MPIEXEC_ARGS
     distributed.mpiexec_flags.cache_clear()
+
+
+# ======================================================================================
+# Mismatched ranks say what each passed (issue 28, item 9)
+# ======================================================================================
+@pytest.fixture()
+def no_hydra_leftovers():
+    """An aborted MPICH job leaves /tmp/hydra_* files; remove the ones this test made."""
+    import glob
+    before = set(glob.glob("/tmp/hydra_*"))
+    yield
+    for path in set(glob.glob("/tmp/hydra_*")) - before:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def test_simulated_ranks_with_different_arrays_are_named():
+    def body(comm, x):
+        return comm.all_reduce(x)
+    for arrays, words in (([np.zeros(3, np.float32), np.zeros(4, np.float32)], "shape (4,)"),
+                          ([np.zeros((2, 3)), np.zeros((3, 2))], "shape (3, 2)"),
+                          ([np.zeros(3, np.float32), np.zeros(3, np.float64)], "float64")):
+        with pytest.raises(RuntimeError, match="same shape and dtype on every rank") as info:
+            distributed.simulate(body, arrays)
+        assert "rank 0 passed" in str(info.value) and words in str(info.value)
+
+
+_MISMATCH = """
+import numpy as np
+from dlcourse import distributed
+comm = distributed.init()
+kind = {kind!r}
+if kind == "length":
+    comm.all_reduce(np.ones(3 + comm.rank, np.float32))
+elif kind == "shape":
+    comm.all_reduce(np.ones((2, 3) if comm.rank == 0 else (3, 2), np.float32))
+elif kind == "in_place":
+    comm.all_reduce_in_place(np.ones(4, np.float32 if comm.rank == 0 else np.float64))
+else:
+    import dlcourse as dl
+    X = np.ones((20 + 4 * comm.rank, 4), np.float32)
+    y = np.zeros(len(X), np.int64)
+    m = dl.MLP([4, 2], seed=0)
+    dl.fit(m, dl.SoftmaxCrossEntropy(), dl.SGD(m, lr=0.1), X, y, epochs=1, comm=comm,
+           progress=False, seed=0)
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("kind, words", [
+    ("length", ["rank 0 passed shape (3,) float32", "rank 1 passed shape (4,) float32"]),
+    ("shape", ["rank 0 passed shape (2, 3)", "rank 1 passed shape (3, 2)"]),
+    ("in_place", ["all_reduce_in_place", "float64"]),
+    ("fit", ["same training data on every rank", "rank 0: 20, rank 1: 24"]),
+])
+def test_mpi_ranks_that_pass_different_arrays_are_told_which(kind, words, no_hydra_leftovers):
+    cmd = distributed.mpiexec_command(2, [sys.executable, "-c", _MISMATCH.format(kind=kind)])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
+                          env=distributed.launch_env(1))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Message truncated" not in output
+    for w in words:
+        assert w in output, output[-3000:]
