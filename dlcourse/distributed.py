@@ -672,6 +672,9 @@ class DataParallel:
         W = self.comm.world_size
         if W == 1:
             return -(-N // batch_size)
+        if N < W:
+            raise ValueError(f"fit(comm=...): {N} training samples cannot be shared by {W} "
+                             f"ranks (each needs at least one). Use more data or fewer ranks.")
         lengths = np.zeros(W, np.int64)
         lengths[self.comm.rank] = N
         lengths = to_numpy(self.comm.all_reduce(lengths)).astype(np.int64)
@@ -681,9 +684,6 @@ class DataParallel:
                              f"takes its own shard of every global batch), but the ranks passed "
                              f"different numbers of samples ({each}). Load the same data on "
                              f"every rank; fit shards it.")
-        if N < W:
-            raise ValueError(f"fit(comm=...): {N} training samples cannot be shared by {W} "
-                             f"ranks (each needs at least one). Use more data or fewer ranks.")
         return len(shards(np.arange(N), batch_size, 0, W))
 
     def average_gradients(self, loss: float, count: int) -> tuple[float, int]:
