@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from . import ops
+from ._validate import number, whole_number
 from .backend import get_array_module
 
 __all__ = ["FORMATS", "autocast", "current_format", "round_to", "round_bf16_bits", "lowp_matmul",
@@ -164,15 +165,15 @@ class LossScaler:
 
     def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
                  backoff_factor: float = 0.5, growth_interval: int = 200):
-        if not (init_scale > 0 and growth_factor > 1 and 0 < backoff_factor < 1
-                and int(growth_interval) >= 1):
-            raise ValueError(f"LossScaler needs init_scale > 0, growth_factor > 1, 0 < "
-                             f"backoff_factor < 1 and growth_interval >= 1; got init_scale="
-                             f"{init_scale}, growth_factor={growth_factor}, backoff_factor="
-                             f"{backoff_factor}, growth_interval={growth_interval}.")
-        self.scale = float(init_scale)
-        self.growth_factor, self.backoff_factor = float(growth_factor), float(backoff_factor)
-        self.growth_interval = int(growth_interval)
+        # Each argument checked by itself, naming it and the value given: an infinite scale
+        # would make every step overflow and be skipped, silently.
+        self.scale = number(init_scale, "LossScaler(init_scale=...)", "init_scale=2.0**16",
+                            low=0, low_open=True)
+        self.growth_factor = number(growth_factor, "LossScaler(growth_factor=...)",
+                                    "growth_factor=2.0", low=1, low_open=True)
+        self.backoff_factor = number(backoff_factor, "LossScaler(backoff_factor=...)",
+                                     "backoff_factor=0.5", low=0, high=1, low_open=True)
+        self.growth_interval = whole_number(growth_interval, "LossScaler(growth_interval=...)")
         self.clean_steps = 0
         self.skipped = 0
         self.scales: list = []

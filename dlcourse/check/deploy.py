@@ -187,12 +187,14 @@ class _SwapOnSecondOpen:
     replaced by ``forged`` (an attacker swapping the file between a check and a load)."""
 
     def __init__(self, path, forged: bytes):
+        __tracebackhide__ = True
         import builtins
         import io
         self.path, self.forged, self.opens = os.path.realpath(path), forged, 0
         self.builtins, self.io, self.original = builtins, io, builtins.open
 
     def _open(self, file, mode="r", *args, **kwargs):
+        __tracebackhide__ = True
         if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode and "+" not in mode \
                 and os.path.realpath(os.fsdecode(os.fspath(file))) == self.path:
             self.opens += 1
@@ -202,15 +204,18 @@ class _SwapOnSecondOpen:
         return self.original(file, mode, *args, **kwargs)
 
     def __enter__(self):
+        __tracebackhide__ = True
         self.builtins.open = self.io.open = self._open
         return self
 
     def __exit__(self, *exc):
+        __tracebackhide__ = True
         self.builtins.open = self.io.open = self.original
         return False
 
 
 def _model_outputs(model) -> np.ndarray:
+    __tracebackhide__ = True
     from ..backend import to_numpy
     x = np.linspace(-1, 1, 2 * 6, dtype=np.float32).reshape(2, 6)
     model.eval()
@@ -236,12 +241,14 @@ def load_signed(fn) -> None:
         want = _model_outputs(good)
 
         def fresh(name, signer=private):
+            __tracebackhide__ = True
             path = save(good, folder / name)
             if signer is not None:
                 write_signature(path, path.read_bytes(), signer)
             return path
 
         def forged_bytes():
+            __tracebackhide__ = True
             return save(forged, folder / "forged.npz").read_bytes()
 
         case = "a model signed by this key"
