@@ -1,6 +1,7 @@
 """Two plots the notebooks draw again and again: a training history and a confusion matrix.
 
-Used from notebook ``04a_mlp_on_digits`` on; ``plot_ladder`` in the GPU lessons ``08a``-``08d``. matplotlib is imported only when a plot is drawn,
+Used from notebook ``04a_mlp_on_digits`` on; ``plot_ladder`` in the GPU lesson ``08b`` (the
+matmul ladder). matplotlib is imported only when a plot is drawn,
 so ``import dlcourse`` stays fast and works without it.
 """
 from __future__ import annotations

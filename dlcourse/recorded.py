@@ -118,7 +118,9 @@ def matmul_ladder(results: dict) -> tuple[dict, Any]:
     """``({rung: GFLOP/s}, n)`` from a results file's ``matmul`` section: the four rungs, the
     fastest other build of regblock (the suite times each as ``"regblock, BK=..."``), cuBLAS
     FP32 and TF32 (labelled ``"cuBLAS FP32"``, ``"cuBLAS TF32"``), at size ``n``³. Entries
-    without a number are left out; an empty dictionary means no ladder was recorded."""
+    without a number are left out; an empty dictionary means no ladder was recorded. (Lesson
+    08b plots it; lesson 08c reads the same section with :func:`lookup`: every build of regblock
+    with and without ``AVOID_CONFLICTS``, and cuBLAS FP32 against TF32.)"""
     mm = lookup(results, "matmul") or {}
     kernels = mm.get("kernels") if isinstance(mm.get("kernels"), dict) else {}
     ladder = {name: 1e3 * k["tflops"] for name, k in kernels.items()

@@ -74,3 +74,18 @@ def test_a_driver_without_a_usable_gpu_stops_after_describing_the_machine(tmp_pa
     assert "python" in (out / "env.txt").read_text()
     assert not (out / "tests.xml").exists() and not list(out.glob("*.json"))
     assert seconds < 60
+
+
+def test_every_lesson_with_a_gpu_only_cell_runs_on_the_gpu():
+    """A lesson whose cells say '# GPU only' is among the notebooks step 4 executes on the GPU
+    (after a split or a renumbering, a new lesson is easy to leave out)."""
+    import json
+    step = SCRIPT.read_text().split('run "notebooks"', 1)[1]
+    listed = {path for pattern in re.findall(r"notebooks/[\w*.-]+\.ipynb", step)
+              for path in ROOT.glob(pattern)}
+    gpu_lessons = {path for path in (ROOT / "notebooks").glob("[0-9]*.ipynb")
+                   if any(c["cell_type"] == "code" and "".join(c["source"]).startswith("# GPU only")
+                          for c in json.loads(path.read_text(encoding="utf-8"))["cells"])}
+    assert gpu_lessons, "no lesson marks a cell '# GPU only': has the marker changed?"
+    missing = sorted(p.name for p in gpu_lessons - listed)
+    assert not missing, f"gpu_check.sh's notebooks step leaves out {missing}"

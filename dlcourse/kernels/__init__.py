@@ -1,8 +1,10 @@
 """Hand-written CUDA kernels, each beside the NumPy reference it must match.
 
 Introduced in notebook ``08a_gpu_execution_and_memory``, grown in ``08b_tiling_and_roofline``
-and ``08d_fusion_and_graphs``. The CUDA sources are the ``.cu`` files in this folder — read them: every one explains its idea (threads, blocks and grids; coalescing; shared
-memory; tiling; register blocking; fusion) in its header. The Python wrappers are small: they
+and ``08d_fusion_and_graphs``; ``08c_bank_conflicts_occupancy_and_tensor_cores`` reads what the
+matmul kernels need (their shared-memory banks, registers and occupancy). The CUDA sources are
+the ``.cu`` files in this folder — read them: every one explains its idea (threads, blocks and
+grids; coalescing; shared memory; tiling; register blocking; fusion) in its header. The Python wrappers are small: they
 check their inputs, name the launch geometry, and launch.
 
     import dlcourse.kernels as K

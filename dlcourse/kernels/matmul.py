@@ -1,8 +1,10 @@
 """The matmul ladder: four CUDA kernels for C = A @ B, each one idea faster than the last.
 
 Introduced in notebooks ``08a_gpu_execution_and_memory`` (rungs 1 and 2) and
-``08b_tiling_and_roofline`` (rungs 3 and 4). The kernels are the ``matmul_*.cu`` files beside
-this module; read each file's header before its wrapper here.
+``08b_tiling_and_roofline`` (rungs 3 and 4); ``08c_bank_conflicts_occupancy_and_tensor_cores``
+counts regblock's bank conflicts (``AVOID_CONFLICTS``) and its occupancy (``TWO_BLOCKS``). The
+kernels are the ``matmul_*.cu`` files beside this module; read each file's header before its
+wrapper here.
 
 ====================  ======================================================  ==============
 wrapper               idea                                                    source
