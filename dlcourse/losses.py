@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from . import kernels
-from ._validate import check_labels, check_same_device, shape_str
+from ._validate import check_labels, check_same_device, number, shape_str
 from .backend import get_array_module
 
 
@@ -120,6 +120,60 @@ class SoftmaxCrossEntropy(Loss):
             check_labels(owner, labels, N, K)
         self.cache = (None, None, dlogits)
         return value
+
+
+class MulticlassHingeLoss(Loss):
+    """The multiclass SVM (hinge) loss of CS231n: each wrong class pays for every bit that its
+    score comes within ``margin`` of the right class's score.
+
+    scores s: (N, C) floats; labels y: (N,) integers in [0, C).
+    loss = mean_n  sum_{j != y_n} max(0, s[n, j] - s[n, y_n] + margin)
+
+    The gradient is sparse: a wrong class whose margin is met (its term is 0) gets 0, one that
+    violates it gets 1/N, and the right class gets minus the number of violators, over N. At
+    exactly the margin the term is 0 and counts as met (the subgradient 0, as in CS231n and
+    ``torch.nn.MultiMarginLoss``, which also divides by C).
+    """
+
+    def __init__(self, margin: float = 1.0):
+        self.margin = number(margin, "MulticlassHingeLoss(margin=...)", "margin=1.0", low=0)
+
+    def forward(self, scores, labels):
+        labels = self._check(scores, labels)
+        xp = get_array_module(scores)
+        N, C = scores.shape
+        rows = xp.arange(N)
+        correct = scores[rows, labels][:, None]                     # (N, 1): s[n, y_n]
+        margins = xp.maximum(0, scores - correct + self.margin)     # (N, C)
+        margins[rows, labels] = 0                                   # j != y_n only
+        self.cache = (margins > 0, labels, scores.dtype)
+        return float(margins.sum() / N)
+
+    def backward(self):
+        """d(loss)/d(scores): [margin violated] / N for a wrong class, minus the number of
+        violators / N for the right one: (N, C)."""
+        self._need_forward()
+        violated, labels, dtype = self.cache
+        xp = get_array_module(violated)
+        N = violated.shape[0]
+        dscores = violated.astype(dtype)                           # 1 where s_j - s_y + margin > 0
+        dscores[xp.arange(N), labels] = -violated.sum(axis=1)       # the right class: -count
+        dscores /= N
+        return dscores
+
+    def _check(self, scores, labels):
+        owner = "MulticlassHingeLoss"
+        _check_float(owner, scores, "scores", "of shape (N, C)")
+        if scores.ndim != 2:
+            raise ValueError(f"{owner} expects scores of shape (N, C), one score per class, got "
+                             f"{shape_str(scores.shape)}.")
+        if scores.shape[1] < 2:
+            raise ValueError(f"{owner} needs at least two classes, scores of shape (N, C) with "
+                             f"C >= 2, got {shape_str(scores.shape)}: with one class no wrong "
+                             f"class is left to compare. For two classes and one output use "
+                             f"dl.SigmoidCrossEntropy().")
+        check_same_device(owner, scores, labels, "scores", "labels")
+        return check_labels(owner, labels, *scores.shape)
 
 
 class SigmoidCrossEntropy(Loss):

@@ -13,6 +13,7 @@ what the likely fix is. A function that still raises ``NotImplementedError`` get
 ============================  ===============================  ===============================
 lesson                        check                            your function
 ============================  ===============================  ===============================
+00_setup_and_gpu_arrays       :func:`time_it`                  ``(f, repeat, warmup) -> s``
 00_setup_and_gpu_arrays       :func:`normalize_rows`           ``(x) -> rows of length 1``
 01_perceptron                 :func:`perceptron_predict`       ``(X, w, b) -> labels``
 01_perceptron                 :func:`perceptron_update`        ``(w, b, x, y, lr) -> w, b``
@@ -21,6 +22,7 @@ lesson                        check                            your function
 02_loss_and_gradient_descent  :func:`softmax_ce_grad`          ``(logits, labels) -> dlogits``
 02_loss_and_gradient_descent  :func:`sigmoid_derivative`       ``(s) -> ds/dz``
 02_loss_and_gradient_descent  :func:`sigmoid_ce_grad`          ``(z, y) -> dL/dz``
+02_loss_and_gradient_descent  :func:`hinge_grad`               ``(scores, y, margin) -> L, ds``
 ============================  ===============================  ===============================
 
 The backpropagation lesson's checks (03) are in ``backprop.py``; the shared machinery
@@ -34,12 +36,13 @@ from ..losses import log_softmax as _ref_log_softmax  # the references are the l
 from ..losses import softmax as _ref_softmax
 from .harness import (call, expect_close, expect_finite, expect_on_gpu,
                       expect_shape, expect_tuple, expect_unchanged, fail, gpu, passed, rng,
-                      shape_text, to_array)
+                      shape_text, to_array, to_number)
 
 __all__ = [
-    "normalize_rows",
+    "normalize_rows", "time_it",
     "perceptron_predict", "perceptron_update",
     "softmax", "cross_entropy", "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad",
+    "hinge_grad",
 ]
 
 # The library's own versions of what each exercise builds (and close relatives): refused while
@@ -54,9 +57,12 @@ _CROSS_ENTROPY = [*_SOFTMAX, "dlcourse.losses.SoftmaxCrossEntropy.forward",
                   "dlcourse.kernels.reference.softmax_cross_entropy_ref"]
 _SOFTMAX_CE_GRAD = [*_CROSS_ENTROPY, "dlcourse.losses.SoftmaxCrossEntropy.backward",
                     "dlcourse.autograd.Tensor.backward"]
+_TIME_IT = ["dlcourse.timing.timeit"]
 _SIGMOID_DERIVATIVE = ["dlcourse.layers.Sigmoid.backward"]
 _SIGMOID_CE = ["dlcourse.losses.SigmoidCrossEntropy.forward",
                "dlcourse.losses.SigmoidCrossEntropy.backward", *_SIGMOID_DERIVATIVE]
+_HINGE = ["dlcourse.losses.MulticlassHingeLoss.forward",
+          "dlcourse.losses.MulticlassHingeLoss.backward", *_SOFTMAX_CE_GRAD]
 
 
 # ======================================================================================
@@ -119,6 +125,156 @@ def normalize_rows(fn):
         expect_close(to_array(out, fn, case, "the result"), _ref_normalize_rows(x), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
     passed(fn, len(cases) + (cp is not None), cp is not None)
+
+
+# ======================================================================================
+# Lesson 00: timing on a device that runs ahead of Python
+# ======================================================================================
+class _FakeDevice:
+    """A device and a clock the check controls, for :func:`time_it`.
+
+    Calling ``run`` costs ``queue`` seconds of the host's time and queues that call's work
+    (``work[i]`` seconds for call i) on the device, which works through its queue on its own, as
+    a GPU does; ``synchronize`` waits until the queue is empty; ``perf_counter`` reads the clock.
+    """
+
+    def __init__(self, work, queue=1e-5):
+        __tracebackhide__ = True
+        self.work, self.queue = list(work), queue
+        self.clock = self.free_at = 0.0
+        self.calls = self.reads = self.syncs = 0
+
+    def run(self):
+        __tracebackhide__ = True
+        self.clock += self.queue
+        work = self.work[min(self.calls, len(self.work) - 1)]
+        self.calls += 1
+        self.free_at = max(self.clock, self.free_at) + work
+
+    def synchronize(self, *args, **kwargs):
+        __tracebackhide__ = True
+        self.syncs += 1
+        self.clock = max(self.clock, self.free_at)
+
+    def perf_counter(self):
+        __tracebackhide__ = True
+        self.reads += 1
+        return self.clock
+
+
+def _timed(work, queue, warmup, repeat, *, sync_each=True, sync_after_warmup=True,
+           time_warmup=False, stat=np.median):
+    """What a timer with (or without) each of the lesson's rules would report on a fake device
+    with this work schedule: the right answer, and each typical mistake's."""
+    __tracebackhide__ = True
+    device = _FakeDevice(work, queue)
+    times = []
+    for _ in range(warmup):
+        t0 = device.perf_counter()
+        device.run()
+        if time_warmup:
+            device.synchronize()
+            times.append(device.perf_counter() - t0)
+    if sync_after_warmup:
+        device.synchronize()
+    if stat == "loop":        # the whole loop timed at once, then divided by repeat
+        t0 = device.perf_counter()
+        for _ in range(repeat):
+            device.run()
+        device.synchronize()
+        return (device.perf_counter() - t0) / repeat
+    for _ in range(repeat):
+        t0 = device.perf_counter()
+        device.run()
+        if sync_each:
+            device.synchronize()
+        times.append(device.perf_counter() - t0)
+    return float(stat(times))
+
+
+def time_it(fn):
+    """Check ``fn(f, repeat=..., warmup=..., clock=..., wait=...)`` -> the median seconds per
+    call of ``f``: ``warmup`` calls not timed, then ``repeat`` calls, each timed with the
+    ``clock`` it is given and ended by ``wait`` (waiting for the device). The check gives it a
+    fake device and its clock: a first call that is slow (compiling), a disturbed run among the
+    timed ones, and work that goes on after the call has returned, as on a GPU."""
+    __tracebackhide__ = True
+    ms = 1e-3
+    cases = [
+        ("repeat=5, warmup=2: the first call takes 50 ms (it compiles), then 4 ms each, but "
+         "the 4th timed call is disturbed (30 ms)", [50 * ms, 4 * ms, 4 * ms, 4 * ms, 4 * ms,
+                                                     30 * ms, 4 * ms], 2, 5),
+        ("repeat=1, warmup=1: the first call takes 50 ms, the second 4 ms",
+         [50 * ms, 4 * ms], 1, 1),
+        ("repeat=3, warmup=2: 80 ms and 20 ms to warm up, then 3, 4 and 6 ms",
+         [80 * ms, 20 * ms, 3 * ms, 4 * ms, 6 * ms], 2, 3),
+        ("repeat=3, warmup=0: three calls of 7 ms, nothing to warm up",
+         [7 * ms, 7 * ms, 7 * ms], 0, 3),
+    ]
+    queue = 10e-6     # the host's cost of one call: 10 µs to queue the work
+    for case, work, warmup, repeat in cases:
+        case = f"{case} (the call itself returns after {queue * 1e6:.0f} µs, as on a GPU)"
+        device = _FakeDevice(work, queue)
+        got = call(fn, device.run, repeat=repeat, warmup=warmup, clock=device.perf_counter,
+                   wait=device.synchronize, case=case, refuse=_TIME_IT,
+                   on_error="time_it gets f, a function of no arguments, and the keywords "
+                            "repeat, warmup, clock (a function that reads the time) and wait "
+                            "(one that waits for the device).")
+        got = to_number(got, fn, case, "the time per call",
+                        "return one number: the median of the timed calls, in seconds.")
+        expected = _timed(work, queue, warmup, repeat)
+        if np.isclose(got, expected, rtol=1e-6, atol=0) and device.calls == warmup + repeat:
+            continue
+        if device.reads == 0:
+            fail(fn, case, "your function never read the clock it was given (its clock "
+                           "argument, the check's clock; any other clock runs on the real time, "
+                           "in which the fake device takes none).",
+                 "read the time with the clock argument before and after each timed call.")
+        if device.calls == repeat and warmup:
+            fail(fn, case, f"f was called {repeat} times, so there is no warm-up: the first, "
+                           f"slow call (compiling, allocating) is among the timed ones.",
+                 "call f warmup times before the timed loop, without timing those calls.")
+        if device.calls != warmup + repeat:
+            fail(fn, case, f"f was called {device.calls} times; with warmup={warmup} and "
+                           f"repeat={repeat} it should be called {warmup + repeat} times.",
+                 "call f warmup times without timing it, then repeat times, timing each call.")
+        mistakes = [
+            (_timed(work, queue, warmup, repeat, sync_each=False),
+             "that is only the time it took to QUEUE the work: the clock was read before the "
+             "device had finished. Wait for the device (the wait argument) after calling f and "
+             "before reading the clock." if device.syncs else
+             "your function never calls its wait argument, which waits for the device: on a "
+             "GPU a call returns once its work is queued, so the clock stops before the work "
+             "is done."),
+            (_timed(work, queue, warmup, repeat, time_warmup=True),
+             "the warm-up calls are timed too: the warm-up runs f to compile and allocate, "
+             "and its times are thrown away; the median is of the repeat timed calls only."),
+            (_timed(work, queue, warmup, repeat, sync_after_warmup=False),
+             "the first timed call also waited for the warm-up's work, still running on the "
+             "device when the clock started: synchronize after the warm-up, before the first "
+             "reading of the clock."),
+            (_timed(work, queue, warmup, repeat, stat=np.mean),
+             "that is the MEAN of the timed calls: one disturbed run pulls it up. Take the "
+             "median."),
+            (_timed(work, queue, warmup, repeat, stat="loop"),
+             "that times the whole loop at once and divides by repeat: a mean per call, which "
+             "one disturbed run pulls up. Time each call on its own (synchronizing before the "
+             "clock stops) and take the median."),
+            (_timed(work, queue, warmup, repeat, stat=np.min),
+             "that is the fastest call (the minimum); the lesson's rule is the median of the "
+             "timed calls."),
+            (_timed(work, queue, warmup, repeat, stat=np.sum),
+             "that is the total of the timed calls; return the time of one call (their median)."),
+            (_timed(work, queue, warmup, repeat, stat=np.median) * 1e3,
+             "that is in milliseconds; return seconds, as the clock gives them."),
+        ]
+        fix = next((why for wrong, why in mistakes
+                    if np.isclose(got, wrong, rtol=1e-6, atol=0)), None)
+        if device.syncs == 0 and fix is None:
+            fix = mistakes[0][1]
+        fail(fn, case, f"it returned {got:.6g} s per call; the median of the timed calls was "
+                       f"{expected:.6g} s.", fix)
+    passed(fn, len(cases))
 
 
 # ======================================================================================
@@ -532,10 +688,195 @@ def sigmoid_ce_grad(fn):
     passed(fn, len(cases))
 
 
+def _hinge_parts(scores, y, margin):
+    """The reference's pieces: the (N, C) terms (0 in the right class's column), the mask of
+    violated margins (strictly inside: > 0) and the mask with ties (>= 0), both 0 at y."""
+    __tracebackhide__ = True
+    N = len(y)
+    rows = np.arange(N)
+    raw = scores - scores[rows, y][:, None] + margin
+    terms = np.maximum(0, raw)
+    terms[rows, y] = 0
+    violated, touching = raw > 0, raw >= 0
+    violated[rows, y] = touching[rows, y] = False
+    return terms, violated.astype(scores.dtype), touching.astype(scores.dtype)
+
+
+def _hinge_dscores(mask, y, right):
+    """dscores from a mask of counted wrong classes and what the right class's column gets."""
+    __tracebackhide__ = True
+    out = mask.copy()
+    out[np.arange(len(y)), y] = right
+    return out / len(y)
+
+
+def _lines_run(fn, *args, case, refuse):
+    """``fn(*args)`` and the number of lines of ``fn``'s own file that ran meanwhile: the same
+    for every batch size when the code is vectorized, growing with N when it loops over rows."""
+    __tracebackhide__ = True
+    import sys
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    count = 0
+
+    def local(frame, event, arg):
+        __tracebackhide__ = True
+        nonlocal count
+        count += event == "line"
+        return local
+
+    def tracer(frame, event, arg):
+        __tracebackhide__ = True
+        return local if frame.f_code.co_filename == filename else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        out = call(fn, *args, case=case, refuse=refuse)
+    finally:
+        sys.settrace(previous)
+    return out, count
+
+
+def hinge_grad(fn):
+    """Check ``fn(scores, y, margin)`` -> ``(loss, dscores)``: the mean over the batch of the
+    multiclass hinge loss, sum over the wrong classes j of max(0, s_j - s_y + margin), and its
+    gradient with respect to the scores (N, C). A term exactly at the margin (s_j - s_y +
+    margin exactly 0) is 0 and met: its gradient is 0 (a strict >). Vectorized: the Python
+    lines it runs must not grow with the batch."""
+    __tracebackhide__ = True
+    r = rng(9)
+    TIES = ("margins met exactly: scores = [[2, 1, 0, 3], [0, 3, 2, 1]], y = [0, 1], margin = 1 "
+            "(two wrong classes sit exactly at the margin, one is 2 inside it; loss 1)")
+    cases = [
+        ("the lesson's example: scores = [[3.2, 5.1, -1.7], [1.3, 4.9, 2.0], [2.2, 2.5, -3.1]], "
+         "y = [0, 1, 2], margin = 1 (loss 5.2667)",
+         np.array([[3.2, 5.1, -1.7], [1.3, 4.9, 2.0], [2.2, 2.5, -3.1]]), np.array([0, 1, 2]), 1.0),
+        (TIES, np.array([[2.0, 1.0, 0.0, 3.0], [0.0, 3.0, 2.0, 1.0]]), np.array([0, 1]), 1.0),
+        ("4 samples, 4 classes, margin 0.5 (square: only the values can show a wrong axis)",
+         r.standard_normal((4, 4)), np.array([2, 0, 0, 3]), 0.5),
+        ("6 samples, 5 classes, float32 scores, margin = 2",
+         (r.standard_normal((6, 5)) * 2).astype(np.float32), r.integers(0, 5, 6), 2.0),
+    ]
+    for case, scores, y, margin in cases:
+        N, C = scores.shape
+        terms, violated, touching = _hinge_parts(scores, y, margin)
+        count = violated.sum(axis=1)
+        given = {"scores": scores.copy(), "y": y.copy()}
+        out = call(fn, given["scores"], given["y"], margin, case=case,
+                   on_error="picking each row's right-class score needs two index arrays, the "
+                            "row numbers 0..N-1 and the labels; keep it as a column (N, 1) so it "
+                            "broadcasts against scores (N, C).", refuse=_HINGE)
+        loss, dscores = expect_tuple(out, 2, fn, case, "loss, dscores")
+        loss = to_number(loss, fn, case, "the loss", "return the mean loss as one number.")
+        tol = 1e-5 if scores.dtype == np.float32 else 1e-9
+        expected = terms.sum() / N
+        ones, ones_violated, _ = _hinge_parts(scores, y, 1.0)   # margin 1 where it is not 1
+        other_margin = f"this case passes margin = {margin}: use the margin argument."
+        loss_mistakes = [
+            (terms.sum(), f"the loss is {N} times too large: it is a MEAN over the N samples "
+                          "(of a sum over each sample's wrong classes), so divide by N."),
+            (expected + margin, "every sample added the margin once more: that is the right "
+                                "class's own term, max(0, s_y - s_y + margin) = margin. The sum "
+                                "runs over the WRONG classes j != y only: zero that entry."),
+            (terms.sum() + N * margin, "the right class's own term is counted (each sample adds "
+                                       "the margin once more) and the mean's 1/N is missing."),
+            (terms.sum() / (N * C), "you divided by N*C (a mean over every entry, as "
+                                    "torch.nn.MultiMarginLoss does): this loss sums over the "
+                                    "classes and averages over the N samples only."),
+        ]
+        if margin != 1.0:
+            loss_mistakes.append((ones.sum() / N, f"that is the loss for margin 1; {other_margin}"))
+        expect_close(np.asarray(loss), expected, fn, case, "the loss", rtol=tol, atol=tol,
+                     mistakes=loss_mistakes,
+                     fix="for each sample, add max(0, s_j - s_y + margin) over the wrong "
+                         "classes j; then average over the samples.")
+
+        dscores = to_array(dscores, fn, case, "dscores")
+        expect_shape(dscores, scores.shape, fn, case, "dscores",
+                     "the gradient has the scores' shape (N, C): one entry per score.")
+        expect_finite(dscores, fn, case, "dscores")
+        good = _hinge_dscores(violated, y, 0 - count)
+        grad_mistakes = [
+            (good * N, f"dscores is {N} times too large: the loss is a mean over N samples, so "
+                       f"every entry of the gradient is divided by N."),
+            (-good, "the sign is flipped: raising a violating wrong class's score raises the "
+                    "loss (+), raising the right class's score lowers it (-)."),
+            (_hinge_dscores(violated, y, 0), "the right class's column is 0: its score s_y "
+             "appears, with a minus sign, in EVERY violated term of its row. What does that add "
+             "up to?"),
+            (_hinge_dscores(violated, y, 1), "the right class's column holds its own term: "
+             "s_y - s_y + margin is always > 0, but j = y is not in the sum; and s_y appears "
+             "(with a minus sign) in every violated term of its row."),
+            (_hinge_dscores(violated, y, -count - 1), "the right class's column is one too "
+             "negative: you counted its own term (s_y - s_y + margin = margin > 0) among the "
+             "violated margins. Count the wrong classes j != y only."),
+            (_hinge_dscores(violated, y, -np.sign(count)), "the right class's column is -1/N "
+             "(a one-hot, as for softmax cross-entropy): here it is minus the NUMBER of "
+             "violated margins in its row, over N."),
+            (_hinge_dscores(touching, y, -touching.sum(axis=1)),
+             "a wrong class exactly AT the margin (s_j - s_y + margin is exactly 0) was counted "
+             "as violated. Its term max(0, 0) is 0 and stays 0 on the side where it is met: this "
+             "course takes the gradient 0 there (a strict >, as CS231n and PyTorch do)."),
+        ]
+        if margin != 1.0:
+            grad_mistakes.append((_hinge_dscores(ones_violated, y, -ones_violated.sum(axis=1)),
+                                  f"that is the gradient for margin 1; {other_margin}"))
+        expect_close(dscores, good, fn, case, "dscores", rtol=tol, atol=tol,
+                     mistakes=grad_mistakes,
+                     fix="a wrong class j gets 1 where its margin is violated (s_j - s_y + margin "
+                         "> 0), else 0; the right class gets minus the number of violated "
+                         "margins in its row; all over N.")
+        if dscores.dtype != scores.dtype:
+            fail(fn, case, f"dscores is {dscores.dtype} but the scores are {scores.dtype}.",
+                 "make the 0/1 mask in the scores' own dtype: a float64 array or constant "
+                 "promotes float32 to float64.")
+        expect_unchanged(fn, case, [("scores", scores, given["scores"]), ("y", y, given["y"])],
+                         "compute the terms into a new array (scores - ..., not scores -= ...): "
+                         "do not write into {name}.")
+    small, large = 8, 80
+    case = (f"the same function on batches of {small} and {large} samples, 3 classes (a "
+            f"vectorized answer runs the same lines of Python for both)")
+    lines = {}
+    for N in (small, large):
+        g = rng(N)
+        _, lines[N] = _lines_run(fn, g.standard_normal((N, 3)), g.integers(0, 3, N), 1.0,
+                                 case=case, refuse=_HINGE)
+    if lines[large] - lines[small] >= (large - small) // 2:
+        fail(fn, case, f"your function ran {lines[small]} lines of Python for {small} samples and "
+                       f"{lines[large]} for {large}: it loops over the samples in Python, far "
+                       f"slower on a real batch than array operations over the whole batch.",
+             "vectorize: take every row's right-class score at once (two index arrays, kept as "
+             "an (N, 1) column), compute all (N, C) terms with one expression, and build the "
+             "gradient from the (N, C) mask of violated margins.")
+    cp = gpu()
+    if cp is not None:
+        case = "the first case again, with the scores and labels on the GPU (CuPy arrays)"
+        _, scores, y, margin = cases[0]
+        terms, violated, _ = _hinge_parts(scores, y, margin)
+        out = call(fn, cp.asarray(scores), cp.asarray(y), margin, case=case, refuse=_HINGE)
+        loss, dscores = expect_tuple(out, 2, fn, case, "loss, dscores")
+        expect_on_gpu(dscores, fn, case, "dscores")
+        expect_close(np.asarray(to_number(loss, fn, case, "the loss")), terms.sum() / len(y), fn,
+                     case, "the loss", rtol=1e-9, atol=1e-9)
+        expect_close(to_array(dscores, fn, case, "dscores"),
+                     _hinge_dscores(violated, y, -violated.sum(axis=1)), fn, case, "dscores",
+                     rtol=1e-9, atol=1e-9)
+    passed(fn, len(cases) + 1 + (cp is not None), cp is not None, name="hinge_grad")
+
+
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
 # exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
 HINTS: dict[str, list[str]] = {
+    'time_it': [
+        ('three parts: the warm-up (calls that are not timed), one wait for the device before '
+         'the first reading of the clock, then repeat timed calls; each timed call reads the '
+         'clock, calls f, waits for the device, reads the clock again'),
+        ('pseudo-code: call f ___ times; wait for the device; times = an empty list; repeat '
+         '___ times: t0 = the time; call f; wait for the device; append (the time now minus '
+         't0); return the ___ of times, as a float, in seconds. The three rules of section 3 '
+         'are the whole exercise'),
+    ],
     'normalize_rows': [
         ('sum the squares along the feature axis and keep that axis (keepdims), so the lengths '
          'broadcast against x (N, D)'),
@@ -587,5 +928,15 @@ HINTS: dict[str, list[str]] = {
         ("in the array: start from a copy of the probabilities, change one entry per row (the "
          "label's column; index with the row numbers and the labels), then divide by ___. The "
          "one-sample setting above the exercise is the place to start"),
+    ],
+    'hinge_grad': [
+        ("one sample first: which scores does the term of a wrong class j contain, and with which "
+         "sign? A term that is 0 (its margin met) passes no gradient; the right class's score "
+         "is in every term of its row"),
+        ("pseudo-code: correct = each row's score at its label, as a column (N, 1); terms = the "
+         "larger of 0 and (scores minus correct plus ___), then 0 in each row's label column; "
+         "loss = sum of terms over ___. mask = where the terms are ___ 0, in the scores' dtype; "
+         "the label column of each row = minus ___; dscores = mask over ___. The worked example "
+         "above the exercise gives numbers to compare"),
     ],
 }

@@ -1,7 +1,9 @@
 """Derivation and shortcut cases of lessons 00-03, dlcourse/check/basics.py and backprop.py
 (see __init__.py).
 
-No shortcut case for normalize_rows: the library has no row normalizer to call."""
+No shortcut case for normalize_rows: the library has no row normalizer to call. Not in DERIVED:
+time_it (lesson 00: it asks for the three timing rules the lesson states, not a formula).
+"""
 
 DERIVED: dict[str, list[str]] = {
     # 02_loss_and_gradient_descent
@@ -12,6 +14,9 @@ DERIVED: dict[str, list[str]] = {
     "cross_entropy": [r"\(z_k-m\)-\\log", r"z_k-m-\\log", r"shifted-log"],
     "softmax_ce_grad": [r"\[k=y_?n?\]-p", r"p_\{?n?,?k\}?-\[k=", r"softmax\(z\)-\\text\{one",
                         r"probabilitiesminustheone-hot", r"p-onehot|p-one_hot"],
+    "hinge_grad": [r"\[s_\{?n?,?j\}?-s_\{?n?,?y_?n?\}?\+\\Delta>0\]",
+                   r"-\\sum_\{?j\\neq?y_?n?\}?\[", r"minustheirnumber",
+                   r"minusthenumberof(violat|the)"],
     # 03_backpropagation
     "linear_backward": [r"x\^\\top\\text\{dout\}", r"\\text\{dout\}\\?,?W\^\\top", r"dW=x",
                         r"dx=\\text\{dout\}|dx=dout", r"x\.T@dout", r"dout@W\.T"],
@@ -19,6 +24,10 @@ DERIVED: dict[str, list[str]] = {
 }
 
 SHORTCUTS: dict[str, tuple[str, str]] = {
+    "time_it": ("time_it", '''
+def time_it(fn, *, repeat=10, warmup=2, clock=None, wait=None):
+    return dl.timeit(fn, repeat=repeat, warmup=warmup)
+'''),
     "perceptron_predict": ("perceptron_predict", '''
 def perceptron_predict(X, w, b):
     model = dl.Perceptron(n_features=X.shape[1])
@@ -55,6 +64,11 @@ def sigmoid_ce_grad(z, y):
     loss = dl.SigmoidCrossEntropy()
     loss.forward(z, y)
     return loss.backward()
+'''),
+    "hinge_grad": ("hinge_grad", '''
+def hinge_grad(scores, y, margin=1.0):
+    loss = dl.MulticlassHingeLoss(margin)
+    return loss.forward(scores, y), loss.backward()
 '''),
     "linear_forward": ("linear_forward", '''
 def linear_forward(x, W, b):
