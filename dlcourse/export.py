@@ -17,10 +17,13 @@ MaxPool2d          ``MaxPool`` (floor mode, as dlcourse)
 ReLU/Sigmoid/Tanh  ``Relu`` / ``Sigmoid`` / ``Tanh``
 Flatten            ``Flatten(axis=1)``
 BatchNorm2d        ``BatchNormalization`` with the running statistics (evaluation mode)
+LayerNorm          ``LayerNormalization`` over the last axes (``axis = -len(normalized_shape)``)
+GlobalAvgPool2d    ``GlobalAveragePool`` (N, C, 1, 1) then ``Flatten(axis=1)``
 Dropout, Identity  nothing: the identity in evaluation mode
 LinearReLU         ``Gemm`` then ``Relu`` (the fused layers of ``dl.fuse``)
 Conv2dReLU         ``Conv`` then ``Relu``
-Sequential         its layers, one after another (MLP and CNN are Sequentials)
+Sequential         its layers, one after another (MLP, CNN and ResNet are Sequentials)
+Residual           its block and its shortcut (or x itself), then ``Add``
 =================  ====================================================================
 
 A new layer type (the int8 layers of quantization, say) adds its own pattern with
@@ -43,8 +46,8 @@ from ._io import atomic_write
 from .backend import to_device, to_numpy
 from .conv import Conv2d, MaxPool2d
 from .fusion import Conv2dReLU, LinearReLU
-from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReLU, Sequential,
-                     Sigmoid, Tanh)
+from .layers import (BatchNorm2d, Dropout, Flatten, GlobalAvgPool2d, Identity, Layer, LayerNorm,
+                     Linear, ReLU, Residual, Sequential, Sigmoid, Tanh)
 from .shapes import as_pair
 
 __all__ = ["export_onnx", "register_exporter", "EXPORTERS", "ExportError", "OnnxGraph",
@@ -200,6 +203,31 @@ def _batchnorm2d(layer, g, x):
     return g.node("BatchNormalization", [x] + inputs, epsilon=layer.eps)
 
 
+@register_exporter(LayerNorm)
+def _layernorm(layer, g, x):
+    # y = gamma * (x - mean) / sqrt(var + eps) + beta over the last len(normalized_shape) axes
+    return g.node("LayerNormalization", [x, g.weight("gamma", layer.params["gamma"]),
+                                         g.weight("beta", layer.params["beta"])],
+                  axis=-len(layer.normalized_shape), epsilon=layer.eps)
+
+
+@register_exporter(GlobalAvgPool2d)
+def _global_avg_pool(layer, g, x):
+    return g.node("Flatten", [g.node("GlobalAveragePool", [x])], axis=1)   # (N, C, 1, 1) -> (N, C)
+
+
+@register_exporter(Residual)
+def _residual(layer, g, x):
+    # out = shortcut(x) + block(x): both branches read x, then one Add
+    outer = g.prefix
+    g.prefix = f"{outer}block."
+    out = _exporter(layer.block)(layer.block, g, x)
+    g.prefix = f"{outer}shortcut."
+    skip = x if layer.shortcut is None else _exporter(layer.shortcut)(layer.shortcut, g, x)
+    g.prefix = outer
+    return g.node("Add", [skip, out])
+
+
 @register_exporter(LinearReLU, Conv2dReLU)
 def _fused_relu(layer, g, x):
     # A fused layer computes exactly its wrapped layer (``layer.layer``) then ReLU.
@@ -252,7 +280,7 @@ def to_onnx(model: Layer, input_shape):
         [helper.make_tensor_value_info(INPUT_NAME, f32, ["N", *shape])],
         [helper.make_tensor_value_info(OUTPUT_NAME, f32, ["N", *to_numpy(y).shape[1:]])],
         initializer=g.initializers)
-    from . import __version__
+    from ._version import __version__
     proto = helper.make_model(graph, producer_name="dlcourse", producer_version=__version__,
                               opset_imports=[helper.make_opsetid("", OPSET)])
     proto.ir_version = IR_VERSION

@@ -32,7 +32,7 @@ engine such as onnxruntime does them:
    per-channel scale and shift, folded into the convolution's weights and bias
    (:func:`fold_batchnorm`, lesson 12's exercise).
    ``Linear -> ReLU`` adds the bias and applies the ReLU in place. Any other layer runs its own
-   ``forward``.
+   ``forward`` (a Residual, a LayerNorm: the numbers of ``forward`` in evaluation mode).
 4. **Chunks run side by side on the CPU's cores** (``workers``): each chunk is independent of
    the others, and NumPy lets go of Python's lock while it computes, so two threads really run
    at once. The matrix products of a chunk are too small for the BLAS library to split well
@@ -71,7 +71,8 @@ from .backend import get_array_module
 from .conv import Conv2d, MaxPool2d, unfold
 from .fusion import Conv2dReLU, LinearReLU
 from .layer_base import Layer, eval_mode
-from .layers import BatchNorm2d, Flatten, Identity, Linear, ReLU, Sequential
+from .layers import (BatchNorm2d, Flatten, GlobalAvgPool2d, Identity, Linear, ReLU, Residual,
+                     Sequential)
 from .ops import matmul
 from .shapes import as_pair, output_size
 
@@ -436,6 +437,12 @@ def chunk_size(model: Layer, sample_shape, itemsize: int = 4, budget: int = CACH
 
 def _largest_array(model, shape) -> int:
     """The most numbers one sample of ``shape`` makes in any array on its way through model."""
+    return _follow(model, shape)[0]
+
+
+def _follow(model, shape):
+    """(the most numbers one sample of ``shape`` makes in any array of ``model``, the shape of
+    its output): a Residual's block and shortcut are followed inside."""
     largest = math.prod(shape)
     for layer in (model.layers if isinstance(model, Sequential) else [model]):
         layer = getattr(layer, "layer", layer)          # a fused layer's Linear or Conv2d
@@ -450,7 +457,12 @@ def _largest_array(model, shape) -> int:
             shape = (C, *output_size(H, W, *layer.kernel_size, layer.stride))
         elif isinstance(layer, Linear):
             shape = (layer.out_features,)
-        elif isinstance(layer, Flatten):
-            shape = (math.prod(shape),)
+        elif isinstance(layer, (Flatten, GlobalAvgPool2d)):
+            shape = (math.prod(shape) if isinstance(layer, Flatten) else shape[0],)
+        elif isinstance(layer, Residual):
+            if layer.shortcut is not None:
+                largest = max(largest, _follow(layer.shortcut, shape)[0])
+            inner, shape = _follow(layer.block, shape)
+            largest = max(largest, inner)
         largest = max(largest, math.prod(shape))
-    return largest
+    return largest, shape

@@ -27,7 +27,7 @@ from .backend import get_array_module
 from .conv import Conv2d, as_matrix
 from .kernels import use_kernels
 from .layer_base import Layer, checked
-from .layers import Identity, Linear, ReLU, Sequential
+from .layers import Identity, Linear, ReLU, Residual, Sequential
 
 __all__ = ["bias_relu", "bias_relu_backward", "LinearReLU", "Conv2dReLU", "fuse", "use_kernels"]
 
@@ -163,16 +163,21 @@ FUSIONS = {Linear: LinearReLU, Conv2d: Conv2dReLU}
 # ======================================================================================
 def fuse(model: Sequential) -> Sequential:
     """A new Sequential computing the same function as ``model``, with every Linear or Conv2d
-    that is directly followed by a ReLU fused with it (:class:`LinearReLU`, :class:`Conv2dReLU`).
+    that is directly followed by a ReLU fused with it (:class:`LinearReLU`, :class:`Conv2dReLU`),
+    also inside residual blocks (a Residual gives a new Residual of its fused branches).
 
     The new model shares ``model``'s layers and parameters; each fused ReLU's place holds an
     Identity so that parameter names stay the same. Pairs with anything between them (a
     BatchNorm2d, a Dropout) are left as they are. ``model`` itself is not changed.
     """
+    if isinstance(model, Residual):
+        branches = [fuse(b) if isinstance(b, (Sequential, Residual)) else b
+                    for b in (model.block, model.shortcut)]
+        return Residual(*branches).train(model.training)
     if not isinstance(model, Sequential):
-        raise TypeError(f"fuse takes a Sequential model (dl.MLP, dl.CNN, dl.Sequential), got "
-                        f"{type(model).__name__}.")
-    layers = list(model.layers)
+        raise TypeError(f"fuse takes a Sequential model (dl.MLP, dl.CNN, dl.Sequential) or a "
+                        f"Residual, got {type(model).__name__}.")
+    layers = [fuse(l) if isinstance(l, (Sequential, Residual)) else l for l in model.layers]
     for i in range(len(layers) - 1):
         fused = FUSIONS.get(type(layers[i]))
         if fused is not None and type(layers[i + 1]) is ReLU:

@@ -233,8 +233,15 @@ def eval_mode(model):
 # ======================================================================================
 class Container(Layer):
     """Layers in ``self.layers``: ``params``, ``grads`` and ``buffers`` are views keyed
-    ``"<index>.<name>"`` (e.g. ``"0.W"``) over the layers' own arrays, so an optimizer that
-    updates them in place updates the layers; modes, moves and state dicts reach every layer."""
+    ``"<name>.<key>"`` (e.g. ``"0.W"``) over the layers' own arrays, so an optimizer that
+    updates them in place updates the layers; modes, moves and state dicts reach every layer.
+
+    A layer's name is its index (Sequential: ``"0"``, ``"1"``, ...), or, for a container that
+    names its layers in ``layer_names`` (Residual: ``("block", "shortcut")``, attributes that
+    hold a layer or None), that name: ``"block.0.W"``. A container inside a container nests
+    the names: ``"3.block.0.W"``."""
+
+    layer_names: tuple | None = None   # None: the layers are named by their index
 
     def __init__(self, *layers):
         # No Layer.__init__: a container's params, grads and buffers live in its layers.
@@ -246,6 +253,13 @@ class Container(Layer):
                 raise TypeError(f"{type(self).__name__} takes layers, but item {i} is "
                                 f"{type(layer).__name__}.{_not_a_layer_hint(layer)}")
         self.layers = list(layers)
+
+    def named_layers(self) -> list:
+        """``[(name, layer), ...]``: each layer with the prefix of its keys (see the class)."""
+        if self.layer_names is None:
+            return [(str(i), layer) for i, layer in enumerate(self.layers)]
+        return [(name, getattr(self, name)) for name in self.layer_names
+                if getattr(self, name) is not None]
 
     def predict(self, x, batch_size: int = 1024):
         """Class indices for x, in evaluation mode, on x's device (restores the mode)."""
@@ -261,7 +275,7 @@ class Container(Layer):
             return xp.concatenate(out) if out else xp.zeros(0, dtype=np.int64)
 
     def _gather(self, attr):
-        return {f"{i}.{k}": v for i, layer in enumerate(self.layers)
+        return {f"{name}.{k}": v for name, layer in self.named_layers()
                 for k, v in getattr(layer, attr).items()}
 
     params = property(lambda self: self._gather("params"))
@@ -281,7 +295,7 @@ class Container(Layer):
         return self
 
     def state_dict(self):
-        return {f"{i}.{k}": v for i, layer in enumerate(self.layers)
+        return {f"{name}.{k}": v for name, layer in self.named_layers()
                 for k, v in layer.state_dict().items()}
 
     def load_state_dict(self, state):
@@ -289,20 +303,26 @@ class Container(Layer):
         extra = set(state) - set(self.state_dict())
         if extra:
             raise KeyError(f"The state has entries this model does not: {sorted(extra)}.")
-        for i, layer in enumerate(self.layers):
-            prefix = f"{i}."
+        for name, layer in self.named_layers():
+            prefix = f"{name}."
             try:
                 layer.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
             except (KeyError, ValueError) as err:
-                raise type(err)(f"layer {i} ({type(layer).__name__}, keys {prefix}*): "
+                raise type(err)(f"layer {name} ({type(layer).__name__}, keys {prefix}*): "
                                 f"{err.args[0] if err.args else err}") from None
 
     def get_config(self):
-        return {"layers": [{"type": layer_type(l), "config": l.get_config()} for l in self.layers]}
+        """Sequential: ``{"layers": [spec, ...]}``; a container with ``layer_names``:
+        ``{name: spec or None, ...}``; each spec ``{"type": ..., "config": ...}``."""
+        if self.layer_names is None:
+            return {"layers": [_spec(layer) for layer in self.layers]}
+        return {name: _spec(getattr(self, name)) for name in self.layer_names}
 
     @classmethod
     def from_config(cls, config):
-        return cls(*[build_layer(spec["type"], spec["config"]) for spec in config["layers"]])
+        if cls.layer_names is None:
+            return cls(*[_build(spec) for spec in config["layers"]])
+        return cls(**{name: _build(spec) for name, spec in config.items()})
 
     def __len__(self):
         return len(self.layers)
@@ -314,18 +334,30 @@ class Container(Layer):
         return iter(self.layers)
 
     def __repr__(self):
-        inner = "\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
+        inner = "\n".join(f"  ({name}): {layer!r}".replace("\n", "\n  ")
+                          for name, layer in self.named_layers())
         return f"{type(self).__name__}(\n{inner}\n)"
 
 
+def _spec(layer):
+    return None if layer is None else {"type": layer_type(layer), "config": layer.get_config()}
+
+
+def _build(spec):
+    return None if spec is None else build_layer(spec["type"], spec["config"])
+
+
 def every_layer(model):
-    """Every layer of ``model`` (a container's, and the layer inside a fused one), in order; a
-    single layer (or a loss, an optimizer) is its own only layer."""
+    """Every layer of ``model``, depth first: a container's layers (and theirs, as a Residual's
+    block inside a Sequential) and the layer inside a fused one; a single layer (or a loss, an
+    optimizer) is its own only layer."""
     for layer in getattr(model, "layers", [model]):
         yield layer
         inner = getattr(layer, "layer", None)
         if inner is not None:
             yield inner
+        if isinstance(layer, Container):
+            yield from every_layer(layer)
 
 
 def _not_a_layer_hint(item) -> str:
@@ -383,7 +415,7 @@ def find_layer_class(type_name: str) -> type:
 def build_layer(type_name: str, config: dict) -> Layer:
     """Rebuild a layer (or a model) from its type name and ``get_config()``."""
     cls = find_layer_class(type_name)
-    if type_name == "Sequential":              # its config holds its layers' configs
+    if type_name in ("Sequential", "Residual"):     # their configs hold their layers' configs
         return cls.from_config(config)
     return cls(**config)
 

@@ -1,7 +1,9 @@
 """Layers: each one a forward/backward pair, written as its math.
 
 Introduced in notebook ``03_backpropagation`` (Linear and the activations), used from
-``04a_mlp_on_digits`` on (Dropout, Sequential) and ``07_training_a_cnn`` (BatchNorm2d).
+``04a_mlp_on_digits`` on (Sequential), ``04b_optimizers_and_regularization`` (Dropout),
+``07_training_a_cnn`` (BatchNorm2d) and ``07b_layernorm_and_residual_networks`` (LayerNorm,
+GlobalAvgPool2d, Residual).
 
 Every layer follows one contract:
 
@@ -319,6 +321,92 @@ class BatchNorm2d(Layer):
         return {"num_features": self.num_features, "eps": self.eps, "momentum": self.momentum}
 
 
+# ==== Layer normalization =============================================================
+class LayerNorm(Layer):
+    """Layer normalization: each sample normalized over its own last axes (Ba et al., 2016).
+
+    x: (N, ..., *S) -> y: the same shape, S = ``normalized_shape`` (an int D means (D,)):
+    y = gamma * (x - mean) / sqrt(var + eps) + beta, mean and (biased) var over the
+    len(S) last axes of each sample, one pair per sample (BatchNorm2d: one per channel, over
+    the batch). params["gamma"] (ones), params["beta"] (zeros): S. No running statistics: a
+    sample's own statistics, in training and in evaluation alike, so one sample alone is fine.
+    Backward: BatchNorm's formula with its means taken over the normalized axes instead of the
+    batch; dgamma, dbeta are sums over the leading axes (N, ...).
+    """
+
+    input_shape = "(N, ..., *normalized_shape)"
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, dtype=np.float32):
+        super().__init__()
+        shape = (normalized_shape,) if np.isscalar(normalized_shape) else tuple(normalized_shape)
+        if not shape:
+            raise ValueError("LayerNorm(normalized_shape=...) needs at least one axis, e.g. "
+                             "LayerNorm(64) or LayerNorm((C, H, W)); got ().")
+        self.normalized_shape = S = tuple(whole_number(s, "LayerNorm(normalized_shape=...)")
+                                          for s in shape)
+        self.eps = number(eps, "LayerNorm(eps=...)", "eps=1e-5", 0.0, None, low_open=True)
+        dtype = float_dtype(dtype)
+        self.params = {"gamma": np.ones(S, dtype), "beta": np.zeros(S, dtype)}
+
+    @checked
+    def forward(self, x):
+        xp = get_array_module(x)
+        axes = tuple(range(-len(self.normalized_shape), 0))          # the last len(S) axes
+        mean, var = x.mean(axis=axes, keepdims=True), x.var(axis=axes, keepdims=True)
+        inv_std = 1.0 / xp.sqrt(var + x.dtype.type(self.eps))        # (N, ..., 1, ..., 1)
+        x_hat = (x - mean) * inv_std
+        self.cache = (x_hat, inv_std)
+        return self.params["gamma"] * x_hat + self.params["beta"]
+
+    @checked
+    def backward(self, dout, input_grad: bool = True):
+        x_hat, inv_std = self.cache
+        axes = tuple(range(-len(self.normalized_shape), 0))
+        leading = tuple(range(dout.ndim - len(self.normalized_shape)))   # (N, ...)
+        self.grads = {"gamma": (dout * x_hat).sum(axis=leading), "beta": dout.sum(axis=leading)}
+        if not input_grad:
+            return None
+        dx_hat = dout * self.params["gamma"]
+        # mean and var depend on x: dx = (dx_hat - mean(dx_hat) - x_hat*mean(dx_hat*x_hat)) / std
+        mean_dxh = dx_hat.mean(axis=axes, keepdims=True)
+        mean_dxh_xh = (dx_hat * x_hat).mean(axis=axes, keepdims=True)
+        return (dx_hat - mean_dxh - x_hat * mean_dxh_xh) * inv_std
+
+    def check(self, x):
+        super().check(x)
+        S = self.normalized_shape
+        if x.ndim <= len(S) or tuple(x.shape[-len(S):]) != S:
+            what = ("a batch axis first: x[None] for one sample" if tuple(x.shape) == S else
+                    f"its last {len(S)} ax{'is' if len(S) == 1 else 'es'} to be {shape_str(S)}")
+            raise ValueError(f"LayerNorm(normalized_shape={shape_str(S)}) got x of shape "
+                             f"{shape_str(x.shape)}: it needs {what}. normalized_shape names the "
+                             f"LAST axes of x, those each sample is normalized over.")
+
+    def get_config(self):
+        return {"normalized_shape": list(self.normalized_shape), "eps": self.eps}
+
+
+class GlobalAvgPool2d(Layer):
+    """The mean of each channel over its positions: x (N, C, H, W) -> (N, C).
+
+    Backward: each of the H*W positions weighed 1/(H*W), so each gets dout / (H*W).
+    """
+
+    input_shape, input_ndim = "(N, C, H, W)", 4
+
+    @checked
+    def forward(self, x):
+        self.cache = x.shape
+        return x.mean(axis=(2, 3))
+
+    @checked
+    def backward(self, dout):
+        N, C, H, W = self.cache
+        dx = get_array_module(dout).empty((N, C, H, W), dtype=dout.dtype)
+        dx[...] = (dout / (H * W)).reshape(N, C, 1, 1)
+        return dx
+
+
 # ==== Sequential ======================================================================
 class Sequential(Container):
     """Layers applied one after another; backward runs them in reverse.
@@ -348,3 +436,44 @@ class Sequential(Container):
                 return self.layers[i].backward(dout, input_grad=False)
             dout = self.layers[i].backward(dout)
         return dout
+
+
+class Residual(Container):
+    """A residual block (He et al., 2016): ``out = shortcut(x) + block(x)``.
+
+    ``block``: a layer or a Sequential, whose output has the shape of ``shortcut(x)``;
+    ``shortcut``: None (the identity, so out = x + block(x)) or a layer, e.g. a 1x1 Conv2d
+    and BatchNorm2d where the block changes the number of channels (a projection).
+    x: (N, ...) -> out: the block's output shape. Backward: the sum's gradient is dout for
+    each term, so dout goes down both paths and dx is the sum of the two: dx = dout +
+    block.backward(dout) for the identity. Keys ``"block.*"`` and ``"shortcut.*"``
+    (``layer_base.Container``: state dicts, moves, modes, saving).
+    """
+
+    layer_names = ("block", "shortcut")
+
+    def __init__(self, block, shortcut=None):
+        super().__init__(*[layer for layer in (block, shortcut) if layer is not None])
+        self.block, self.shortcut = block, shortcut
+
+    @checked
+    def forward(self, x):
+        out = self.block.forward(x)
+        skip = x if self.shortcut is None else self.shortcut.forward(x)
+        if skip.shape != out.shape:
+            fix = ("the block must keep x's shape, or give a shortcut that maps x to the "
+                   "block's output, e.g. Residual(block, shortcut=Sequential(Conv2d(C_in, "
+                   "C_out, 1), BatchNorm2d(C_out)))" if self.shortcut is None else
+                   "make the shortcut give the block's output shape")
+            raise ValueError(f"Residual: the block's output has shape {shape_str(out.shape)} but "
+                             f"the shortcut's ({'x itself' if self.shortcut is None else 'its'}) "
+                             f"has {shape_str(skip.shape)}: they are added, so {fix}.")
+        return skip + out
+
+    @checked
+    def backward(self, dout, input_grad: bool = True):
+        """dout -> dx = block.backward(dout) + shortcut.backward(dout) (dout itself for the
+        identity); fills the block's and the shortcut's grads. ``input_grad=False``: None."""
+        dx = self.block.backward(dout)
+        dx_skip = dout if self.shortcut is None else self.shortcut.backward(dout)
+        return dx + dx_skip if input_grad else None

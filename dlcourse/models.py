@@ -1,7 +1,9 @@
-"""Models built from the layers: the perceptron, an MLP and a small LeNet-style CNN.
+"""Models built from the layers: the perceptron, an MLP, a small LeNet-style CNN and a small
+residual network.
 
 ``Perceptron`` is introduced in notebook ``01_perceptron``, ``MLP`` in ``03_backpropagation``
-and ``04a_mlp_on_digits``, ``CNN`` in ``07_training_a_cnn``.
+and ``04a_mlp_on_digits``, ``CNN`` in ``07_training_a_cnn``, ``ResNet`` in
+``07b_layernorm_and_residual_networks``.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import numpy as np
 from ._validate import check_input, number, shape_str, whole_number
 from .backend import rng, to_numpy
 from .conv import Conv2d, MaxPool2d
-from .layers import ACTIVATIONS, BatchNorm2d, Dropout, Flatten, Linear, ReLU, Sequential
+from .layers import (ACTIVATIONS, BatchNorm2d, Dropout, Flatten, GlobalAvgPool2d, Linear, ReLU,
+                     Residual, Sequential)
 
 
 class Perceptron:
@@ -183,12 +186,82 @@ class CNN(Sequential):
                 "kernel_size": self.kernel_size, "pool": self.pool}
 
 
-def _pair_of_sizes(v, name):
+class ResNet(Sequential):
+    """A small residual network (He et al., 2016) for (C, H, W) images:
+
+    stem: conv(C→w1) - BatchNorm - ReLU, then for each stage s = 1, 2, ... (width w_s,
+    ``blocks[s]`` blocks) residual blocks, each followed by a ReLU:
+    Residual(conv(w→w_s) - BN - ReLU - conv(w_s→w_s) - BN, shortcut), then
+    GlobalAvgPool2d - Linear(w_last → K).
+
+    Every conv is k×k with padding k//2 and stride 1 (k = ``kernel_size``, odd; an int or a
+    pair (h, w)): the images keep their size all the way (8×8 digits are small enough; a
+    ResNet for large images halves the size at each stage with stride 2, not done here). The
+    shortcut is the identity, except in the first block of a stage that changes the width:
+    there a 1×1 conv and a BatchNorm (a projection) map x to the new width. The global
+    average pooling makes the classifier independent of the image size; ``image_size``, if
+    given, is checked on every input (as CNN's). x: (N, C, H, W) -> logits (N, K).
+    With the defaults: 1 + 2·2·2 = 9 convolutions (and 1 projection) and one Linear.
+    For a 1-D signal seen as a 1×L image (MNIST-1D): ``ResNet(1, 10, kernel_size=(1, 5))``.
+    """
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, widths=(16, 32),
+                 blocks=(2, 2), image_size=None, kernel_size=3, dtype=np.float32, seed=None):
+        widths, blocks = list(widths), list(blocks)
+        if not widths or len(widths) != len(blocks):
+            raise ValueError(f"ResNet takes one width and one block count per stage, e.g. "
+                             f"widths=(16, 32), blocks=(2, 2); got widths={widths}, "
+                             f"blocks={blocks}.")
+        widths = [whole_number(w, "ResNet(widths=...)") for w in widths]
+        blocks = [whole_number(b, "ResNet(blocks=...)") for b in blocks]
+        KH, KW = _pair_of_sizes(kernel_size, "kernel_size", "ResNet")
+        if KH % 2 == 0 or KW % 2 == 0:
+            raise ValueError(f"ResNet(kernel_size=...) must be odd (padding k//2 keeps the "
+                             f"size), got {kernel_size!r}. E.g. kernel_size=3 or (1, 5).")
+        gen = rng(seed) if seed is not None else None
+        k, pad = (KH, KW), (KH // 2, KW // 2)
+
+        def conv_bn(c_in, c_out, size=k, padding=pad):
+            return [Conv2d(c_in, c_out, size, padding=padding, dtype=dtype, seed=_child_seed(gen)),
+                    BatchNorm2d(c_out, dtype=dtype)]
+
+        layers = conv_bn(in_channels, widths[0]) + [ReLU()]                  # the stem
+        c = widths[0]
+        for width, n in zip(widths, blocks):
+            for _ in range(n):
+                block = Sequential(*conv_bn(c, width), ReLU(), *conv_bn(width, width))
+                projection = Sequential(*conv_bn(c, width, 1, 0)) if c != width else None
+                layers += [Residual(block, projection), ReLU()]
+                c = width
+        layers += [GlobalAvgPool2d(), Linear(c, num_classes, dtype=dtype, seed=_child_seed(gen))]
+        super().__init__(*layers)
+        self.in_channels, self.num_classes = int(in_channels), int(num_classes)
+        self.widths, self.blocks, self.kernel_size = widths, blocks, [KH, KW]
+        self.image_size = (None if image_size is None
+                           else list(_pair_of_sizes(image_size, "image_size", "ResNet")))
+
+    def check(self, x):
+        """x: (N, C, H, W), with (H, W) the image_size when one was given."""
+        super().check(x)
+        if (self.image_size is not None and getattr(x, "ndim", None) == 4
+                and list(x.shape[2:]) != self.image_size):
+            H, W = self.image_size
+            raise ValueError(f"This ResNet was built for {H}×{W} images (image_size) but got "
+                             f"x of shape {shape_str(x.shape)}. Build it with image_size="
+                             f"({x.shape[2]}, {x.shape[3]}), or image_size=None for any size.")
+
+    def get_config(self):
+        return {"in_channels": self.in_channels, "num_classes": self.num_classes,
+                "widths": self.widths, "blocks": self.blocks, "image_size": self.image_size,
+                "kernel_size": self.kernel_size}
+
+
+def _pair_of_sizes(v, name, model="CNN"):
     """An int or a pair (h, w) of whole numbers >= 1, as a pair (CNN's image_size, kernel_size, pool)."""
     sizes = (v, v) if np.isscalar(v) else tuple(v)
     if len(sizes) != 2:
-        raise ValueError(f"CNN({name}=...) takes a size or a pair (h, w), got {v!r}.")
-    return tuple(whole_number(s, f"CNN({name}=...)") for s in sizes)
+        raise ValueError(f"{model}({name}=...) takes a size or a pair (h, w), got {v!r}.")
+    return tuple(whole_number(s, f"{model}({name}=...)") for s in sizes)
 
 
 def _child_seed(gen):

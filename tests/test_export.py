@@ -42,9 +42,34 @@ MODELS = {  # name -> (model maker, one sample's shape)
                                                       padding=(1, 0), seed=0),
                                             dl.ReLU(), dl.MaxPool2d((2, 1)), dl.Flatten(),
                                             dl.Linear(3 * 1 * 5, 4, seed=1)), (2, 6, 6)),
+    # lesson 07b: LayerNorm (LayerNormalization), Residual (its branches, then Add), ResNet
+    "mlp-layernorm": (lambda: _random_affine(dl.Sequential(
+        dl.Linear(64, 16, seed=0), dl.LayerNorm(16), dl.ReLU(), dl.Linear(16, 10, seed=1))), (64,)),
+    "layernorm-tuple": (lambda: _random_affine(dl.Sequential(
+        dl.LayerNorm((1, 8, 8)), dl.Conv2d(1, 2, 3, seed=0), dl.LayerNorm((6, 6)), dl.Flatten(),
+        dl.Linear(2 * 6 * 6, 4, seed=1))), (1, 8, 8)),
+    "residual-mlp": (lambda: dl.Sequential(
+        dl.Linear(64, 16, seed=0), dl.ReLU(),
+        dl.Residual(dl.Sequential(dl.Linear(16, 16, seed=1), dl.ReLU(), dl.Linear(16, 16, seed=2))),
+        dl.Residual(dl.Linear(16, 8, seed=3), shortcut=dl.Linear(16, 8, seed=4)),
+        dl.Linear(8, 10, seed=5)), (64,)),
+    "residual-alone": (lambda: dl.Residual(dl.Sequential(dl.Linear(5, 5, seed=0), dl.Tanh())), (5,)),
+    "resnet": (lambda: _trained_batchnorm(dl.ResNet(1, 10, widths=(4, 8), blocks=(1, 1), seed=0)),
+               (1, 8, 8)),
 }
 
-FUSES = {"mlp", "mlp-dropout", "cnn", "cnn-rgb-stride", "conv-per-axis"}   # the others have no Linear/Conv2d->ReLU
+FUSES = {"mlp", "mlp-dropout", "cnn", "cnn-rgb-stride", "conv-per-axis",
+         "residual-mlp"}   # the others have no Linear/Conv2d->ReLU (at the top level)
+
+
+def _random_affine(model):
+    """LayerNorm's gamma and beta away from 1 and 0, so the export must carry them."""
+    gen = np.random.default_rng(2)
+    for layer in model.layers:
+        if isinstance(layer, dl.LayerNorm):
+            for k, p in layer.params.items():
+                p[...] = gen.standard_normal(p.shape) * 0.5 + (k == "gamma")
+    return model
 
 
 def onnx_outputs(path, x):
@@ -73,6 +98,24 @@ def test_onnxruntime_matches_dlcourse(name, fused, tmp_path):
     for batch in (x, x[:1]):                    # the batch axis is dynamic
         np.testing.assert_allclose(onnx_outputs(path, batch), expected[:len(batch)],
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_layernorm_residual_and_pooling_export_as_their_onnx_nodes(tmp_path):
+    """LayerNorm is one LayerNormalization over the last axes, a Residual its branches and an
+    Add (the identity shortcut reads the block's input), GlobalAvgPool2d a GlobalAveragePool."""
+    make, shape = MODELS["layernorm-tuple"]
+    proto = onnx.load(str(export_onnx(make(), tmp_path / "ln.onnx", shape)))
+    norms = [n for n in proto.graph.node if n.op_type == "LayerNormalization"]
+    axes = [onnx.helper.get_attribute_value(a) for n in norms for a in n.attribute if a.name == "axis"]
+    assert axes == [-3, -2]
+    make, shape = MODELS["resnet"]
+    proto = onnx.load(str(export_onnx(make(), tmp_path / "resnet.onnx", shape)))
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Add") == 2 and ops.count("GlobalAveragePool") == 1
+    identity_add = next(n for n in proto.graph.node if n.op_type == "Add")
+    block_input = next(n for n in proto.graph.node if n.name.startswith("3.block.0."))
+    assert identity_add.input[0] == block_input.input[0]      # x + block(x)
+    assert any(n.name.startswith("5.shortcut.0.") for n in proto.graph.node)   # the projection
 
 
 def test_a_model_on_either_device_exports(device, tmp_path):

@@ -116,7 +116,7 @@ def test_the_reading_map_holds():
     for plumbing in ("def build_layer", "LAYERS", "__init_subclass__", "def state_dict",
                      "def load_state_dict", "def map_arrays", "build_layer("):
         assert plumbing not in source, plumbing
-    assert len(source.splitlines()) <= 350
+    assert len(source.splitlines()) <= 500    # 350 before LayerNorm, GlobalAvgPool2d, Residual (07b)
 
 
 def test_no_module_is_over_700_lines_among_the_layers():

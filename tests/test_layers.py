@@ -44,6 +44,13 @@ LAYER_CASES = {
     "cnn_bn": (lambda: dl.CNN(1, (8, 8), 5, channels=(3, 4), batchnorm=True), (3, 1, 8, 8)),
     "cnn_1d": (lambda: dl.CNN(1, (1, 12), 3, channels=(2, 3), batchnorm=True, kernel_size=(1, 3),
                               pool=(1, 2)), (3, 1, 1, 12)),
+    # lesson 07b (more cases in test_norm_residual.py)
+    "layernorm": (lambda: dl.LayerNorm(6), (4, 6)),
+    "layernorm_tuple": (lambda: dl.LayerNorm((2, 3, 4)), (3, 2, 3, 4)),
+    "global_avg_pool": (lambda: dl.GlobalAvgPool2d(), (2, 3, 4, 5)),
+    "residual": (lambda: dl.Residual(dl.Sequential(dl.Linear(5, 5), dl.Tanh())), (4, 5)),
+    "residual_projection": (lambda: dl.Residual(dl.Linear(5, 3), shortcut=dl.Linear(5, 3)), (4, 5)),
+    "resnet": (lambda: dl.ResNet(1, 3, widths=(2, 3), blocks=(1, 1), seed=0), (2, 1, 5, 5)),
 }
 
 
@@ -385,6 +392,7 @@ def test_eval_mode_switches_and_restores_the_mode():
     (lambda: dl.Linear(4, 3), (2, 3)), (lambda: dl.ReLU(), (2, 3)), (lambda: dl.Tanh(), (2, 3)),
     (lambda: dl.Conv2d(1, 2, 3), (1, 2, 4, 4)), (lambda: dl.MaxPool2d(2), (1, 1, 2, 2)),
     (lambda: dl.BatchNorm2d(2), (2, 2, 3, 3)), (lambda: dl.MLP([4, 5, 3]), (2, 3)),
+    (lambda: dl.LayerNorm(3), (2, 3)), (lambda: dl.Residual(dl.Linear(3, 3)), (2, 3)),
     (lambda: dl.fuse(dl.MLP([4, 5, 3])).layers[0], (2, 5)),                  # a LinearReLU
     (lambda: dl.fuse(dl.CNN(1, (4, 4), 3, channels=(2, 2))).layers[0], (1, 2, 4, 4)),  # Conv2dReLU
 ])
