@@ -4,7 +4,7 @@ gets the message that names its mistake (also the wrong answers a mutation test 
 Each wrong answer is a small function named after its mistake, written as a learner would."""
 
 import math
-
+import time
 import types
 
 import numpy as np
@@ -322,6 +322,324 @@ def fwd_bias_column(X, W1, b1, W2, b2):
 )
 def test_fwd_accepts_every_batched_solution(fn):
     C.mlp_forward_batched(fn)
+
+
+# ---- lesson 00 (00_setup_and_gpu_arrays): time_it, on the check's fake device and clock
+def ti_good(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    for _ in range(warmup):
+        fn()
+    wait()
+    times = []
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        wait()
+        times.append(clock() - t0)
+    return float(np.median(times))
+
+
+def ti_sorted(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    for _ in range(warmup):   # equally good: the middle of the sorted times (repeat is odd)
+        fn()
+        wait()
+    times = []
+    for _ in range(repeat):
+        start = clock()
+        fn()
+        wait()
+        times.append(clock() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def _ti_times(fn, repeat, warmup, clock, wait, stat=np.median, sync_each=True,
+              sync_after_warmup=True, time_warmup=False, sync_before=False):
+    times = []
+    for _ in range(warmup):
+        t0 = clock()
+        fn()
+        if time_warmup:
+            wait()
+            times.append(clock() - t0)
+    if sync_after_warmup:
+        wait()
+    for _ in range(repeat):
+        if sync_before:
+            wait()
+        t0 = clock()
+        fn()
+        if sync_each:
+            wait()
+        times.append(clock() - t0)
+    return float(stat(times))
+
+
+def _ti(**mistake):
+    def time_it(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+        return _ti_times(fn, repeat, warmup, clock, wait, **mistake)
+    return time_it
+
+
+def ti_no_sync(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+    return float(np.median(times))
+
+
+def ti_no_warmup(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    return _ti_times(fn, repeat, 0, clock, wait)
+
+
+def ti_whole_loop(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    for _ in range(warmup):
+        fn()
+    wait()
+    t0 = clock()
+    for _ in range(repeat):
+        fn()
+    wait()
+    return (clock() - t0) / repeat
+
+
+def ti_own_clock_and_sync(fn, *, repeat=10, warmup=2, clock=time.perf_counter,
+                          wait=dl.synchronize):     # ignores the clock it is given
+    return _ti_times(fn, repeat, warmup, time.perf_counter, dl.synchronize)
+
+
+def ti_own_sync(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    return _ti_times(fn, repeat, warmup, clock, dl.synchronize)
+
+
+def ti_milliseconds(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    return 1e3 * ti_good(fn, repeat=repeat, warmup=warmup, clock=clock, wait=wait)
+
+
+def ti_all_times(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    return [ti_good(fn, repeat=1, warmup=warmup, clock=clock, wait=wait)] * repeat
+
+
+def ti_library(fn, *, repeat=10, warmup=2, clock=time.perf_counter, wait=dl.synchronize):
+    return dl.timeit(fn, repeat=repeat, warmup=warmup)
+
+
+def test_time_it_passes_the_right_answers():
+    C.time_it(ti_good)
+    C.time_it(ti_sorted)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (ti_no_sync, "never calls its wait argument"),
+    (_ti(sync_each=False, sync_before=True), "QUEUE the work"),
+    (_ti(stat=np.mean), "MEAN"), (_ti(stat=np.min), "the median"), (ti_no_warmup, "no warm-up"),
+    (_ti(time_warmup=True), "warm-up calls are timed"),
+    (_ti(sync_after_warmup=False), "synchronize after the warm-up"),
+    (ti_whole_loop, "whole loop"), (ti_own_clock_and_sync, "never read the clock"),
+    (ti_own_sync, "never calls its wait argument"),
+    (ti_milliseconds, "milliseconds"), (ti_all_times, "one number"),
+    (ti_library, "library's own version")])
+def test_time_it_names_the_mistake(fn, words):
+    expect_fail(C.time_it, fn, words)
+
+
+# ---- lesson 04c (04c_initialization): dead ReLU units
+def df_good(h):
+    return float((h == 0).all(axis=0).mean())
+
+
+def df_reshaped(h):                      # equally good: the units as one axis first
+    xp = dl.get_array_module(h)
+    return float(xp.mean(~(h != 0).reshape(len(h), -1).any(axis=0)))
+
+
+def df_any(h):
+    return float((h == 0).any(axis=0).mean())
+
+
+def df_entries(h):
+    return float((h == 0).mean())
+
+
+def df_samples(h):
+    return float((h == 0).reshape(len(h), -1).all(axis=1).mean())
+
+
+def df_count(h):
+    return int((h == 0).all(axis=0).sum())
+
+
+def df_alive(h):
+    return 1 - df_good(h)
+
+
+def df_tolerance(h):
+    return float((h < 1e-3).all(axis=0).mean())
+
+
+def df_channels(h):
+    z = h == 0
+    return float(z.reshape(len(z), z.shape[1], -1).all(axis=(0, 2)).mean())
+
+
+def df_negative(h):
+    return float((h < 0).all(axis=0).mean())
+
+
+def df_in_place(h):
+    h[h > 0] = 1
+    return float((h == 0).all(axis=0).mean())
+
+
+def df_layer_stats(h):
+    return dl.layer_stats(dl.Sequential(dl.ReLU()), h)[0]["dead"]
+
+
+def test_dead_fraction_passes_the_right_answers():
+    C.dead_fraction(df_good)
+    C.dead_fraction(df_reshaped)
+
+
+def test_dead_fraction_and_batch_requests_keep_a_cupy_case_on_the_gpu(device, capsys):
+    """Where a GPU (or the CuPy stand-in) is there, each check runs one more case on CuPy arrays."""
+    C.dead_fraction(df_good)
+    C.batch_requests(br_good)
+    out = capsys.readouterr().out
+    assert out.count("(NumPy and CuPy)") == (2 if device == "gpu" else 0), out
+
+
+@pytest.mark.parametrize("fn, words", [
+    (df_any, "for SOME sample"), (df_entries, "fraction of all the entries"),
+    (df_samples, "fraction of SAMPLES"), (df_count, "NUMBER of dead units"),
+    (df_alive, "ALIVE"), (df_tolerance, "still alive"), (df_channels, "dead CHANNELS"),
+    (df_negative, "never negative"), (df_in_place, "in place"),
+    (df_layer_stats, "library's own version")])
+def test_dead_fraction_names_the_mistake(fn, words):
+    expect_fail(C.dead_fraction, fn, words)
+
+
+# ---- lesson 05: micro-batching a service's requests
+def br_good(requests, forward, max_batch):
+    xp = dl.get_array_module(requests[0])
+    X = xp.concatenate(requests)
+    Y = xp.concatenate([forward(X[s:s + max_batch]) for s in range(0, len(X), max_batch)])
+    ends = np.cumsum([0] + [len(q) for q in requests])
+    return [Y[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+
+def br_queue(requests, forward, max_batch):      # equally good: a queue of pieces, a tuple back
+    pending = [(i, q) for i, q in enumerate(requests)]
+    parts = {i: [] for i in range(len(requests))}
+    while pending:
+        batch, room = [], max_batch
+        while pending and room:
+            i, q = pending.pop(0)
+            batch.append((i, q[:room]))
+            if len(q) > room:
+                pending.insert(0, (i, q[room:]))
+            room -= min(room, len(q))
+        out = forward(np.concatenate([q for _, q in batch]))
+        k = 0
+        for i, q in batch:
+            parts[i].append(out[k:k + len(q)])
+            k += len(q)
+    return tuple(np.concatenate(parts[i]) for i in range(len(requests)))
+
+
+def br_per_request(requests, forward, max_batch):
+    return [forward(q) for q in requests]
+
+
+def br_one_call(requests, forward, max_batch):
+    Y = forward(np.concatenate(requests))
+    ends = np.cumsum([0] + [len(q) for q in requests])
+    return [Y[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+
+def br_drop_last(requests, forward, max_batch):
+    X = np.concatenate(requests)
+    Y = np.concatenate([forward(X[s:s + max_batch])
+                        for s in range(0, len(X) - max_batch + 1, max_batch)])
+    ends = np.cumsum([0] + [len(q) for q in requests])
+    return [Y[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+
+def br_overlapping(requests, forward, max_batch):
+    X = np.concatenate(requests)
+    Y = np.concatenate([forward(X[s:s + max_batch])[:max_batch - 1]
+                        for s in range(0, len(X), max_batch - 1)])
+    ends = np.cumsum([0] + [len(q) for q in requests])
+    return [Y[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+
+def br_padded(requests, forward, max_batch):
+    X = np.concatenate(requests)
+    full = -(-len(X) // max_batch) * max_batch
+    Xp = np.zeros((full, X.shape[1]))
+    Xp[:len(X)] = X
+    Y = np.concatenate([forward(Xp[s:s + max_batch]) for s in range(0, full, max_batch)])
+    ends = np.cumsum([0] + [len(q) for q in requests])
+    return [Y[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+
+def br_whole_requests(requests, forward, max_batch):   # packs whole requests only
+    out, batch = [], []
+
+    def flush():
+        if batch:
+            Y = forward(np.concatenate(batch))
+            k = 0
+            for q in batch:
+                out.append(Y[k:k + len(q)])
+                k += len(q)
+            batch.clear()
+    for q in requests:
+        if sum(len(b) for b in batch) + len(q) > max_batch:
+            flush()
+        if len(q) > max_batch:
+            out.append(np.concatenate([forward(q[s:s + max_batch])
+                                       for s in range(0, len(q), max_batch)]))
+        else:
+            batch.append(q)
+    flush()
+    return out
+
+
+def br_joined(requests, forward, max_batch):
+    X = np.concatenate(requests)
+    return np.concatenate([forward(X[s:s + max_batch]) for s in range(0, len(X), max_batch)])
+
+
+def br_per_batch(requests, forward, max_batch):
+    X = np.concatenate(requests)
+    return [forward(X[s:s + max_batch]) for s in range(0, len(X), max_batch)]
+
+
+def br_split_at_sizes(requests, forward, max_batch):
+    X = np.concatenate(requests)
+    Y = np.concatenate([forward(X[s:s + max_batch]) for s in range(0, len(X), max_batch)])
+    return np.split(Y, [len(q) for q in requests][:-1])
+
+
+def br_reversed(requests, forward, max_batch):
+    return br_good(requests, forward, max_batch)[::-1]
+
+
+def test_batch_requests_passes_the_right_answers():
+    C.batch_requests(br_good)
+    C.batch_requests(br_queue)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (br_per_request, "one call per request"), (br_one_call, "a batch of 9 samples"),
+    (br_drop_last, "last, partial batch"), (br_overlapping, "went through forward 2 times"),
+    (br_padded, "no request's samples"), (br_whole_requests, "may be split"),
+    (br_joined, "one per request"), (br_per_batch, "expected (3, 3)"),
+    (br_split_at_sizes, "running total"), (br_reversed, "another order")])
+def test_batch_requests_names_the_mistake(fn, words):
+    expect_fail(C.batch_requests, fn, words)
 
 
 def cos_good(H, K, stride=1, padding=0):
@@ -927,6 +1245,152 @@ def test_bias_relu_backward_passes_the_right_answer():
     (brb_in_place, "in place"), (lambda dout, y: dout * (y > 0), "2 values")])
 def test_bias_relu_backward_names_the_mistake(fn, words):
     expect_fail(C.bias_relu_backward, fn, words)
+
+
+def lps_good(layers, per_call, loss, update):
+    costs = [per_call[name] for name in layers]
+    first = next(i for i, c in enumerate(costs) if c["params"])
+    n = sum(c["forward"] for c in costs) + loss
+    n += sum(c["backward"] for c in costs[first:]) - costs[first]["dx"]
+    return n + update * sum(c["params"] for c in costs)
+
+
+def lps_walk_back(layers, per_call, loss, update):   # equally good: backward as Sequential runs it
+    n = loss
+    for name in layers:
+        n += per_call[name]["forward"] + update * per_call[name]["params"]
+    for i in range(len(layers) - 1, -1, -1):
+        c = per_call[layers[i]]
+        if c["params"] and not any(per_call[m]["params"] for m in layers[:i]):
+            return n + c["backward"] - c["dx"]
+        n += c["backward"]
+    return n
+
+
+def _lps(layers, per_call, loss, update, skip, update_per=lambda c: c["params"], fwd=True):
+    costs = [per_call[name] for name in layers]
+    n = loss + sum(c["forward"] for c in costs) * fwd + sum(update * update_per(c) for c in costs)
+    return n + sum(c["backward"] for c in costs) - skip(costs)
+
+
+def lps_no_backward(layers, per_call, loss, update):
+    return _lps(layers, per_call, loss, update, lambda cs: sum(c["backward"] for c in cs))
+
+
+def lps_full_backward(layers, per_call, loss, update):
+    return _lps(layers, per_call, loss, update, lambda cs: 0)
+
+
+def lps_runs_the_layers_before(layers, per_call, loss, update):
+    return _lps(layers, per_call, loss, update,
+                lambda cs: next(c["dx"] for c in cs if c["params"]))
+
+
+def lps_skips_layer_zero(layers, per_call, loss, update):
+    return _lps(layers, per_call, loss, update, lambda cs: cs[0]["dx"])
+
+
+def lps_update_per_layer(layers, per_call, loss, update):
+    return lps_good(layers, per_call, loss, 0) + update * sum(
+        1 for name in layers if per_call[name]["params"])
+
+
+def lps_update_every_layer(layers, per_call, loss, update):
+    return lps_good(layers, per_call, loss, 0) + update * len(layers)
+
+
+def lps_no_update(layers, per_call, loss, update):
+    return lps_good(layers, per_call, loss, 0)
+
+
+def lps_no_loss(layers, per_call, loss, update):
+    return lps_good(layers, per_call, 0, update)
+
+
+def lps_no_forward(layers, per_call, loss, update):
+    return lps_good(layers, per_call, loss, update) - sum(per_call[n]["forward"] for n in layers)
+
+
+def test_launches_per_step_passes_the_right_answers():
+    C.launches_per_step(lps_good)
+    C.launches_per_step(lps_walk_back)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lps_no_backward, "leaves the backward pass out"), (lps_full_backward, "in full"),
+    (lps_runs_the_layers_before, "do not run backward at all"),
+    (lps_skips_layer_zero, "WITH PARAMETERS"), (lps_update_per_layer, "parameter ARRAY"),
+    (lps_update_every_layer, "only layers with parameters"), (lps_no_update, "update is missing"),
+    (lps_no_loss, "loss is missing"), (lps_no_forward, "forward pass is missing"),
+    (lambda layers, per_call, loss, update: lps_good(layers, per_call, loss, update) / 3,
+     "a fraction")])
+def test_launches_per_step_names_the_mistake(fn, words):
+    expect_fail(C.launches_per_step, fn, words)
+
+
+@pytest.fixture(scope="module")
+def emulated_kernels(tmp_path_factory):
+    """dlcourse.kernels on the CUDA kernels compiled as C++ (tests/support/cuda_emulator.py),
+    where g++ is on the PATH: every array counts as a GPU one and counts its launches."""
+    import sys
+    emulator = pytest.importorskip("support.cuda_emulator")
+    if emulator.GXX is None or not sys.platform.startswith("linux"):
+        pytest.skip("the CUDA kernels are emulated only on Linux with g++ on the PATH")
+    return emulator, emulator.compile_kernels(tmp_path_factory.mktemp("launch_count"),
+                                              emulator.all_sources())
+
+
+def test_launches_of_the_cnn_step_are_what_lesson_08d_prints(emulated_kernels, monkeypatch):
+    """Lesson 08d's exercise 7 counts a training step's launches from a table of launches per
+    call (GPU_LAUNCHES here, LAUNCHES there), and prints the counts for the MLP, dl.CNN and
+    dl.fuse(dl.CNN()); nbval checks that output. Count them here on the emulated GPU: every
+    array operation and every launch of our kernels, with SGD's fused update and as array code."""
+    import json
+    import re
+    from pathlib import Path
+
+    import dlcourse.kernels as K
+    emulator, emu = emulated_kernels
+    monkeypatch.setattr(K._build, "device_of", lambda a: "gpu")
+    monkeypatch.setattr(K, "device_of", lambda a: "gpu")
+    monkeypatch.setattr(K, "gpu_available", lambda: True)
+    for module in (K.matmul, K.fused, K.unfold):
+        monkeypatch.setattr(module, "require_cupy", lambda: emulator.FAKE_CUPY)
+        monkeypatch.setattr(module, "get_kernel",
+                            lambda f, n, defines=(): emulator.emulated_kernel(emu, f, n))
+    path = Path(__file__).parents[1] / "notebooks" / "08d_fusion_and_graphs.ipynb"
+    text = "".join("".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
+                   for o in c.get("outputs", []))
+    printed = {what: (int(a), int(b)) for what, a, b in re.findall(
+        r"^(\S.*?)\s+(\d+) launches per step,\s+(\d+) with SGD's update as array code$", text,
+        flags=re.M)}
+    models = {"MLP 784-512-512-10": (lambda: dl.MLP([12, 16, 16, 10], seed=0), (8, 12)),
+              "dl.CNN": (lambda: dl.CNN(image_size=(12, 12), seed=0), (4, 1, 12, 12)),
+              "dl.fuse(dl.CNN())": (lambda: dl.fuse(dl.CNN(image_size=(12, 12), seed=0)),
+                                    (4, 1, 12, 12))}
+    assert set(printed) == set(models), printed
+    rng = np.random.default_rng(0)
+    for what, (make, shape) in models.items():
+        x = emulator.device_array(rng.standard_normal(shape, dtype=np.float32))
+        labels = rng.integers(0, 10, shape[0])
+        counted = []
+        for fused_update in (True, False):
+            model = make().map_arrays(lambda a: a.view(emulator.EmuArray))
+            loss, opt = dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.01, momentum=0.9)
+            dl.use_kernels(opt, fused_update)
+
+            def step():
+                loss.forward(model.forward(x), labels)
+                model.backward(loss.backward(), input_grad=False)
+                opt.step()
+            step()                           # the first step makes the momentum buffers
+            before = emulator.EmuArray.launches
+            step()
+            counted.append(emulator.EmuArray.launches - before)
+        names = [type(layer).__name__ for layer in make().layers]
+        from dlcourse.check.cuda import GPU_LAUNCHES, _step_launches
+        assert [_step_launches(names, GPU_LAUNCHES, 2, u) for u in (1, 4)] == counted, what
+        assert printed[what] == tuple(counted), what
 
 
 # ---- new exercises (issue 26): Adam, per-axis output size, ties of a max, running statistics

@@ -11,10 +11,12 @@ mistakes, the likely fix::
 lesson              check                            your function
 ==================  ===============================  ==============================================
 04c_initialization  :func:`init_std`                 ``(fan_in, fan_out, scheme) -> float``
+04c_initialization  :func:`dead_fraction`            ``(h) -> fraction of dead units``
 05_gpu_batching     :func:`mlp_forward_batched`      ``(X, W1, b1, W2, b2) -> logits``
+05_gpu_batching     :func:`batch_requests`           ``(requests, forward, max_batch) -> outputs``
 ==================  ===============================  ==============================================
 
-The training checks of lesson 04a are in ``training.py``, the convolution lessons' (06-07) in
+The training checks of lessons 04a-04b are in ``training.py``, the convolution lessons' (06-07) in
 ``convolution.py`` and ``cnn.py``; the shared machinery (``call``, ``fail``, ``expect_close``,
 ...) lives in ``harness.py``.
 """
@@ -26,15 +28,17 @@ from .. import backend
 from .harness import (call, expect_close, expect_shape, expect_unchanged, fail, passed, rng,
                       to_array, to_number)
 
-__all__ = ["init_std", "mlp_forward_batched"]
+__all__ = ["init_std", "dead_fraction", "mlp_forward_batched", "batch_requests"]
 
 
 # The library's own versions of what each exercise builds: refused (an ExerciseError) while
 # the learner's function runs, with every alias of them in a dlcourse module (dl.Linear, ...).
 REFUSE: dict[str, list[str]] = {
     "init_std": ["dlcourse.layers.Linear.__init__"],
+    "dead_fraction": ["dlcourse.stats.layer_stats"],
     "mlp_forward_batched": ["dlcourse.layers.Linear.forward", "dlcourse.layers.ReLU.forward",
                             "dlcourse.layers.Sequential.forward"],
+    "batch_requests": [],    # the library has no batcher of requests: nothing to refuse
 }
 
 
@@ -91,6 +95,101 @@ def init_std(fn) -> None:
                        f"the signal's size steady for a {scheme!r} layer with fan_in={fan_in} "
                        f"and fan_out={fan_out}.", fix)
     passed(fn, len(cases))
+
+
+def _dead_mistakes(h):
+    """(a wrong fraction, what it is) for the usual mistakes; the first match names the fix."""
+    __tracebackhide__ = True
+    zero = h == 0
+    N = h.shape[0]
+    units = zero.reshape(N, -1)
+    return [
+        (units.any(axis=0).mean(), "that counts the units that are 0 for SOME sample; a unit is "
+                                   "dead only when it is 0 for EVERY sample of the batch."),
+        (units.mean(), "that is the fraction of all the entries that are 0 (about half, for a "
+                       "ReLU); count units instead: a unit is one column, dead when all of its N "
+                       "entries are 0."),
+        (units.all(axis=1).mean(), "that is the fraction of SAMPLES whose every unit is 0: the "
+                                   "samples run along axis 0, so a unit's N values lie along "
+                                   "that axis."),
+        (float(units.all(axis=0).sum()), "that is the NUMBER of dead units; return their "
+                                         "fraction (divide by the number of units)."),
+        (1 - units.all(axis=0).mean(), "that is the fraction of units ALIVE (not 0 for some "
+                                       "sample); the exercise asks for the dead ones."),
+        ((h.reshape(N, -1) < 1e-3).all(axis=0).mean(),
+         "a small positive output is still alive: the unit passes a gradient and learns. Dead "
+         "means exactly 0 (compare with 0, not with a tolerance)."),
+        (zero.reshape(N, zero.shape[1], -1).all(axis=(0, 2)).mean() if h.ndim > 2 else np.nan,
+         "that counts dead CHANNELS; here every channel at every position is a unit of its own "
+         "(as dl.layer_stats counts them): look at each entry after the sample axis."),
+        (lambda: (h < 0).reshape(N, -1).all(axis=0).mean(),
+         "a ReLU's output is never negative: a dead unit's output is exactly 0."),
+    ]
+
+
+def dead_fraction(fn) -> None:
+    """Check ``fn(h)`` -> the fraction of the units of a ReLU's output ``h`` (N, ...) that are 0
+    for every sample of the batch (the samples run along axis 0; every entry after it is a
+    unit: ``(N, H)`` for a Linear layer, ``(N, C, H, W)`` for a convolution), as one float, on
+    NumPy and (where a GPU is usable) CuPy arrays."""
+    __tracebackhide__ = True
+    r = rng(7)
+    x = r.standard_normal((64, 20))
+    W = r.standard_normal((20, 32)) / np.sqrt(20)
+    b = np.where(np.arange(32) % 6 == 0, -10.0, 0.0)       # 6 units pushed far below 0
+    small = np.maximum(r.standard_normal((8, 10)), 0)
+    small[:, 3] = 1e-6 * r.random(8)                        # alive, if only just
+    small[:, 7] = 0.0
+    image = np.maximum(r.standard_normal((5, 2, 3, 3)), 0)
+    image[:, 1] = 0.0                                        # channel 1: dead everywhere
+    image[:, 0, 2, 2] = 0.0
+    cases = [
+        ("h = [[0, 1.5, 0, 0.2, 1, 0], [0, 0, 2, 0.1, 0.5, 0], [0, 0.3, 0, 0.4, 0.7, 0], "
+         "[0, 0, 0, 0.3, 0.9, 0], [0, 0, 0, 0, 0, 0]] (5 samples, 6 units)",
+         np.array([[0.0, 1.5, 0.0, 0.2, 1.0, 0.0], [0.0, 0.0, 2.0, 0.1, 0.5, 0.0],
+                   [0.0, 0.3, 0.0, 0.4, 0.7, 0.0], [0.0, 0.0, 0.0, 0.3, 0.9, 0.0],
+                   [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])),
+        ("h = relu(x @ W + b), 64 samples and 32 units, 6 of them with a bias of -10",
+         np.maximum(x @ W + b, 0)),
+        ("h of shape (8, 10): unit 3 gives only tiny positive outputs (about 1e-6), unit 7 "
+         "only zeros", small),
+        ("h of shape (5, 2, 3, 3), a convolution's ReLU output: every channel at every "
+         "position is a unit (18 units; channel 1 is 0 everywhere)", image),
+        ("a batch of one sample, h = [[0, 2, 0, 0.5]]", np.array([[0.0, 2.0, 0.0, 0.5]])),
+    ]
+    for case, h in cases:
+        expected = float((h == 0).reshape(h.shape[0], -1).all(axis=0).mean())
+        given = h.copy()
+        got = to_number(call(fn, given, case=case, refuse=REFUSE["dead_fraction"],
+                             on_error="h is (N, ...) with the samples along axis 0: which axis "
+                                      "do the N values of one unit lie along?"),
+                        fn, case, "the dead fraction",
+                        "return one number, the fraction of the units that are dead.")
+        if not np.isclose(got, expected, rtol=1e-9, atol=1e-12):
+            fix = None
+            for wrong, why in _dead_mistakes(h):
+                if callable(wrong):
+                    wrong = wrong()
+                if np.isclose(got, wrong, rtol=1e-9, atol=1e-12):
+                    fix = why
+                    break
+            fail(fn, case, f"it returned {got:.6g}; {expected:.6g} of the units are 0 for "
+                           f"every sample.", fix)
+        expect_unchanged(fn, case, [("h", h, given)])
+    on_gpu = backend.gpu_available()
+    if on_gpu:
+        cp = backend.require_cupy()
+        case, h = cases[1]
+        case = f"{case}, as a CuPy array on the GPU"
+        got = to_number(call(fn, cp.asarray(h), case=case, refuse=REFUSE["dead_fraction"]),
+                        fn, case, "the dead fraction",
+                        "return one number: float(...) of the GPU's result copies it back.")
+        expected = float((h == 0).all(axis=0).mean())
+        if not np.isclose(got, expected, rtol=1e-9, atol=1e-12):
+            fail(fn, case, f"it returned {got:.6g} on the GPU; {expected:.6g} of the units are "
+                           f"0 for every sample.",
+                 "use the array's own operations (or xp = dl.get_array_module(h)), not NumPy's.")
+    passed(fn, len(cases) + on_gpu, on_gpu)
 
 
 # ======================================================================================
@@ -305,10 +404,170 @@ def mlp_forward_batched(fn) -> None:
     passed(fn, len(sizes) + on_gpu, on_gpu)
 
 
+class _Forward:
+    """The model a service runs, for :func:`batch_requests`: ``forward(X)`` (B, D) -> (B, K), row
+    by row, recording every batch it gets. Column 0 of every sample is its number (0, 1, ...,
+    in the order of the requests), so the batches show which samples went through, and how
+    often."""
+
+    def __init__(self, W):
+        __tracebackhide__ = True
+        self.W, self.batches = W, []
+
+    def __call__(self, X):
+        __tracebackhide__ = True
+        xp = backend.get_array_module(X)
+        self.batches.append(np.array(backend.to_numpy(X), dtype=np.float64, copy=True))
+        return xp.tanh(X @ xp.asarray(self.W)) + 0.5 * X[:, :1]
+
+
+def _requests(sizes, D, r):
+    """One (n_i, D) array per request; column 0 numbers the samples 0, 1, ... in order."""
+    __tracebackhide__ = True
+    total = sum(sizes)
+    X = r.standard_normal((total, D))
+    X[:, 0] = np.arange(total)
+    starts = np.cumsum([0, *sizes])
+    return [X[a:b] for a, b in zip(starts[:-1], starts[1:])]
+
+
+def batch_requests(fn) -> None:
+    """Check ``fn(requests, forward, max_batch)`` -> one output per request, in order: the
+    samples of all the requests (a list of (n_i, D) arrays) go through ``forward`` ((B, D) ->
+    (B, K)) in as few calls as possible, each of at most ``max_batch`` samples (a request may be
+    split between two batches), and the outputs come back split per request, (n_i, K) each.
+    Where a GPU is usable, one more case runs on CuPy arrays and the outputs must stay there."""
+    __tracebackhide__ = True
+    r = rng(9)
+    D, K = 5, 3
+    W = r.standard_normal((D, K))
+    cases = [([3, 2, 4], 4, "3 requests of 3, 2 and 4 samples, max_batch = 4 (the second "
+                            "request is split between two batches)"),
+             ([1] * 7, 3, "7 requests of 1 sample each, max_batch = 3"),
+             ([10, 2], 4, "a request of 10 samples, then one of 2, max_batch = 4 (the first "
+                          "needs three batches)"),
+             ([5, 3, 8], 16, "3 requests of 5, 3 and 8 samples, max_batch = 16 (one batch "
+                             "holds them all)"),
+             ([2, 6, 1, 1, 3], 5, "5 requests of 2, 6, 1, 1 and 3 samples, max_batch = 5")]
+    for sizes, max_batch, case in cases:
+        requests = _requests(sizes, D, r)
+        given = [q.copy() for q in requests]
+        forward = _Forward(W)
+        out = call(fn, given, forward, max_batch, case=case, refuse=REFUSE["batch_requests"],
+                   on_error="requests is a list of (n_i, D) arrays, forward takes one (B, D) "
+                            "batch and returns its (B, K) outputs.")
+        total = sum(sizes)
+        seen = forward.batches
+        too_big = [len(s) for s in seen if len(s) > max_batch]
+        if too_big:
+            fail(fn, case, f"forward got a batch of {too_big[0]} samples; max_batch is "
+                           f"{max_batch}.",
+                 "cut the samples into batches of at most max_batch (the last one may be "
+                 "smaller).")
+        samples = np.concatenate(requests)
+        rows = [row for s in seen if s.ndim == 2 and s.shape[1:] == (D,) for row in s]
+        ids = np.array([int(row[0]) if row[0] == int(row[0]) and 0 <= row[0] < total else -1
+                        for row in rows], dtype=np.int64)
+        own = np.array([i >= 0 and np.array_equal(row, samples[i]) for i, row in zip(ids, rows)],
+                       dtype=bool)
+        counts = np.bincount(ids[own], minlength=total) if own.any() else np.zeros(total, int)
+        if len(rows) != sum(len(s) for s in seen) or not own.all():
+            fail(fn, case, "forward got rows that are no request's samples (padding, or a "
+                           "copy of the wrong array).",
+                 "hand forward only the requests' own samples: a short last batch is fine.")
+        lost = np.flatnonzero(counts == 0)
+        if lost.size:
+            fail(fn, case, f"{lost.size} of the {total} samples never went through forward "
+                           f"(the first is sample {int(lost[0])}, counting from 0 over all "
+                           f"requests in order).",
+                 "was the last, partial batch left out? It holds fewer than max_batch samples, "
+                 "but its requests need their outputs too." if lost[-1] == total - 1 else None)
+        twice = np.flatnonzero(counts > 1)
+        if twice.size:
+            fail(fn, case, f"sample {int(twice[0])} (counting from 0 over all requests in "
+                           f"order) went through forward {int(counts[twice[0]])} times.",
+                 "each sample goes through once: the batches follow each other, without "
+                 "overlapping.")
+        fewest = -(-total // max_batch)
+        if len(forward.batches) > fewest:
+            fix = ("that is one call per request: a service that does so runs small batches, "
+                   "at small batches' throughput (section 4). Put the samples of all the "
+                   "requests together first." if len(forward.batches) == len(sizes) else
+                   "fill each batch up to max_batch, going on into the next request: a request "
+                   "may be split between two batches.")
+            fail(fn, case, f"forward was called {len(forward.batches)} times; the {total} "
+                           f"samples fit in {fewest} batches of at most {max_batch}.", fix)
+        if not isinstance(out, (list, tuple)):
+            fail(fn, case, f"it returned a {type(out).__name__}; expected a list of "
+                           f"{len(sizes)} arrays, one per request.",
+                 "split the outputs back per request: the first n_0 rows belong to request 0, "
+                 "the next n_1 to request 1, ...")
+        if len(out) != len(sizes):
+            fail(fn, case, f"it returned {len(out)} outputs for {len(sizes)} requests.",
+                 "one output per request, in the order of the requests, not one per batch."
+                 if len(out) == len(forward.batches) else None)
+        lengths = [len(o) if hasattr(o, "shape") and len(o.shape) else -1 for o in out]
+        if lengths != sizes and sorted(lengths) == sorted(sizes):
+            fail(fn, case, f"the outputs have {lengths} rows, the requests {sizes} samples: "
+                           f"they come back in another order than the requests.",
+                 "output i belongs to request i: keep the requests' order throughout.")
+        for i, (q, o) in enumerate(zip(requests, out)):
+            what = f"the output of request {i} ({len(q)} samples)"
+            got = to_array(o, fn, case, what)
+            expected = np.tanh(q @ W) + 0.5 * q[:, :1]
+            expect_shape(got, expected.shape, fn, case, what,
+                         "request i gets as many rows as it has samples, (n_i, K): cut the "
+                         "outputs at the running total of the sizes.")
+            if not np.allclose(got, expected, rtol=1e-6, atol=1e-9):
+                rows = [k for k, row in enumerate(got) if np.allclose(row, expected[0])]
+                fail(fn, case, f"{what} holds other samples' outputs.",
+                     "the outputs of request i start where the samples of the requests before "
+                     "it end (the sum of their sizes), and keep the requests' order."
+                     if not rows else None)
+        expect_unchanged(fn, case, [(f"requests[{i}]", q, g)
+                                    for i, (q, g) in enumerate(zip(requests, given))])
+    on_gpu = backend.gpu_available()
+    if on_gpu:
+        cp = backend.require_cupy()
+        sizes, max_batch = [3, 2, 4], 4
+        case = "3 requests of 3, 2 and 4 samples as CuPy arrays on the GPU, max_batch = 4"
+        requests = _requests(sizes, D, r)
+        out = call(fn, [cp.asarray(q) for q in requests], _Forward(W), max_batch, case=case,
+                   refuse=REFUSE["batch_requests"])
+        if not isinstance(out, (list, tuple)) or len(out) != len(sizes):
+            fail(fn, case, f"expected a list of {len(sizes)} outputs, one per request.")
+        for i, (q, o) in enumerate(zip(requests, out)):
+            if backend.device_of(o) != "gpu":
+                fail(fn, case, f"the output of request {i} came back as a NumPy array for CuPy "
+                               f"(GPU) requests.",
+                     "join and split with the functions of the requests' own array module "
+                     "(dl.get_array_module), not NumPy's, so the outputs stay on the GPU.")
+            expect_close(to_array(o, fn, case, f"the output of request {i}"),
+                         np.tanh(q @ W) + 0.5 * q[:, :1], fn, case,
+                         f"the output of request {i}")
+    passed(fn, len(cases) + on_gpu, on_gpu)
+
+
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
 # exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
 HINTS: dict[str, list[str]] = {
+    'dead_fraction': [
+        ('a unit is one entry of h after the sample axis; its N values, one per sample, lie '
+         'along axis 0. Which reduction over that axis says "0 for every sample"?'),
+        ('pseudo-code: dead = (h equal to ___) reduced with ___ over axis ___ (one answer per '
+         'unit); the fraction = the mean of dead, as a float. The definition is the first '
+         'paragraph of section 4'),
+    ],
+    'batch_requests': [
+        ('three steps: put the samples of all the requests together, in order; run forward on '
+         'consecutive slices of at most max_batch rows and put the outputs together; cut them '
+         'back at the running totals of the request sizes'),
+        ('pseudo-code: X = the requests joined along axis ___ (xp has a function for it); outs '
+         '= forward of X[s : s + ___] for s = 0, max_batch, 2 max_batch, ...; Y = outs joined; '
+         'ends = the running sums of the sizes; request i gets Y[ends[i-1] : ends[i]]. Section '
+         '4 says why one call per request is slow'),
+    ],
     'init_std': [
         ('write Var(out) for one output as a sum of fan_in products w·x; after a ReLU E[x²] is '
          'half the variance of its input. Which Var(w) keeps Var(out) equal to Var(x)? Xavier '

@@ -1,8 +1,9 @@
 """Derivation and shortcut cases of lessons 08a-09, dlcourse/check/cuda.py and playground.py (see __init__.py).
 
 No shortcut case (nothing in the library computes it, so nothing to refuse): global_index,
-warp_transactions, arithmetic_intensity (pure counting) and early_stop (the library has no
-early-stopping callback)."""
+warp_transactions, arithmetic_intensity, bank_conflicts, occupancy, launches_per_step (pure
+counting; the library has no launch counter) and
+early_stop (the library has no early-stopping callback)."""
 
 DERIVED: dict[str, list[str]] = {
     "global_index": [r"blockIdx\.x\*blockDim\.x\+threadIdx\.x", r"block_idx\*block_dim"],
@@ -11,8 +12,13 @@ DERIVED: dict[str, list[str]] = {
     "tiled_matmul": [r"acc\+=As@Bs", r"\+=As@Bs"],
     "arithmetic_intensity": [r"2·tile_m·tile_n·K|2\*tile_m\*tile_n\*K",
                              r"tile_m·K\+K·tile_n|tile_m\*K\+K\*tile_n|\(tile_m\+tile_n\)"],
+    "bank_conflicts": [r"unique\(addresses//bank_bytes\)|np\.unique\(", r"words%n_banks",
+                       r"bincount"],
+    "occupancy": [r"min\(", r"registers_per_sm//\(registers_per_thread\*threads_per_block\)",
+                  r"shared_bytes_per_block\+reserved", r"blocks\*threads_per_block/threads_per_sm"],
     "bias_relu_backward": [r"dout\*\(y>0\)|dout\*mask|dout\[n,f\]·1\[", r"dx\.sum\(axis=0\)",
                            r"Σovernofdx"],
+    "launches_per_step": [r"12\+2\+15\+6", r"4-2=2,so15"],
     "mlp_parameter_count": [r"d_in\*d_out\+d_out|d_in·d_out\+d_out|\(d_in\+1\)·d_out"],
 }
 
