@@ -16,15 +16,26 @@ last level says where to look (which equation, which earlier cell).
 from __future__ import annotations
 
 from . import (backprop, basics, capstone, cnn, compression, convolution, cuda, data_parallel,
-               deploy, init_and_batching, playground, training)
+               deploy, init_and_batching, playground, residual, training)
 
-__all__ = ["hint", "solution", "HINTS"]
+__all__ = ["hint", "solution", "HINTS", "Shown"]
+
+
+class Shown(str):
+    """Text already printed: still a ``str`` for code that reads it, but a notebook does not
+    echo it a second time as ``Out[n]`` (IPython calls ``_ipython_display_`` instead of showing
+    the repr, with its ``\\n`` escapes). The plain ``python`` prompt still echoes it: assign it
+    (``_ = dl.check.hint(...)``) there."""
+
+    def _ipython_display_(self):
+        pass
+
 
 # name -> [level 2, level 3, ...], kept beside each lesson's checks (their HINTS).
 HINTS: dict[str, list[str]] = {
     **basics.HINTS, **backprop.HINTS, **training.HINTS, **init_and_batching.HINTS,
-    **convolution.HINTS, **cnn.HINTS, **cuda.HINTS, **playground.HINTS, **compression.HINTS,
-    **deploy.HINTS, **data_parallel.HINTS, **capstone.HINTS,
+    **convolution.HINTS, **cnn.HINTS, **residual.HINTS, **cuda.HINTS, **playground.HINTS,
+    **compression.HINTS, **deploy.HINTS, **data_parallel.HINTS, **capstone.HINTS,
 }
 
 _shown: dict[str, int] = {}   # the deepest level shown so far in this session
@@ -41,9 +52,10 @@ def _levels(name: str) -> list[str]:
     return [first or "(this exercise's cell has no first-level hint)"] + HINTS.get(name, [])
 
 
-def hint(name: str, level: int | None = None) -> str:
-    """Print (and return) hint ``level`` of exercise ``name``; without ``level``, the next
-    level after the deepest one shown so far (starting at 2: level 1 is in the cell)."""
+def hint(name: str, level: int | None = None) -> Shown:
+    """Print (and return, as :class:`Shown`) hint ``level`` of exercise ``name``; without
+    ``level``, the next level after the deepest one shown so far (starting at 2: level 1 is in
+    the cell)."""
     try:
         levels = _levels(name)
     except KeyError as err:
@@ -60,14 +72,14 @@ def hint(name: str, level: int | None = None) -> str:
     else:
         text += f"\n(More: dl.check.hint({name!r}) again.)"
     print(text)
-    return text
+    return Shown(text)
 
 
-def solution(name: str) -> str:
-    """Print (and return) the reference solution of exercise ``name``, from the instructor
-    notebook. Try the hints first: writing it yourself is the exercise."""
+def solution(name: str) -> Shown:
+    """Print (and return, as :class:`Shown`) the reference solution of exercise ``name``, from
+    the instructor notebook. Try the hints first: writing it yourself is the exercise."""
     from ..student import find_exercise, solution_text
     path, _, _ = find_exercise(name)
     code = solution_text(name)
     print(f"Reference solution of {name} ({path.name}):\n\n{code}")
-    return code
+    return Shown(code)

@@ -1,5 +1,9 @@
-"""Derivation and shortcut cases of lessons 04-07, dlcourse/check/training.py,
-init_and_batching.py, convolution.py and cnn.py (see __init__.py)."""
+"""Derivation and shortcut cases of lessons 04-07b, dlcourse/check/training.py,
+init_and_batching.py, convolution.py, cnn.py and residual.py (see __init__.py).
+
+Not in DERIVED (they ask for a rule the lesson states, not a formula): dead_fraction (04c: the
+definition of a dead unit) and batch_requests (05: micro-batching). No shortcut case for
+batch_requests: the library has no batcher of requests to call."""
 
 DERIVED: dict[str, list[str]] = {
     "dropout_forward": [r"1/\(1-p\)", r"\\frac\{1\}\{1-p\}", r"\\frac\{x\}\{1-p\}"],
@@ -19,9 +23,18 @@ DERIVED: dict[str, list[str]] = {
     "batchnorm_running": [r"\\frac\{M\}\{M-1\}", r"M/\(M-1\)", r"1\.1\b"],
     "batchnorm_backward": [r"\\frac\{\\partialL\}\{\\partialx_i\}=", r"d_i-\\overline\{d\}",
                            r"\\partialL/\\partial\\beta=\\sum", r"\\partialL/\\partial\\gamma=\\sum"],
+    "layernorm_backward": [r"\\frac\{\\partialL\}\{\\partialx_\{nj\}\}=",
+                           r"d_\{nj\}-\\overline\{d\}", r"\\partialL/\\partial\\beta_j=\\sum",
+                           r"\\partialL/\\partial\\gamma_j=\\sum", r"\.mean\(axis=1"],
+    "residual_backward": [r"\\frac\{\\partialL\}\{\\partialx\}=g\+", r"I\+\\partialF/\\partialx",
+                          r"dx=dout\+", r"\\partialL/\\partialW_2=h\^\\top"],
 }
 
 SHORTCUTS: dict[str, tuple[str, str]] = {
+    "dead_fraction": ("dead_fraction", '''
+def dead_fraction(h):
+    return dl.layer_stats(dl.Sequential(dl.ReLU()), h)[0]["dead"]
+'''),
     "iterate_minibatches": ("iterate_minibatches", '''
 def iterate_minibatches(X, y, batch_size, shuffle=True, seed=None):
     yield from dl.data.batches(X, y, batch_size, shuffle=shuffle, seed=seed)
@@ -143,5 +156,26 @@ def batchnorm_running(x, gamma, beta, running_mean, running_var, momentum=0.1, e
     running_mean[...] = bn.buffers["running_mean"]
     running_var[...] = bn.buffers["running_var"]
     return out
+'''),
+    "layernorm_backward": ("layernorm_backward", '''
+def layernorm_backward(dout, cache, gamma):
+    x_hat, std = cache
+    ln = dl.LayerNorm(x_hat.shape[1], eps=1e-12, dtype=x_hat.dtype)
+    ln.params = {"gamma": gamma, "beta": np.zeros_like(gamma)}
+    ln.forward(x_hat)
+    return ln.backward(dout) / std, ln.grads["gamma"], ln.grads["beta"]
+'''),
+    "residual_backward": ("residual_backward", '''
+def residual_backward(dout, cache, params):
+    x, h = cache
+    D, H = params["W1"].shape
+    first, second = dl.Linear(D, H, dtype=x.dtype), dl.Linear(H, D, dtype=x.dtype)
+    first.params = {"W": params["W1"], "b": params["b1"]}
+    second.params = {"W": params["W2"], "b": params["b2"]}
+    block = dl.Residual(dl.Sequential(first, dl.ReLU(), second))
+    block.forward(x)
+    dx = block.backward(dout)
+    return dx, {"W1": first.grads["W"], "b1": first.grads["b"], "W2": second.grads["W"],
+                "b2": second.grads["b"]}
 '''),
 }
