@@ -75,7 +75,7 @@ class CheckpointError(ValueError):
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
     return __version__
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import distributed
+from ._suggest import did_you_mean
 from .data import POINT_SETS as _POINT_MAKERS
 from .doctor import doctor
 from .workspace import add_commands as add_workspace_commands
@@ -126,6 +127,18 @@ def _int_list(text):
 # ======================================================================================
 # The parser
 # ======================================================================================
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "invalid choice" (a command, a data set, a model) names the
+    closest few choices: ``invalid choice: 'mnsit'. Did you mean 'mnist'?``."""
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            close = did_you_mean(value, action.choices)
+            if close:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}.{close}")
+        super()._check_value(action, value)
+
+
 TRAIN_HELP = """\
 Train a model and print its accuracy on the test split, as the last line:
 `test accuracy: 0.xxxx`. With no options it trains the CNN on the 8x8 digits.
@@ -162,10 +175,10 @@ The learning rate decays from --lr to 0 along a cosine over the epochs.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, description="dlcourse: deep learning from first principles on NumPy and CuPy.",
         epilog="Run `dlcourse COMMAND --help` for the options of a command.")
-    from . import __version__
+    from ._version import __version__
     parser.add_argument("--version", action="version", version=f"dlcourse {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -253,8 +266,13 @@ def _load_data(name: str, flat: bool, progress: bool, path=None):
             "cifar10": data.load_cifar10}[name]
     try:
         return tuple(load(flat=flat, progress=progress, path=path))
-    except data.DownloadError as err:
-        raise CLIError(f"{err} On the command line: --data-path FOLDER.") from None
+    except data.DownloadError as err:      # its advice, in the command line's words, once
+        from .data.download import OFFLINE_HINT
+        message = str(err).replace(OFFLINE_HINT, "--dataset digits needs no download (it "
+                                                 "ships with scikit-learn).")
+        if "--data-path" not in message:
+            message += " On the command line: --data-path FOLDER."
+        raise CLIError(message) from None
     except (FileNotFoundError, data.DataFormatError) as err:
         if path is None:
             raise
@@ -508,11 +526,27 @@ def _add_deploy_commands(commands) -> None:
 
     serve = commands.add_parser(
         "serve", help="serve a saved model over HTTP, with a draw-a-digit page",
-        description="Serve MODEL.npz on http://127.0.0.1:PORT/: GET / is a page where you draw "
-                    "a digit, GET /health says the service is up and which model it serves, "
-                    "POST /predict takes {\"inputs\": [[...], ...]} and returns {\"classes\": "
-                    "[...], \"probabilities\": [[...], ...]}. Needs: pip install -e \".[serve]\".")
+        description="Serve MODEL.npz (or an .onnx file) on http://127.0.0.1:PORT/: GET / is a "
+                    "page where you draw a digit, GET /health says the service is up, which "
+                    "model and which engine it serves, POST /predict takes {\"inputs\": [[...], "
+                    "...]} and returns {\"classes\": [...], \"probabilities\": [[...], ...]}. "
+                    "The model runs on onnxruntime when it is installed: exported at start and "
+                    "refused unless its logits match dl.infer's (to 1e-4 on 8 random inputs). "
+                    "Requests that arrive within --batch-window-ms run as one batch. An .onnx "
+                    "file is served by onnxruntime as it is, its input shape read from the "
+                    "graph; of the checks only --expect-sha256 applies to it (no signature, "
+                    "key or digest inside). Needs: pip install -e \".[serve]\".")
     serve.add_argument("model", metavar="MODEL.npz")
+    serve.add_argument("--engine", choices=("auto", "onnxruntime", "dlcourse"), default="auto",
+                       help="what runs the model: onnxruntime (exported and checked at start), "
+                            "dlcourse (dl.infer, the course's own), or auto: onnxruntime when "
+                            "it is installed (default)")
+    serve.add_argument("--batch-window-ms", type=_number(float, lambda v: 0 <= v <= 1000,
+                                                         "milliseconds from 0 to 1000"),
+                       default=2.0, metavar="MS",
+                       help="requests arriving within MS milliseconds run as one batch (at "
+                            "most 1024 samples); 0 runs each on its own (default: 2)")
+    serve.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
     serve.add_argument("--port", type=_port, default=8000, help="default: 8000")
     serve.add_argument("--host", default="127.0.0.1",
                        help="default: 127.0.0.1, this machine only (0.0.0.0 opens it to the "
@@ -642,7 +676,8 @@ def _serve(args) -> int:
     try:
         serve(args.model, host=args.host, port=args.port, expect_sha256=args.expect_sha256,
               max_request_bytes=args.max_request_bytes, key=args.key,
-              public_key=args.public_key)
+              public_key=args.public_key, engine=args.engine,
+              batch_window_ms=args.batch_window_ms, shape=args.input_shape)
     except (ModelRefused, ImportError) as err:
         raise CLIError(str(err)) from None
     return 0

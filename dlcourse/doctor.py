@@ -2,8 +2,10 @@
 to fix what is missing.
 
 Introduced in notebook ``00_setup_and_gpu_arrays`` (and README's first steps). ``doctor()``
-returns 0 when the course can run (the CPU is enough), 1 when something required is missing;
-the command line (``dlcourse/cli.py``) calls it.
+returns 0 when the library runs (the CPU is enough), 1 when something it needs is missing; the
+command line (``dlcourse/cli.py``) calls it. Beyond the library, it checks what each lesson
+needs (``LESSON_NEEDS``: the extras' packages, ``mpiexec``) and says "ready" only when every
+lesson can run; otherwise which lessons can, and the one command that brings the others.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["doctor", "installed", "parse_nvidia_smi", "cupy_wheel"]
+__all__ = ["doctor", "installed", "program", "lessons", "lesson_problems", "lesson_ranges",
+           "parse_nvidia_smi", "cupy_wheel", "LESSON_NEEDS", "EXTRA_NEEDS", "install_command"]
 
 # ======================================================================================
 REQUIRED = [  # (distribution, import name, why)
@@ -34,6 +37,37 @@ RECOMMENDED = [  # the "course" extra: pip install -e '.[course]'
     ("ipywidgets", "ipywidgets", "sliders and live progress bars in the notebooks"),
 ]
 COURSE_INSTALL = 'python -m pip install -e ".[course]"'   # README's first command, its install
+
+# What a lesson needs beyond the library and JupyterLab, read from its notebook (a test holds
+# this table to the notebooks): the packages it imports, those of the library functions it
+# calls (dl.data.load_mnist1d: mnist1d; dl.widgets: ipywidgets), those of the commands it runs
+# (`dlcourse serve`: FastAPI and uvicorn), and `mpiexec`. Lessons not named need nothing more.
+LESSON_NEEDS: dict[str, tuple[str, ...]] = {
+    "04b": ("mnist1d", "ipywidgets"),
+    "04c": ("mnist1d",),
+    "07": ("mnist1d", "ipywidgets"),
+    "07b": ("mnist1d",),
+    "09": ("ipywidgets",),
+    "10": ("ml_dtypes",),
+    "12": ("onnx", "onnxruntime", "fastapi", "uvicorn"),
+    "12b": ("cryptography", "fastapi", "uvicorn"),
+    "13": ("mpi4py", "mpiexec"),
+}
+# Each of those: (its distribution, the extra of pyproject.toml that installs it; None: the
+# library's own dependencies, `pip install -e .`), and what it is for.
+EXTRA_NEEDS: dict[str, tuple[str, str | None, str]] = {
+    "mnist1d": ("mnist1d", None, "the MNIST-1D signals"),
+    "ml_dtypes": ("ml_dtypes", None, "bfloat16 and float8 on NumPy"),
+    "ipywidgets": ("ipywidgets", "course", "the interactive panels"),
+    "onnx": ("onnx", "serve", "ONNX export"),
+    "onnxruntime": ("onnxruntime", "serve", "running the exported model"),
+    "fastapi": ("fastapi", "serve", "the prediction service"),
+    "uvicorn": ("uvicorn", "serve", "the prediction service's web server"),
+    "cryptography": ("cryptography", "protect", "signatures and encryption"),
+    "mpi4py": ("mpi4py", "distributed", "MPI from Python"),
+    "mpiexec": ("mpich", "distributed", "the program that starts the MPI ranks"),
+}
+PROGRAMS = ("mpiexec",)      # found as a program, not imported
 CUPY_DISTS = ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")
 MIN_PYTHON = (3, 10)
 
@@ -57,10 +91,64 @@ def installed(dist: str, module: str) -> str | None:
     return version or "version unknown"
 
 
+def program(name: str) -> str | None:
+    """Where the program ``name`` is (this environment's first, as lesson 13 looks), or None."""
+    if name == "mpiexec":
+        from .distributed import mpiexec_path
+        return mpiexec_path()
+    import shutil
+    return shutil.which(name)
+
+
+def install_command(extra: str | None) -> str:
+    """The one command that installs an extra's packages (None: the library's own)."""
+    if extra == "distributed" and platform.system() == "Windows":
+        return ('python -m pip install -e ".[distributed]" and Microsoft MPI (MS-MPI, which '
+                'brings mpiexec)')
+    return "python -m pip install -e ." if extra is None else \
+        f'python -m pip install -e ".[{extra}]"'
+
+
+def lessons() -> list[str]:
+    """The lesson ids (``00`` ... ``14``) of the course notebooks, in order."""
+    try:
+        from .student import notebooks_dir
+        ids = {p.stem.split("_")[0] for p in notebooks_dir().glob("[0-9]*.ipynb")
+               if ".updated" not in p.name}
+    except FileNotFoundError:
+        ids = set(LESSON_NEEDS)
+    return sorted(ids)
+
+
+def lesson_problems(missing) -> dict[str, list[str]]:
+    """lesson -> what it needs of ``missing`` (names of LESSON_NEEDS), for the lessons that
+    cannot run."""
+    missing = set(missing)
+    return {lesson: [n for n in needs if n in missing]
+            for lesson, needs in LESSON_NEEDS.items() if missing & set(needs)}
+
+
+def lesson_ranges(ids, every) -> str:
+    """``"00-11b, 12b and 14"``: ``ids`` as runs of consecutive lessons of ``every`` (a run
+    of four or more as first-last, shorter ones lesson by lesson)."""
+    runs, run = [], []
+    for lesson in every:
+        if lesson in ids:
+            run.append(lesson)
+        elif run:
+            runs.append(run)
+            run = []
+    if run:
+        runs.append(run)
+    parts = [p for r in runs for p in ([f"{r[0]}-{r[-1]}"] if len(r) >= 4 else r)]
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
 def doctor(out=None) -> int:
     """Print the set-up report; return 0 when the course can run, 1 when not."""
     out = out or sys.stdout
-    from . import __version__, backend
+    from . import backend
+    from ._version import __version__
 
     rows: list[tuple[str, str]] = []     # (mark, text)
     fixes: list[str] = []
@@ -103,6 +191,32 @@ def doctor(out=None) -> int:
     if course_missing:   # one command for all of them: the README's
         fixes.append(f"for the notebooks, run {COURSE_INSTALL} in the course folder (it installs "
                      f"{', '.join(course_missing)})")
+
+    # -- what some lessons need beyond that ----------------------------------------------
+    missing = list(course_missing)
+    for name, (dist, extra, why) in EXTRA_NEEDS.items():
+        if name in [d for d, _, _ in RECOMMENDED]:
+            continue                                   # shown above
+        users = [lesson for lesson, needs in LESSON_NEEDS.items() if name in needs]
+        where = f"lesson{'s' if len(users) > 1 else ''} {', '.join(users)}"
+        found = program(name) if name in PROGRAMS else installed(dist, name)
+        if found is None:
+            missing.append(name)
+            gone = "is not on the PATH" if name in PROGRAMS else "is missing"
+            row("warn", f"{name} {gone} ({where}: {why})")
+        else:
+            row("ok", f"{name} {found} ({where})")
+    problems = lesson_problems(missing)
+    by_extra: dict[str | None, list[str]] = {}         # the commands that fix them, in order
+    for name in missing:
+        by_extra.setdefault(EXTRA_NEEDS.get(name, (None, "course", ""))[1], []).append(name)
+    for extra, names in by_extra.items():
+        if extra == "course" and course_missing:
+            continue                                   # said above, for the notebooks
+        users = [lesson for lesson, needs in problems.items() if set(names) & set(needs)]
+        fixes.append(f"for lesson{'s' if len(users) > 1 else ''} {', '.join(users)}, run "
+                     f"{install_command(extra)} in the course folder (it installs "
+                     f"{', '.join(EXTRA_NEEDS[n][0] for n in names)})")
 
     # -- the GPU ------------------------------------------------------------------------
     cupy_dists = [(d, _version_of(d)) for d in CUPY_DISTS]
@@ -173,6 +287,17 @@ def doctor(out=None) -> int:
     print("dlcourse doctor: can this set-up run the course?\n", file=out)
     for mark, text in rows:
         print(f"  {mark:<4}  {text}", file=out)
+    every = lessons()
+    notebooks = not ({"jupyterlab", "ipykernel"} & set(course_missing))
+    if notebooks and problems:
+        print("\nLessons:", file=out)
+        ready = [lesson for lesson in every if lesson not in problems]
+        if ready:
+            print(f"  ok    {lesson_ranges(ready, every)}", file=out)
+        for lesson, names in problems.items():
+            extras = dict.fromkeys(EXTRA_NEEDS[n][1] for n in names)
+            print(f"  warn  {lesson} needs {', '.join(names)}: "
+                  f"{' and '.join(install_command(e) for e in extras)}", file=out)
     if fixes:
         print("\nTo fix:", file=out)
         for fix in fixes:
@@ -188,7 +313,13 @@ def doctor(out=None) -> int:
               f"{' or '.join(d for d in ('jupyterlab', 'ipykernel') if d in course_missing)}): "
               f"run {COURSE_INSTALL}. The library runs {where}.", file=out)
         return 0
-    print(f"Result: ready. The course runs {where}.", file=out)
+    if problems:
+        ready = [lesson for lesson in every if lesson not in problems]
+        print(f"Result: ready for lessons {lesson_ranges(ready, every)}; not yet for "
+              f"{lesson_ranges(list(problems), every)} (see \"To fix\"; {COURSE_INSTALL} "
+              f"installs what every lesson needs). The library runs {where}.", file=out)
+        return 0
+    print(f"Result: ready for every lesson. The course runs {where}.", file=out)
     return 0
 
 

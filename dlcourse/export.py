@@ -24,6 +24,15 @@ LinearReLU         ``Gemm`` then ``Relu`` (the fused layers of ``dl.fuse``)
 Conv2dReLU         ``Conv`` then ``Relu``
 Sequential         its layers, one after another (MLP, CNN and ResNet are Sequentials)
 Residual           its block and its shortcut (or x itself), then ``Add``
+Embedding          ``Gather(W, ids)``                              (lessons 15-16)
+PositionalEmbed.   ``Add`` of ``W[:T]`` (``Shape``, ``Slice``: T is read from x)
+GELU               the tanh form from ``Mul``, ``Add``, ``Tanh`` (opset 17 has no Gelu)
+MultiHeadAttn.     ``MatMul`` + ``Add`` per projection, ``Reshape``/``Transpose`` into heads,
+                   ``MatMul``, ``Mul`` by 1/sqrt(d), the causal mask (``Trilu``) added,
+                   ``Softmax``, ``MatMul``, heads merged, output projection
+FeedForward        ``MatMul`` + ``Add``, GELU, ``MatMul`` + ``Add``
+Transformer        ``Gather``, the blocks (Sequentials of Residuals), ``LayerNormalization``,
+                   the head as ``MatMul`` + ``Add``; its input is int64 token ids (N, T)
 =================  ====================================================================
 
 A new layer type (the int8 layers of quantization, say) adds its own pattern with
@@ -49,6 +58,8 @@ from .fusion import Conv2dReLU, LinearReLU
 from .layers import (BatchNorm2d, Dropout, Flatten, GlobalAvgPool2d, Identity, Layer, LayerNorm,
                      Linear, ReLU, Residual, Sequential, Sigmoid, Tanh)
 from .shapes import as_pair
+from .attention import MultiHeadAttention
+from .transformer import GELU, GELU_A, GELU_C, Embedding, FeedForward, PositionalEmbedding, Transformer
 
 __all__ = ["export_onnx", "register_exporter", "EXPORTERS", "ExportError", "OnnxGraph",
            "OPSET", "IR_VERSION", "INPUT_NAME", "OUTPUT_NAME", "require"]
@@ -235,6 +246,85 @@ def _fused_relu(layer, g, x):
     return g.node("Relu", [_exporter(inner)(inner, g, x)])
 
 
+# -- attention and the transformer (lessons 15-16): x is (N, T, D), so Linear maps are
+#    MatMul + Add (Gemm takes 2-D inputs only) -------------------------------------------
+def _matmul_add(g, x, W, b, prefix=""):
+    return g.node("Add", [g.node("MatMul", [x, g.weight(f"{prefix}W", W)]), g.weight(f"{prefix}b", b)])
+
+
+def _constant(g, base, value, dtype=np.float32):
+    return g.weight(base, np.asarray(value, dtype=dtype), dtype=None)
+
+
+@register_exporter(Embedding)
+def _embedding(layer, g, x):
+    return g.node("Gather", [g.weight("W", layer.params["W"]), x], axis=0)
+
+
+@register_exporter(PositionalEmbedding)
+def _positional(layer, g, x):
+    # x + W[:T], T = x.shape[1], read from x so any T <= max_len runs
+    T = g.node("Slice", [g.node("Shape", [x]), _constant(g, "one", [1], np.int64),
+                         _constant(g, "two", [2], np.int64)])
+    rows = g.node("Slice", [g.weight("W", layer.params["W"]), _constant(g, "zero", [0], np.int64),
+                            T, _constant(g, "axis0", [0], np.int64)])
+    return g.node("Add", [x, rows])
+
+
+@register_exporter(GELU)
+def _gelu(layer, g, x):
+    # 0.5 x (1 + tanh(c (x + a x^3)))
+    x3 = g.node("Mul", [g.node("Mul", [x, x]), x])
+    u = g.node("Mul", [g.node("Add", [x, g.node("Mul", [x3, _constant(g, "a", GELU_A)])]),
+                       _constant(g, "c", GELU_C)])
+    one_plus_t = g.node("Add", [g.node("Tanh", [u]), _constant(g, "one", 1.0)])
+    return g.node("Mul", [g.node("Mul", [x, _constant(g, "half", 0.5)]), one_plus_t])
+
+
+@register_exporter(FeedForward)
+def _feedforward(layer, g, x):
+    h = _matmul_add(g, x, layer.fc1.params["W"], layer.fc1.params["b"], "fc1.")
+    h = _gelu(layer.act, g, h)
+    return _matmul_add(g, h, layer.fc2.params["W"], layer.fc2.params["b"], "fc2.")
+
+
+@register_exporter(MultiHeadAttention)
+def _multi_head_attention(layer, g, x):
+    p, H = layer.params, layer.heads
+    d = layer.d_model // H
+    heads_shape = _constant(g, "heads_shape", [0, 0, H, d], np.int64)     # 0: keep N, T
+
+    def heads(name, perm):          # (N, T, D) -> (N, T, H, d) -> transposed by perm
+        y = _matmul_add(g, x, p[f"W{name}"], p[f"b{name}"], name)
+        return g.node("Transpose", [g.node("Reshape", [y, heads_shape])], perm=perm)
+    q, kT, v = heads("q", [0, 2, 1, 3]), heads("k", [0, 2, 3, 1]), heads("v", [0, 2, 1, 3])
+    scores = g.node("Mul", [g.node("MatMul", [q, kT]), _constant(g, "scale", 1 / np.sqrt(d))])
+    if layer.causal:                # add -1e9 above the diagonal: exp() makes those weights 0
+        T = g.node("Slice", [g.node("Shape", [x]), _constant(g, "one", [1], np.int64),
+                             _constant(g, "two", [2], np.int64)])
+        ones = g.node("ConstantOfShape", [g.node("Concat", [T, T], axis=0)],
+                      value=g.onnx.numpy_helper.from_array(np.ones(1, np.float32)))
+        above = g.node("Sub", [_constant(g, "one_f", 1.0), g.node("Trilu", [ones], upper=0)])
+        scores = g.node("Add", [scores, g.node("Mul", [above, _constant(g, "minus_big", -1e9)])])
+    a = g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])        # (N, H, T, d)
+    merged = g.node("Reshape", [g.node("Transpose", [a], perm=[0, 2, 1, 3]),
+                                _constant(g, "model_shape", [0, 0, layer.d_model], np.int64)])
+    return _matmul_add(g, merged, p["Wo"], p["bo"], "o")
+
+
+@register_exporter(Transformer)
+def _transformer(model, g, x):
+    outer = g.prefix
+    for name in ("embedding", "position", "blocks", "norm"):
+        layer = getattr(model, name)
+        g.prefix = f"{outer}{name}."
+        x = _exporter(layer)(layer, g, x)
+    g.prefix = f"{outer}head."
+    x = _matmul_add(g, x, model.head.params["W"], model.head.params["b"])
+    g.prefix = outer
+    return x
+
+
 # ======================================================================================
 # The model
 # ======================================================================================
@@ -262,7 +352,8 @@ def to_onnx(model: Layer, input_shape):
     was_training = model.training
     model.eval()
     try:
-        sample = to_device(np.zeros((1,) + shape, dtype=model.dtype or np.float32), model.device)
+        in_dtype = np.dtype(getattr(model, "input_dtype", None) or model.dtype or np.float32)
+        sample = to_device(np.zeros((1,) + shape, dtype=in_dtype), model.device)
         y = model.forward(sample)
     except (ValueError, TypeError) as err:
         raise ExportError(f"the model does not take samples of shape {shape} (input_shape, "
@@ -277,7 +368,8 @@ def to_onnx(model: Layer, input_shape):
     f32 = onnx.TensorProto.FLOAT
     graph = helper.make_graph(
         g.nodes, f"dlcourse_{type(model).__name__}",
-        [helper.make_tensor_value_info(INPUT_NAME, f32, ["N", *shape])],
+        [helper.make_tensor_value_info(INPUT_NAME, onnx.TensorProto.INT64 if in_dtype.kind in "iu"
+                                       else f32, ["N", *shape])],
         [helper.make_tensor_value_info(OUTPUT_NAME, f32, ["N", *to_numpy(y).shape[1:]])],
         initializer=g.initializers)
     from ._version import __version__
@@ -297,7 +389,9 @@ def export_onnx(model: Layer, path, input_shape) -> Path:
             BatchNorm uses its running statistics), in float32.
         path: the ``.onnx`` file to write (atomically: a failure leaves any old file as is).
         input_shape: ONE sample's shape, without the batch axis: ``(64,)`` for an MLP on the
-            flat digits, ``(1, 8, 8)`` for a CNN on 8x8 images. The batch axis is dynamic.
+            flat digits, ``(1, 8, 8)`` for a CNN on 8x8 images, ``(T,)`` for a ``dl.Transformer``
+            (whose input is int64 token ids: a model's ``input_dtype`` says so). The batch
+            axis is dynamic.
 
     Raises:
         ExportError: a layer has no ONNX pattern (it is named), or the model does not take

@@ -15,8 +15,10 @@ In the student version the block, markers included, becomes one line at the same
 
         raise NotImplementedError("the gradient passes where the input was positive")
 
-and the exercise's check (``dl.check.relu_backward(relu_backward)``) then answers
-"relu_backward is not implemented yet: the gradient passes where the input was positive".
+(a hint too long for one line is split into adjacent string literals, one a line, under the
+``raise NotImplementedError(``), and the exercise's check
+(``dl.check.relu_backward(relu_backward)``) then answers "relu_backward is not implemented yet:
+the gradient passes where the input was positive".
 All outputs and execution counts are cleared; the notebook metadata is kept. In a markdown
 cell, a block between the same markers becomes "YOUR ANSWER HERE" (nbgrader's placeholder).
 
@@ -47,13 +49,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ._io import atomic_write
+from ._suggest import did_you_mean
 
 __all__ = ["write_student_notebooks", "make_student_notebook", "student_source",
            "SolutionMarkerError", "BEGIN", "END", "HINT", "GENERIC_HINT",
            "Exercise", "exercises", "tag_nbgrader", "tag_notebooks", "notebooks_dir",
            "find_exercise", "first_hint", "solution_text", "sync_notebooks", "MANIFEST",
            "BEGIN_DERIVATION", "END_DERIVATION", "derivation_name", "derivations",
-           "derivation_text"]
+           "derivation_text", "RAISE_WIDTH"]
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -66,7 +69,7 @@ END_DERIVATION = "<!-- END DERIVATION -->"
 HELD_BACK = ("> **The derivation is held back** until your `{name}` passes: work it out from what "
              "this section gives you (write it here if you like), then the check shows the worked "
              "derivation to compare with yours; later, `dl.check.derivation(\"{name}\")`.")
-GENERIC_HINT = "replace this line with your code (the text above says what it should do)."
+GENERIC_HINT = "replace this raise with your code (the text above says what it should do)."
 MARKDOWN_PLACEHOLDER = "YOUR ANSWER HERE"
 
 
@@ -92,6 +95,29 @@ def _python_string(text: str) -> str:
     if '"' not in text and "\\" not in text and text.isprintable():
         return f'"{text}"'
     return repr(text)
+
+
+RAISE_WIDTH = 88     # the longest line a student cell's ``raise`` may have (JupyterLab shows ~100)
+
+
+def _raise_line(indent: str, text: str, newline: str) -> str:
+    """``raise NotImplementedError("<text>")`` at ``indent``; a text too long for one line of
+    RAISE_WIDTH is split at spaces into adjacent string literals, one a line, which Python
+    joins back into exactly ``text``."""
+    one_line = f"{indent}raise NotImplementedError({_python_string(text)})"
+    if len(one_line) <= RAISE_WIDTH:
+        return one_line + newline
+    inner = indent + "    "
+    width = max(RAISE_WIDTH - len(inner) - 3, 20)     # 3: the quotes and a closing bracket
+    pieces, piece = [], ""
+    for word in text.split(" "):                       # each piece keeps its trailing space
+        if piece and len(piece) + len(word) > width:
+            pieces.append(piece)
+            piece = ""
+        piece += word + " "
+    pieces.append(piece[:-1])
+    literals = [f"{inner}{_python_string(p)}" for p in pieces]
+    return (f"{indent}raise NotImplementedError(\n" + "\n".join(literals) + ")" + newline)
 
 
 def derivation_name(source: str) -> str | None:
@@ -143,8 +169,7 @@ def student_source(source: str, *, cell_type: str = "code", where: str = "the ce
                     f"{where}: `{END}` on line {number} has no `{BEGIN}` before it.")
             newline = "\n" if line.endswith("\n") else ""
             if cell_type == "code":
-                text = hint if hint else GENERIC_HINT
-                out.append(f"{indent}raise NotImplementedError({_python_string(text)}){newline}")
+                out.append(_raise_line(indent, hint or GENERIC_HINT, newline))
             else:
                 out.append(f"{indent}{MARKDOWN_PLACEHOLDER}{newline}")
             begin_line = None
@@ -350,7 +375,9 @@ def find_exercise(name: str, folder=None):
             if ex.name == name:
                 return path, nb, ex
             names.append(ex.name)
-    raise KeyError(f"No exercise is called {name!r}. The exercises are: {', '.join(names)}.")
+    close = did_you_mean(name, names)        # the closest few; else every name, to choose from
+    raise KeyError(f"No exercise is called {name!r}."
+                   + (close or f" The exercises are: {', '.join(names)}."))
 
 
 def first_hint(name: str, folder=None) -> str | None:

@@ -6,24 +6,32 @@
 lessons and updates the ones the learner has not touched; a notebook the learner changed is
 kept, and a newer version of it is written beside it (``NN_name.updated.ipynb``). It says what
 it did and where the workspace is. As root (Docker, many cloud machines) it passes
-``--allow-root`` to JupyterLab.
+``--allow-root`` to JupyterLab. The lab opens without nbgrader's extensions (the test extra
+installs them for instructors, who open them on purpose: ``dlcourse start --nbgrader``), and
+stopping ``dlcourse start`` (Ctrl-C, SIGTERM, SIGHUP) stops the lab too.
 
-``dlcourse reset 06 conv2d_backward`` puts one exercise back to its starting state;
+``dlcourse reset 06 conv2d_backward`` (or ``reset 6 ...``) puts one exercise back to its
+starting state;
 ``dlcourse solution conv2d_backward`` prints the reference solution (only when asked for).
 """
 from __future__ import annotations
 
+import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ._io import atomic_write
+from ._suggest import did_you_mean
 from .student import (RENAMED, exercises, find_exercise, make_student_notebook,
                       notebooks_dir, solution_text, sync_notebooks)
 
 __all__ = ["WorkspaceError", "default_workspace", "reset_exercise", "jupyter_command",
-           "add_commands"]
+           "lab_environment", "run_lab", "add_commands"]
 
 ENV = "DLCOURSE_WORKSPACE"
 
@@ -74,14 +82,24 @@ def _now_in(stem: str) -> str:
 # --------------------------------------------------------------------------------------
 # dlcourse reset LESSON EXERCISE
 # --------------------------------------------------------------------------------------
-def _lesson_notebook(folder: Path, lesson: str) -> Path:
+def _lesson_key(lesson: str) -> str:
+    """``"1"`` -> ``"01"``, ``"4a"`` -> ``"04a"``; a name (``06_convolution``) stays as it is."""
     key = lesson.removesuffix(".ipynb")
-    matches = [p for p in sorted(folder.glob("*.ipynb"))
-               if ".updated" not in p.name and (p.stem == key or p.stem.split("_")[0] == key)]
+    number = re.fullmatch(r"(\d+)([a-z]?)", key)
+    return f"{int(number[1]):02d}{number[2]}" if number else key
+
+
+def _lesson_notebook(folder: Path, lesson: str) -> Path:
+    key = _lesson_key(lesson)
+    lessons = [p for p in sorted(folder.glob("[0-9]*.ipynb"))
+               if ".updated" not in p.name]          # NN_x.updated.ipynb: a copy, not a lesson
+    matches = [p for p in lessons if p.stem == key or p.stem.split("_")[0] == key]
     if len(matches) != 1:
-        found = ", ".join(p.stem for p in sorted(folder.glob("[0-9]*.ipynb"))) or "none"
-        raise WorkspaceError(f"no single lesson {lesson!r} in {folder} (the lessons: {found}). "
-                             f"Give its number (06) or its name (06_convolution).")
+        found = ", ".join(p.stem.split("_")[0] for p in lessons) or "none"
+        names = [p.stem for p in lessons] + [p.stem.split("_")[0] for p in lessons]
+        raise WorkspaceError(f"no lesson {lesson!r} in {folder}.{did_you_mean(key, names)} "
+                             f"Give its number (06) or its name (06_convolution); the "
+                             f"lessons: {found}.")
     return matches[0]
 
 
@@ -96,8 +114,9 @@ def reset_exercise(workspace, lesson: str, name: str, source=None) -> Path:
     fresh = make_student_notebook(course, target.name)
     by_name = {ex.name: ex for ex in exercises(course)}
     if name not in by_name:
-        raise WorkspaceError(f"{target.stem} has no exercise {name!r}; its exercises: "
-                             f"{', '.join(by_name) or 'none'}.")
+        raise WorkspaceError(f"{target.stem} has no exercise {name!r}."
+                             + (did_you_mean(name, by_name)
+                                or f" Its exercises: {', '.join(by_name) or 'none'}."))
     start = fresh.cells[by_name[name].cell]
     nb = nbformat.read(target, as_version=4)
     cells = [i for i, c in enumerate(nb.cells)
@@ -121,8 +140,20 @@ def reset_exercise(workspace, lesson: str, name: str, source=None) -> Path:
 # --------------------------------------------------------------------------------------
 # dlcourse start
 # --------------------------------------------------------------------------------------
-def jupyter_command(workspace, port: int | None = None, browser: bool = True) -> list[str]:
-    """The JupyterLab command line for the workspace (``--allow-root`` when run as root)."""
+# nbgrader (the test extra, for instructors) enables these in every JupyterLab of the
+# environment: its server side (which warns when the folder has no nbgrader_config.py) ...
+NBGRADER_SERVER = ("nbgrader.server_extensions.formgrader",
+                   "nbgrader.server_extensions.validate_assignment",
+                   "nbgrader.server_extensions.assignment_list",
+                   "nbgrader.server_extensions.course_list")
+# ... and its menus and panels. A learner's lab turns both off; instructors ask for them.
+NBGRADER_LAB = "@jupyter/nbgrader"
+
+
+def jupyter_command(workspace, port: int | None = None, browser: bool = True,
+                    nbgrader: bool = False) -> list[str]:
+    """The JupyterLab command line for the workspace (``--allow-root`` when run as root),
+    with nbgrader's server extensions off unless ``nbgrader`` (its menus: lab_environment)."""
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={workspace}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
@@ -130,7 +161,62 @@ def jupyter_command(workspace, port: int | None = None, browser: bool = True) ->
         cmd += [f"--port={port}", "--ServerApp.port_retries=0"]
     if not browser:
         cmd.append("--no-browser")
+    if not nbgrader:   # a command-line setting wins over every jupyter_server_config.d file
+        cmd += [f"--ServerApp.jpserver_extensions={name}=False" for name in NBGRADER_SERVER]
     return cmd
+
+
+def lab_environment(config_dir, environ=None, nbgrader: bool = False) -> dict[str, str]:
+    """The environment for the lab: ``environ`` (default ``os.environ``) with ``config_dir``
+    first on ``JUPYTER_CONFIG_PATH``, after writing there the page config that disables
+    nbgrader's lab extension (JupyterLab has no command-line option for that)."""
+    env = dict(os.environ if environ is None else environ)
+    if nbgrader:
+        return env
+    labconfig = Path(config_dir) / "labconfig"
+    labconfig.mkdir(parents=True, exist_ok=True)
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {NBGRADER_LAB: True}}, indent=1) + "\n")
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+        p for p in (str(config_dir), env.get("JUPYTER_CONFIG_PATH")) if p)
+    return env
+
+
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def run_lab(cmd, cwd=None, env=None, stop_timeout: float = 30) -> int:
+    """Run ``cmd`` (JupyterLab) and wait for it; return its exit status.
+
+    SIGTERM and SIGHUP sent to this process are passed on to the lab, which shuts down its
+    kernels and exits, and are waited for: stopping ``dlcourse start`` never leaves the lab
+    serving the port. Ctrl-C (KeyboardInterrupt) stops the lab the same way (SIGTERM, then
+    SIGKILL after ``stop_timeout`` seconds) before it is raised again.
+    """
+    child = subprocess.Popen(cmd, cwd=cwd, env=env)
+
+    def forward(signum, frame):
+        child.send_signal(signum)
+
+    previous = {}
+    try:
+        for signum in FORWARDED:
+            previous[signum] = signal.signal(signum, forward)
+    except ValueError:      # not the main thread: signals cannot be caught here
+        pass
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        try:
+            child.wait(timeout=stop_timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _start(args) -> int:
@@ -144,9 +230,14 @@ def _start(args) -> int:
     if find_spec("jupyterlab") is None:
         raise WorkspaceError("JupyterLab is not installed: python -m pip install -e \".[course]\" "
                              "(or open the workspace in any Jupyter you have).")
-    cmd = jupyter_command(workspace, args.port, browser=not args.no_browser)
-    print("dlcourse: starting JupyterLab (Ctrl-C to stop): " + " ".join(cmd[2:]), flush=True)
-    return subprocess.call(cmd, cwd=workspace)
+    cmd = jupyter_command(workspace, args.port, browser=not args.no_browser,
+                          nbgrader=args.nbgrader)
+    shown = [part for part in cmd[2:] if "jpserver_extensions" not in part]
+    print("dlcourse: starting JupyterLab (Ctrl-C to stop): " + " ".join(shown)
+          + ("" if args.nbgrader else " (nbgrader's extensions off)"), flush=True)
+    with tempfile.TemporaryDirectory(prefix="dlcourse-lab-") as config_dir:
+        return run_lab(cmd, cwd=workspace,
+                       env=lab_environment(config_dir, nbgrader=args.nbgrader))
 
 
 def _student_notebooks(args) -> int:
@@ -205,6 +296,8 @@ def add_commands(commands) -> None:
     start.add_argument("--no-browser", action="store_true", help="do not open a browser")
     start.add_argument("--no-lab", action="store_true",
                        help="only update the workspace; do not start JupyterLab")
+    start.add_argument("--nbgrader", action="store_true",
+                       help="keep nbgrader's menus and server extensions (for instructors)")
     parsers["student-notebooks"].add_argument("outdir", metavar="OUTDIR",
                                               help="folder to write into")
     parsers["reset"].add_argument("lesson",

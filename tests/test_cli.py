@@ -329,6 +329,36 @@ def test_offline_download_error_is_one_line_with_a_hint(monkeypatch, capsys):
     assert "needs no files" in capsys.readouterr().err
 
 
+def test_the_offline_advice_is_given_once_in_the_command_lines_words(monkeypatch, capsys,
+                                                                     tmp_path):
+    """Issue 29: the download error already names --data-path (and dl.data.load_digits)."""
+    import importlib
+    download = importlib.import_module("dlcourse.data.download")   # the module, not the function
+
+    def offline(url, *args, **kwargs):
+        raise download.URLError("no network")
+    monkeypatch.setattr(download, "urlopen", offline)
+    monkeypatch.setenv("DLCOURSE_DATA", str(tmp_path))
+    assert cli.main(["train", "--model", "mlp", "--dataset", "mnist", "--device", "cpu"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("--data-path") == 1 and "--dataset digits needs no download" in err
+    assert "dl.data" not in err and "\n" not in err
+
+
+def test_a_misspelled_command_or_dataset_gets_the_closest_names(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["strat"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'strat'. Did you mean 'start'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--dataset", "mnsit"])
+    err = capsys.readouterr().err
+    assert "Did you mean 'mnist'" in err and "'spirals'" not in err.splitlines()[-1]
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--dataset", "zzz"])          # nothing close: the whole list
+    assert "choose from 'digits'" in capsys.readouterr().err
+
+
 def test_small_sets_train_with_one_blas_thread():
     threadpoolctl = pytest.importorskip("threadpoolctl")
     args = cli.build_parser().parse_args(["train"])

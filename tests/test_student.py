@@ -11,6 +11,7 @@ Nothing here executes a whole notebook (nbval does that for the instructor versi
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import re
@@ -23,8 +24,8 @@ nbformat = pytest.importorskip("nbformat")
 
 import dlcourse as dl  # noqa: E402
 from dlcourse.check import ExerciseError  # noqa: E402
-from dlcourse.student import (BEGIN, END, GENERIC_HINT, HINT, SolutionMarkerError,  # noqa: E402
-                              student_source, write_student_notebooks)
+from dlcourse.student import (BEGIN, END, GENERIC_HINT, HINT, RAISE_WIDTH,  # noqa: E402
+                              SolutionMarkerError, student_source, write_student_notebooks)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
@@ -49,6 +50,13 @@ def _hints(source: str) -> list[str]:
         elif inside and hint is None and s.startswith(HINT):
             hint = s[len(HINT):].strip()
     return hints
+
+
+def _raised_texts(python: str) -> list[str]:
+    """The text of every ``raise NotImplementedError("...")`` in a cell's code."""
+    return [node.exc.args[0].value for node in ast.walk(ast.parse(python))
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+            and getattr(node.exc.func, "id", "") == "NotImplementedError" and node.exc.args]
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +101,16 @@ def test_student_version_is_valid_and_clean(student_dir, name):
             assert s_cell.source == t_cell.source, f"{where}: a cell without a solution changed"
             continue
         assert s_cell.source.count("raise NotImplementedError(") == len(hints), where
-        for hint in hints:
-            assert (hint or GENERIC_HINT) in s_cell.source, f"{where}: the hint {hint!r} is lost"
         # The student's cell is still valid Python (IPython magics and shell lines aside).
         python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
                            for line in s_cell.source.splitlines())
         compile(python, where, "exec")
+        raised = _raised_texts(python)            # a long hint is wrapped over several lines
+        for hint in hints:
+            assert (hint or GENERIC_HINT) in raised, f"{where}: the hint {hint!r} is lost"
+        too_long = [line for line in s_cell.source.splitlines()
+                    if "NotImplementedError" in line and len(line) > RAISE_WIDTH]
+        assert not too_long, f"{where}: a raise line runs off the screen: {too_long}"
     if n_blocks:
         assert any("raise NotImplementedError(" in c.source for c in student.cells)
 
@@ -465,9 +477,23 @@ def test_student_source_replaces_the_block_at_its_indentation():
         namespace["f"](1)
 
 
+def test_a_long_hint_is_wrapped_and_raised_whole():
+    hint = " ".join(f"step{i} does this and that," for i in range(20)) + " then  return it"
+    student = student_source(f"def f(x):\n    ### BEGIN SOLUTION\n    # HINT: {hint}\n"
+                             f"    y = x\n    ### END SOLUTION\n    return y\n")
+    lines = student.splitlines()
+    assert lines[1] == "    raise NotImplementedError(" and lines[-1] == "    return y"
+    assert len(lines) > 4 and max(len(line) for line in lines) <= RAISE_WIDTH
+    namespace = {}
+    exec(student, namespace)  # noqa: S102
+    with pytest.raises(NotImplementedError) as info:
+        namespace["f"](1)
+    assert str(info.value) == hint                      # the words, spaces and all
+
+
 def test_student_source_without_hint_gets_the_generic_one():
     student = student_source("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")
-    assert student == f'raise NotImplementedError("{GENERIC_HINT}")'
+    assert student == f'raise NotImplementedError(\n    "{GENERIC_HINT}")'   # too long for one
 
 
 def test_student_source_markdown_block():

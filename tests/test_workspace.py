@@ -102,12 +102,33 @@ def test_reset_puts_one_exercise_back_and_keeps_the_rest(source, tmp_path, capsy
     assert "has no exercise 'nope'" in capsys.readouterr().err
 
 
+def test_reset_takes_3_for_03_never_an_updated_copy_and_suggests_names(source, tmp_path,
+                                                                      capsys):
+    ws = tmp_path / "ws"
+    sync_notebooks(source, ws)
+    shutil.copy(ws / f"{LESSON}.ipynb", ws / f"{LESSON}.updated.ipynb")   # a newer version
+    args = ["--dir", str(ws), "--source", str(source)]
+    assert main(["reset", "3", "relu_backward", *args]) == 0
+    assert f"{LESSON}.ipynb" in capsys.readouterr().out
+    assert main(["reset", "3", "relu_backwrd", *args]) == 1
+    err = capsys.readouterr().err
+    assert "Did you mean 'relu_backward'" in err and "Its exercises" not in err
+    assert main(["reset", "33", "relu_backward", *args]) == 1
+    err = capsys.readouterr().err
+    assert "no lesson '33'" in err and "the lessons: 01, 03." in err and "updated" not in err
+    assert main(["reset", "03_backpropgation", "relu_backward", *args]) == 1
+    assert f"Did you mean '{LESSON}'?" in capsys.readouterr().err
+
+
 def test_solution_only_on_request(capsys):
     assert main(["solution", "relu_backward"]) == 0
     out = capsys.readouterr().out
     assert "dx = dout * (x > 0)" in out and "03_backpropagation" in out
     assert main(["solution", "no_such_exercise"]) == 1
     assert "The exercises are" in capsys.readouterr().err
+    assert main(["solution", "relu_backwrd"]) == 1                 # a typo: the closest few
+    err = capsys.readouterr().err
+    assert "Did you mean 'relu_backward'" in err and "The exercises are" not in err
 
 
 def test_student_notebooks_command_keeps_an_edited_notebook(source, tmp_path, capsys):
@@ -139,6 +160,64 @@ def test_jupyter_command_allows_root_only_as_root(monkeypatch, tmp_path):
     assert "--allow-root" not in cmd and "--no-browser" not in cmd
 
 
+def test_the_learners_lab_opens_without_nbgrader(tmp_path):
+    """Issue 29: the test extra installs nbgrader, which adds its menus and a warning about
+    nbgrader_config.py to every JupyterLab; `dlcourse start` turns it off (--nbgrader keeps it)."""
+    cmd = workspace.jupyter_command(tmp_path, 9999, browser=False)
+    for name in workspace.NBGRADER_SERVER:
+        assert f"--ServerApp.jpserver_extensions={name}=False" in cmd
+    assert not any("jpserver" in c for c in workspace.jupyter_command(tmp_path, nbgrader=True))
+    env = workspace.lab_environment(tmp_path / "cfg", {"JUPYTER_CONFIG_PATH": "/etc/mine"})
+    assert env["JUPYTER_CONFIG_PATH"] == os.pathsep.join([str(tmp_path / "cfg"), "/etc/mine"])
+    page = json.loads((tmp_path / "cfg" / "labconfig" / "page_config.json").read_text())
+    assert page == {"disabledExtensions": {"@jupyter/nbgrader": True}}
+    assert workspace.lab_environment(tmp_path / "x", {}, nbgrader=True) == {}
+    nbgrader = ROOT / ".venv" / "etc" / "jupyter" / "jupyter_server_config.d" / "nbgrader.json"
+    if nbgrader.exists():    # the names we turn off are the ones nbgrader turns on
+        enabled = json.loads(nbgrader.read_text())["ServerApp"]["jpserver_extensions"]
+        assert set(enabled) == set(workspace.NBGRADER_SERVER)
+
+
+# A stand-in for JupyterLab: it says it is up, and on SIGTERM or SIGHUP writes which signal
+# came and exits, as the lab shuts down its kernels and exits.
+STAND_IN = """
+import signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[1], "w").write(str(signum))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGHUP, stop)
+open(sys.argv[1] + ".up", "w").write("up")
+time.sleep(60)
+"""
+PARENT = """
+import sys
+from dlcourse.workspace import run_lab
+sys.exit(run_lab([sys.executable, "-c", sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="SIGHUP is POSIX only")
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_stopping_start_stops_the_lab(tmp_path, signum):
+    """Issue 29: SIGTERM or SIGHUP to `dlcourse start` reaches the lab, and start waits for it
+    (before, the lab was orphaned and kept serving the port)."""
+    mark = tmp_path / "got"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, STAND_IN, str(mark)],
+                              cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(f"{mark}.up").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Path(f"{mark}.up").exists(), "the stand-in did not start"
+        parent.send_signal(getattr(signal, signum))       # to start only, not its group
+        assert parent.wait(timeout=30) == 0                # the lab's exit status, once it exited
+        assert mark.read_text() == str(int(getattr(signal, signum)))
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,28 +227,35 @@ def _free_port() -> int:
 def test_start_serves_jupyterlab_on_a_workspace_without_solutions(tmp_path):
     pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the course extra)")
     ws, port = tmp_path / "ws", _free_port()
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "JUPYTER_TOKEN": "t0ken"}
     server = subprocess.Popen([sys.executable, "-m", "dlcourse", "start", "--dir", str(ws),
                                "--no-browser", "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
     try:
         deadline, answer = time.monotonic() + 120, None
         while time.monotonic() < deadline and server.poll() is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=2) as r:
+                with urllib.request.urlopen(f"{base}/api", timeout=2) as r:
                     answer = json.loads(r.read())
                     break
             except OSError:
                 time.sleep(0.5)
         assert answer and "version" in answer, "JupyterLab did not answer on the port"
+        with urllib.request.urlopen(f"{base}/lab?token=t0ken", timeout=10) as r:
+            page = r.read().decode()
+        assert '"disabledExtensions": ["@jupyter/nbgrader"' in page   # no nbgrader menus
+        server.send_signal(signal.SIGTERM)            # to `dlcourse start` alone: the lab too
+        output, _ = server.communicate(timeout=30)
+        with pytest.raises(OSError):                  # nothing serves the port any more
+            urllib.request.urlopen(f"{base}/api", timeout=2)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            output, _ = server.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
+        if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             output, _ = server.communicate()
+    assert "nbgrader" not in output.replace("(nbgrader's extensions off)", "")
     assert f"your workspace is {ws.resolve()}" in output
     assert len(list(ws.glob("*.ipynb"))) == len(list(NOTEBOOKS.glob("*.ipynb")))
     _solution_free(ws)
