@@ -5,7 +5,7 @@ seeded, in one run.
     python benchmarks/compression.py [--threads 2] [--seeds 0 1 2]
                                      [--models mlp cnn cnn32 mnist1d] [--json OUT.json]
 
-Models: ``mlp`` (64-128-10, 20 epochs), ``cnn`` (the small CNN of lessons 10-11: 8 and 16
+Models: ``mlp`` (64-128-10, 20 epochs), ``cnn`` (the small CNN of lessons 10-11b: 8 and 16
 channels, 1,864 weights, 10 epochs) and ``cnn32`` (the course's standard digits CNN, what
 ``dlcourse train digits`` builds: 32 and 64 channels, BatchNorm, dropout 0.25, 21,280 weights;
 10 epochs, batch 32), on the 8x8 digits; and ``mnist1d``, the 1-D CNN on MNIST-1D's 1x40

@@ -1,6 +1,7 @@
-"""Post-training int8 quantization: :func:`quantize`, :class:`QuantLinear`, :class:`QuantConv2d`.
+"""Post-training int8 quantization: :func:`quantize`, :class:`QuantLinear`, :class:`QuantConv2d`;
+asymmetric (zero-point) int8 and integer-only requantization, :func:`requantize`.
 
-Introduced in notebook ``11_quantization_and_pruning``.
+Introduced in notebook ``11a_quantization``.
 
 Symmetric int8: a float x is stored as ``q = clip(round(x / s), -127, 127)`` (int8) and read
 back as ``q * s``; the zero point is 0, so a zero stays exactly zero (padding, ReLU outputs,
@@ -20,6 +21,18 @@ A quantized Linear computes, with x_s the input's scale (calibrated: the largest
 which is the float product of the dequantized numbers, ``(x_q x_s) @ (W_q w_s) + b``, up to the
 float32 rounding of the last line (the tests compare the two). QuantConv2d is the same on the
 im2col matrix. Everything between these layers (ReLU, pooling, BatchNorm) stays float32.
+
+An accelerator without a float unit finishes the layer in integers too (Jacob et al. 2018, the
+scheme TensorFlow Lite runs). The input is asymmetric, ``x_q = clip(round(x / s_x) + z_x,
+-128, 127)`` (:func:`asymmetric_params`, :func:`quantize_affine`), the bias int32 at scale
+``s_x * s_w``, and the output is quantized with its own (s_y, z_y)::
+
+    acc = (x_q - z_x) @ W_q + b_q                      int32, exact
+    y_q = requantize(acc, M, z_y)                      int8,  M = s_x * s_w / s_y
+
+where :func:`requantize` multiplies by M in fixed point, ``M = M0 * 2**-31 * 2**-shift``
+(:func:`fixed_point_multiplier`): an int64 product, a rounding high half, a rounding right
+shift, the zero point, saturation.
 """
 from __future__ import annotations
 
@@ -32,7 +45,8 @@ from .layers import Layer, Linear, Sequential, eval_mode
 from .shapes import as_pair
 
 __all__ = ["QMAX", "symmetric_scale", "quantize_array", "dequantize_array", "QuantLinear",
-           "QuantConv2d", "quantize"]
+           "QuantConv2d", "quantize", "asymmetric_params", "quantize_affine", "dequantize_affine",
+           "fixed_point_multiplier", "requantize"]
 
 QMAX = 127       # symmetric int8: -127..127 (-128 unused, so the range is symmetric)
 
@@ -61,6 +75,66 @@ def quantize_array(x, scale):
 def dequantize_array(q, scale):
     """``q * scale`` in float32: the number each int8 stands for."""
     return q.astype(np.float32) * scale
+
+
+# ======================================================================================
+# Asymmetric (zero-point) int8 and integer-only requantization (Jacob et al. 2018)
+# ======================================================================================
+def asymmetric_params(x, qmin: int = -128, qmax: int = 127):
+    """``(scale, zero_point)`` that spread the range of x, widened to hold 0, over qmin..qmax:
+    ``scale = (max - min) / (qmax - qmin)`` (a Python float) and the integer ``zero_point`` that
+    stands for 0 (so 0 is exact). An all-zero x gets scale 1."""
+    lo = min(float(to_numpy(x.min())), 0.0)
+    hi = max(float(to_numpy(x.max())), 0.0)
+    scale = (hi - lo) / (qmax - qmin) if hi > lo else 1.0
+    zero_point = int(np.clip(np.rint(qmin - lo / scale), qmin, qmax))
+    return scale, zero_point
+
+
+def quantize_affine(x, scale, zero_point, qmin: int = -128, qmax: int = 127):
+    """``clip(round(x / scale) + zero_point, qmin, qmax)`` as int8 (uint8 when qmin >= 0)."""
+    xp = get_array_module(x)
+    q = xp.clip(xp.rint(x / scale) + zero_point, qmin, qmax)
+    return q.astype(np.uint8 if qmin >= 0 else np.int8)
+
+
+def dequantize_affine(q, scale, zero_point):
+    """``(q - zero_point) * scale`` in float32."""
+    return (q.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)
+
+
+def fixed_point_multiplier(M: float):
+    """``(M0, shift)`` with ``M = M0 * 2**-31 * 2**-shift``, M0 an integer in [2**30, 2**31) and
+    shift >= 0, for a real multiplier 0 < M < 1 (done once, offline, in floating point)."""
+    M = float(M)
+    if not 0.0 < M < 1.0:
+        raise ValueError(f"the requantization multiplier M = s_x * s_w / s_y must be in (0, 1) "
+                         f"here, got {M!r}.")
+    mantissa, exponent = np.frexp(M)            # M = mantissa * 2**exponent, mantissa in [0.5, 1)
+    M0 = int(np.rint(mantissa * 2.0 ** 31))
+    if M0 == 2 ** 31:                           # rounded up to 1.0: one bit more, or, just
+        M0, exponent = (M0 // 2, exponent + 1) if exponent < 0 else (M0 - 1, exponent)  # below 1
+    return M0, int(-exponent)
+
+
+def requantize(acc, M: float, zero_point: int, qmin: int = -128, qmax: int = 127):
+    """The integer-only output of a layer: ``clip(round(M * acc) + zero_point, qmin, qmax)`` as
+    int8, computed as gemmlowp does (Jacob et al. 2018, the paper's reference code): the int64
+    product ``acc * M0``, its rounded high half (``SaturatingRoundingDoublingHighMul``), a
+    rounding right shift (``RoundingDivideByPOT``), the zero point, saturation.
+
+    acc: int32 array (any shape); M: the real multiplier s_x * s_w / s_y in (0, 1).
+    """
+    xp = get_array_module(acc)
+    M0, shift = fixed_point_multiplier(M)
+    ab = acc.astype(np.int64) * np.int64(M0)                     # up to 62 bits
+    nudge = xp.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    total = ab + nudge
+    high = xp.where(total >= 0, total >> 31, -((-total) >> 31))  # C's division: toward zero
+    mask = np.int64((1 << shift) - 1)
+    threshold = (mask >> 1) + (high < 0)
+    out = (high >> shift) + ((high & mask) > threshold)          # round half away from zero
+    return xp.clip(out + zero_point, qmin, qmax).astype(np.uint8 if qmin >= 0 else np.int8)
 
 
 class _QuantLayer(Layer):
@@ -210,6 +284,12 @@ def quantize(model, X_calibration, per_channel: bool = True, batch_size: int = 2
     if fused:
         raise TypeError(f"quantize takes the unfused model, but this one holds {fused[0]}: pass "
                         f"the model dl.fuse was made from.")
+    nested = [(i, type(l).__name__) for i, l in enumerate(layers) if hasattr(l, "named_layers")]
+    if nested:
+        raise TypeError(f"quantize takes a flat Sequential (dl.MLP, dl.CNN), but layer "
+                        f"{nested[0][0]} is a {nested[0][1]}, a layer holding layers: its Linear "
+                        f"and Conv2d layers would stay float32. A model with residual blocks "
+                        f"(dl.ResNet) cannot be quantized here.")
     if not hasattr(X_calibration, "shape") or len(X_calibration) == 0:
         raise ValueError("quantize needs calibration inputs X_calibration: a non-empty array "
                          "shaped like the training inputs (e.g. a few hundred training samples).")

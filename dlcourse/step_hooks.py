@@ -10,13 +10,13 @@ of :class:`StepHooks` by name, and the hook does nothing unless that lesson's ar
     value, n = hooks.average_gradients(value, len(xb))  # lesson 13: over every rank's batch
     if hooks.should_step(model):                        # lesson 10: skip an fp16 overflow
         optimizer.step()
-        hooks.after_step(model)                         # lesson 11: pruned weights stay zero
+        hooks.after_step(model)                         # lesson 11b: pruned weights stay zero
 
 Each hook is an object made by its lesson's module (``precision.Policy``,
 ``prune.KeepPruned``, ``distributed.DataParallel``), imported only when fit's arguments (or a
 pruned model) ask for it: a plain ``fit`` imports none of them. The loop is notebook
 ``04a_mlp_on_digits``'s; the hooks come with ``10_number_formats_and_mixed_precision``,
-``11_quantization_and_pruning`` and ``13_data_parallel``.
+``11b_pruning`` and ``13_data_parallel``.
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class StepHooks:
     ``scale(dout) -> dout``           the loss's gradient, before backward (lesson 10)
     ``average_gradients(loss, n)``    -> the global batch's (loss, n) (lesson 13)
     ``should_step(model) -> bool``    False skips this update (lesson 10: fp16 overflowed)
-    ``after_step(model)``             after ``optimizer.step()`` (lesson 11: keep pruned)
+    ``after_step(model)``             after ``optimizer.step()`` (lesson 11b: keep pruned)
     ``record(history)``               after each epoch (lesson 10: the loss scaler's state)
     """
 
@@ -74,7 +74,7 @@ class StepHooks:
             data_parallel = DataParallel(comm, model, seed)
             steps.append(data_parallel)
         if _pruned(model):
-            from .prune import KeepPruned                             # lesson 11
+            from .prune import KeepPruned                             # lesson 11b
             steps.append(KeepPruned())
         return cls(steps, data_parallel)
 
@@ -111,6 +111,6 @@ class StepHooks:
 
 
 def _pruned(model) -> bool:
-    """Whether ``dl.prune`` (lesson 11) left a mask, ``layer.masks``, on a layer of the model
+    """Whether ``dl.prune`` (lesson 11b) left a mask, ``layer.masks``, on a layer of the model
     (a Sequential's layer, or the one inside a fused layer)."""
     return any(getattr(layer, "masks", None) for layer in every_layer(model))

@@ -1,5 +1,6 @@
-"""Lessons 10-11: number formats and mixed precision (dl.autocast, fit(precision=...),
-dl.LossScaler), int8 post-training quantization (dl.quantize) and magnitude pruning (dl.prune)."""
+"""Lessons 10-11b: number formats and mixed precision (dl.autocast, fit(precision=...),
+dl.LossScaler), int8 post-training quantization (dl.quantize) and integer-only requantization
+(11a), magnitude pruning (dl.prune), the sensitivity scan and channel pruning (11b)."""
 import functools
 import json
 import zipfile
@@ -385,6 +386,229 @@ def test_prune_gradually_reaches_the_sparsity_and_pruned_weights_stay_zero(devic
 
 
 # ======================================================================================
+# Which layers to prune how much (lesson 11b): per-layer sparsities, the sensitivity scan
+# ======================================================================================
+def test_prune_takes_one_sparsity_per_layer():
+    model = dl.CNN(image_size=8, channels=(4, 8), seed=0)
+    W7 = model.params["7.W"].copy()
+    assert dl.prune(model, {"0.W": 0.25, "3.W": 0.75}) is model
+    report = dl.sparsity(model)
+    assert report["0.W"] == pytest.approx(0.25, abs=0.02) and report["3.W"] == pytest.approx(0.75)
+    assert report["7.W"] == 0 and np.array_equal(model.params["7.W"], W7)   # not named: as it was
+    assert not hasattr(model.layers[7], "masks")
+    with pytest.raises(KeyError, match="name no prunable weight"):
+        dl.prune(model, {"1.W": 0.5})
+    with pytest.raises(ValueError, match="fraction"):
+        dl.prune(model, {"0.W": 1.5})
+
+
+def test_prune_sensitivity_prunes_one_layer_at_a_time_and_puts_it_back(device, to_dev):
+    X, y = dl.data.load_digits("val", flat=False)
+    model = dl.CNN(image_size=8, channels=(4, 8), seed=0).to(device)
+    dl.prune(model, {"3.W": 0.5})                  # an earlier mask stays as it was
+    before = {k: dl.to_numpy(v).copy() for k, v in model.params.items()}
+    mask = dl.to_numpy(model.layers[3].masks["W"]).copy()
+    table = dl.prune_sensitivity(model, to_dev(X[:100]), y[:100], sparsities=[0, 0.5, 0.99])
+    assert list(table) == ["0.W", "3.W", "7.W"] and all(list(r) == [0.0, 0.5, 0.99] for r in table.values())
+    dense = float((dl.to_numpy(model.predict(to_dev(X[:100]))) == y[:100]).mean())
+    assert all(row[0.0] == pytest.approx(dense) for row in table.values())
+    assert all(row[0.99] < dense for row in table.values())          # pruning one layer hurts
+    for k, v in model.params.items():                                 # put back, weights and masks
+        np.testing.assert_array_equal(dl.to_numpy(v), before[k])
+    np.testing.assert_array_equal(dl.to_numpy(model.layers[3].masks["W"]), mask)
+    assert not hasattr(model.layers[0], "masks") and not hasattr(model.layers[7], "masks")
+    # one layer alone at 0.99 = that layer pruned by dl.prune, the others dense
+    alone = dl.CNN(image_size=8, channels=(4, 8), seed=0).to(device)
+    alone.load_state_dict(model.state_dict())
+    dl.prune(alone, {"0.W": 0.99})
+    assert table["0.W"][0.99] == pytest.approx(
+        float((dl.to_numpy(alone.predict(to_dev(X[:100]))) == y[:100]).mean()))
+
+
+def test_choose_sparsities_gives_each_layer_the_largest_within_the_drop():
+    table = {"0.W": {0.0: 0.90, 0.5: 0.89, 0.7: 0.80, 0.9: 0.5},
+             "3.W": {0.0: 0.90, 0.5: 0.90, 0.7: 0.895, 0.9: 0.88},
+             "7.W": {0.0: 0.90, 0.5: 0.70, 0.7: 0.60, 0.9: 0.3}}
+    assert dl.choose_sparsities(table, max_drop=0.01) == {"0.W": 0.5, "3.W": 0.7, "7.W": 0.0}
+    assert dl.choose_sparsities(table, max_drop=0.05) == {"0.W": 0.5, "3.W": 0.9, "7.W": 0.0}
+    with pytest.raises(ValueError, match="sparsity 0"):
+        dl.choose_sparsities({"0.W": {0.5: 0.9}})
+
+
+# ======================================================================================
+# Channel pruning (lesson 11b): the model really shrinks
+# ======================================================================================
+def test_channels_to_keep_takes_the_largest_l1_norms_in_order(xp, to_dev):
+    from dlcourse.prune import channels_to_keep
+    W = np.zeros((5, 2, 1, 2), np.float32)
+    W[:, 0, 0, 0] = [1.0, -3.0, 0.5, 2.0, -0.1]
+    W[:, 1, 0, 1] = [1.5, 0.0, -0.2, 0.0, 0.1]       # L1: 2.5, 3, 0.7, 2, 0.2
+    kept = channels_to_keep(to_dev(W), 3)
+    assert dl.device_of(kept) == dl.device_of(to_dev(W))
+    assert dl.to_numpy(kept).tolist() == [0, 1, 3]
+    assert dl.to_numpy(channels_to_keep(to_dev(W), 5)).tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="whole number from 1 to 5"):
+        channels_to_keep(W, 0)
+
+
+def _zero_the_weakest(model, i, keep, batchnorm=False):
+    """Zero the filters (and bias, and BatchNorm output) of all but the ``keep`` channels of
+    largest L1 norm of Conv2d ``i``: removing them must change nothing."""
+    from dlcourse.prune import channels_to_keep
+    xp = dl.get_array_module(model.params[f"{i}.W"])
+    F = model.layers[i].out_channels
+    gone = np.setdiff1d(np.arange(F), dl.to_numpy(channels_to_keep(model.params[f"{i}.W"], keep)))
+    gone = xp.asarray(gone)
+    model.params[f"{i}.W"][gone] *= 0.01            # still the smallest L1 norms ...
+    if batchnorm:                                    # ... and BatchNorm's output is 0
+        model.params[f"{i + 1}.gamma"][gone] = 0
+        model.params[f"{i + 1}.beta"][gone] = 0
+    else:
+        model.params[f"{i}.W"][gone] = 0
+        model.params[f"{i}.b"][gone] = 0
+
+
+@pytest.mark.parametrize("batchnorm", [False, True], ids=["plain", "batchnorm"])
+def test_the_pruned_model_equals_the_original_where_the_removed_channels_were_zero(
+        batchnorm, device, to_dev):
+    rng = np.random.default_rng(0)
+    x = to_dev(rng.standard_normal((6, 1, 8, 8)).astype(np.float32))
+    model = dl.CNN(image_size=8, channels=(6, 8), batchnorm=batchnorm, seed=0).to(device)
+    if batchnorm:                                    # running statistics that are not 0 and 1
+        dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.01), dl.to_numpy(x),
+               np.arange(6) % 10, epochs=2, batch_size=3, seed=0, progress=False)
+    convs = [i for i, l in enumerate(model.layers) if isinstance(l, dl.Conv2d)]
+    for i, keep, next_in in ((convs[0], 4, "in_channels"), (convs[1], 3, "in_features")):
+        _zero_the_weakest(model, i, keep, batchnorm)
+        model.eval()
+        small = dl.prune_channels(model, i, keep=keep)
+        assert small.layers[i].out_channels == keep and small.params[f"{i}.W"].shape[0] == keep
+        if batchnorm:
+            assert small.layers[i + 1].num_features == keep
+            assert small.buffers[f"{i + 1}.running_var"].shape == (keep,)
+        following = next(l for l in small.layers[i + 1:] if isinstance(l, (dl.Conv2d, dl.Linear)))
+        assert getattr(following, next_in) == (keep if next_in == "in_channels" else keep * 2 * 2)
+        assert small.num_parameters() < model.num_parameters()
+        assert small.device == device and not small.training
+        np.testing.assert_allclose(dl.to_numpy(small.forward(x)), dl.to_numpy(model.forward(x)),
+                                   rtol=1e-5, atol=1e-5)
+        model.train()
+
+
+def test_a_channel_pruned_model_trains_saves_loads_and_exports(tmp_path):
+    X, y = dl.data.load_digits("train", flat=False)
+    model = dl.CNN(image_size=8, channels=(8, 16), seed=0)
+    small = dl.prune_channels(dl.prune_channels(model, 0, keep=4), "3.W", keep=6)
+    assert [l.out_channels for l in small.layers if isinstance(l, dl.Conv2d)] == [4, 6]
+    assert small.layers[7].in_features == 6 * 2 * 2
+    assert model.layers[0].out_channels == 8                     # the original is not changed
+    dl.fit(small, dl.SoftmaxCrossEntropy(), dl.Adam(small, lr=1e-2), X[:200], y[:200], epochs=1,
+           seed=0, progress=False)
+    big, little = dl.save(model, tmp_path / "big.npz"), dl.save(small, tmp_path / "small.npz")
+    assert little.stat().st_size < big.stat().st_size
+    back = dl.load(little)
+    np.testing.assert_array_equal(back.forward(X[:20]), small.eval().forward(X[:20]))
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    path = dl.export_onnx(small, tmp_path / "small.onnx", input_shape=(1, 8, 8))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: X[:20]})[0]
+    np.testing.assert_allclose(got, small.forward(X[:20]), rtol=1e-4, atol=1e-4)
+
+
+def test_prune_channels_errors():
+    model = dl.CNN(image_size=8, channels=(4, 8), seed=0)
+    with pytest.raises(ValueError, match="index of a Conv2d"):
+        dl.prune_channels(model, 1, keep=2)
+    with pytest.raises(ValueError, match="index of a Conv2d"):
+        dl.prune_channels(model, "conv", keep=2)
+    with pytest.raises(ValueError, match="whole number from 1 to 4"):
+        dl.prune_channels(model, 0, keep=5)
+    with pytest.raises(TypeError, match="Sequential"):
+        dl.prune_channels(dl.Conv2d(1, 4, 3), 0, keep=2)
+    with pytest.raises(TypeError, match="unfused"):
+        dl.prune_channels(dl.fuse(model), 0, keep=2)
+    last = dl.Sequential(dl.Conv2d(1, 4, 3, seed=0), dl.ReLU())
+    with pytest.raises(ValueError, match="model's output"):
+        dl.prune_channels(last, 0, keep=2)
+    with pytest.raises(TypeError, match=r"cannot cut through layer 2 \(MaxPool2d\)"):
+        dl.prune_channels(dl.Sequential(dl.Conv2d(1, 4, 3), dl.Flatten(), dl.MaxPool2d(2)), 0, 2)
+
+
+# ======================================================================================
+# Asymmetric int8 and integer-only requantization (lesson 11a)
+# ======================================================================================
+def test_asymmetric_params_put_zero_on_an_integer_and_use_the_whole_range(xp, to_dev):
+    from dlcourse.quantize import asymmetric_params, dequantize_affine, quantize_affine
+    x = to_dev(np.linspace(0.0, 2.0, 101).astype(np.float32))          # all >= 0, like a ReLU
+    s, z = asymmetric_params(x)
+    assert z == -128 and s == pytest.approx(2.0 / 255)
+    q = quantize_affine(x, s, z)
+    assert q.dtype == np.int8 and int(q.min()) == -128 and int(q.max()) == 127
+    assert float(abs(dl.to_numpy(dequantize_affine(q, s, z)) - dl.to_numpy(x)).max()) <= s / 2 + 1e-6
+    s, z = asymmetric_params(to_dev(np.array([-1.0, 3.0], np.float32)))
+    assert s == pytest.approx(4.0 / 255) and z == round(-128 + 1.0 / s)
+    assert int(quantize_affine(to_dev(np.zeros(1, np.float32)), s, z)[0]) == z   # 0 is exact
+    assert asymmetric_params(np.zeros(3)) == (1.0, -128)
+    s, z = asymmetric_params(np.array([0.0, 1.0]), qmin=0, qmax=255)
+    assert z == 0 and quantize_affine(np.array([1.0]), s, z, 0, 255).dtype == np.uint8
+
+
+@pytest.mark.parametrize("M, M0, shift", [(0.5, 2 ** 30, 0), (0.75, 3 * 2 ** 29, 0),
+                                          (0.0123, 1690499128, 6), (2.0 ** -20, 2 ** 30, 19),
+                                          (0.25 - 2.0 ** -40, 2 ** 30, 1),    # rounds up to 0.25
+                                          (1 - 2.0 ** -40, 2 ** 31 - 1, 0)])  # and stays below 1
+def test_fixed_point_multiplier(M, M0, shift):
+    from dlcourse.quantize import fixed_point_multiplier
+    got = fixed_point_multiplier(M)
+    assert got == (M0, shift)
+    assert 2 ** 30 <= got[0] < 2 ** 31
+    assert got[0] * 2.0 ** -31 * 2.0 ** -got[1] == pytest.approx(M, rel=2 ** -30)
+    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+        fixed_point_multiplier(1.5)
+
+
+def test_requantize_is_the_float_rescale_within_one_step_and_exact_away_from_ties(xp, to_dev):
+    from dlcourse.quantize import requantize
+    rng = np.random.default_rng(0)
+    for M, z, width in ((0.0123, 5, 20000), (0.00731, -7, 40000), (0.75, 3, 150), (3.1e-6, 0, 2 ** 28)):
+        acc = rng.integers(-width, width, 20000).astype(np.int32)
+        got = dl.to_numpy(requantize(to_dev(acc), M, z)).astype(np.int64)
+        exact = M * acc.astype(np.float64)
+        want = np.clip(np.floor(exact + 0.5) + z, -128, 127)
+        assert got.dtype == np.int64 and np.abs(got - want).max() <= 1
+        shift = max(0, -int(np.frexp(M)[1]))
+        window = (0.5 * 2.0 ** -shift if shift else 0) + 1e-6
+        away = np.abs(exact - np.floor(exact) - 0.5) > window
+        np.testing.assert_array_equal(got[away], want[away])
+        assert (got != want).mean() < 0.02
+    assert requantize(to_dev(np.array([1000, 12000, -12000, -1000], np.int32)), 0.0123, 5).dtype == np.int8
+    assert dl.to_numpy(requantize(to_dev(np.array([1000, 12000, -12000, -1000], np.int32)), 0.0123, 5)).tolist() == [17, 127, -128, -7]
+
+
+def test_the_integer_only_layer_matches_the_float_rescaled_path():
+    """A Linear with an asymmetric int8 input, symmetric int8 weights and an int32 bias: the
+    integer-only output equals the float rescale of the same accumulators within one step, and
+    dl.quantize's layer (symmetric input, float rescale) to within a few steps."""
+    from dlcourse.quantize import (asymmetric_params, quantize_affine, requantize)
+    X, y = dl.data.load_digits("train")
+    model = dl.MLP([64, 32, 10], seed=0)
+    dl.fit(model, dl.SoftmaxCrossEntropy(), dl.Adam(model, lr=1e-2), X, y, epochs=3, seed=0,
+           progress=False)
+    W, b = model.params["0.W"], model.params["0.b"]
+    s_x, z_x = asymmetric_params(X)
+    s_w = float(symmetric_scale(W))
+    W_q, b_q = quantize_array(W, np.float32(s_w)), np.rint(b / (s_x * s_w)).astype(np.int32)
+    s_y, z_y = asymmetric_params(X @ W + b)
+    acc = (quantize_affine(X, s_x, z_x).astype(np.int32) - z_x) @ W_q.astype(np.int32) + b_q
+    y_int = requantize(acc, s_x * s_w / s_y, z_y).astype(np.int64)
+    y_float = quantize_affine(acc * (s_x * s_w), s_y, z_y).astype(np.int64)
+    assert np.abs(y_int - y_float).max() <= 1 and (y_int == y_float).mean() > 0.99
+    q = dl.quantize(model, X, per_channel=False).layers[0].forward(X)
+    assert np.abs(y_int - quantize_affine(q, s_y, z_y).astype(np.int64)).max() <= 3
+
+
+# ======================================================================================
 # The exercise checks name the mistake (dl.check.loss_scale_step, quantize_symmetric,
 # magnitude_mask)
 # ======================================================================================
@@ -497,6 +721,77 @@ def _not_implemented(*args):
     raise NotImplementedError("HINT: the rule")
 
 
+def _requantize_with(acc, M, z_y, rounding=True, zero_point=True, saturate=True, wide=True):
+    """The integer path with one of its parts left out (the typical mistakes)."""
+    n = 0
+    while M * 2 ** n < 0.5:
+        n += 1
+    M0 = int(round(M * 2 ** (31 + n)))
+    p = (acc.astype(np.int64) if wide else acc) * M0
+    if rounding:
+        high = np.where(p >= 0, (p + 2 ** 30) >> 31, -((-p + 2 ** 30) >> 31))
+        half = (1 << n) >> 1
+        out = np.where(high >= 0, (high + half) >> n, -((-high + half) >> n))
+    else:
+        out = (p >> 31) >> n
+    out = out + (z_y if zero_point else 0)
+    return (np.clip(out, -128, 127) if saturate else out).astype(np.int8)
+
+
+def _requantize_right(acc, M, z_y):
+    return _requantize_with(acc, M, z_y)
+
+
+def _requantize_truncates(acc, M, z_y):
+    return _requantize_with(acc, M, z_y, rounding=False)
+
+
+def _requantize_no_zero_point(acc, M, z_y):
+    return _requantize_with(acc, M, z_y, zero_point=False)
+
+
+def _requantize_no_saturation(acc, M, z_y):
+    return _requantize_with(acc, M, z_y, saturate=False)
+
+
+def _requantize_int32(acc, M, z_y):
+    return _requantize_with(acc, M, z_y, wide=False)
+
+
+def _requantize_float_out(acc, M, z_y):
+    return np.clip(np.floor(M * acc.astype(np.float64) + 0.5) + z_y, -128, 127)
+
+
+def _requantize_by_library(acc, M, z_y):
+    from dlcourse.quantize import requantize
+    return requantize(acc, M, z_y)
+
+
+def _keep_right(W, keep):
+    return np.sort(np.argsort(-np.abs(W).reshape(len(W), -1).sum(axis=1), kind="stable")[:keep])
+
+
+def _keep_by_l2(W, keep):
+    return np.sort(np.argsort(-np.sqrt((W.reshape(len(W), -1) ** 2).sum(axis=1)))[:keep])
+
+
+def _keep_signed(W, keep):
+    return np.sort(np.argsort(-W.reshape(len(W), -1).sum(axis=1))[:keep])
+
+
+def _keep_smallest(W, keep):
+    return np.sort(np.argsort(np.abs(W).reshape(len(W), -1).sum(axis=1))[:keep])
+
+
+def _keep_unsorted(W, keep):
+    return np.argsort(-np.abs(W).reshape(len(W), -1).sum(axis=1), kind="stable")[:keep]
+
+
+def _keep_by_library(W, keep):
+    from dlcourse.prune import channels_to_keep
+    return channels_to_keep(W, keep)
+
+
 @pytest.mark.parametrize("checker, wrong, expected", [
     ("loss_scale_step", _scale_never_skips, ["take_step is True, expected False", "skipped"]),
     ("loss_scale_step", _scale_grows_one_late, ["expected 2048", "count this step first"]),
@@ -517,6 +812,19 @@ def _not_implemented(*args):
     ("loss_scale_step", _scale_by_library, ["dl.precision.LossScaler.update", "library's own"]),
     ("quantize_symmetric", _quantize_by_library, ["dl.quantize.symmetric_scale", "library's own"]),
     ("magnitude_mask", _mask_by_library, ["dl.prune.prune", "library's own"]),
+    # lesson 11a: integer-only requantization; lesson 11b: the channels to keep
+    ("requantize", _requantize_truncates, ["round, do not truncate", "expected -7, got -8"]),
+    ("requantize", _requantize_no_zero_point, ["zero point z_y", "expected 17, got 12"]),
+    ("requantize", _requantize_no_saturation, ["saturate", "wraps around", "expected 127, got -103"]),
+    ("requantize", _requantize_int32, ["overflow", "int64"]),
+    ("requantize", _requantize_float_out, ["dtype float64, expected int8"]),
+    ("requantize", _not_implemented, ["not implemented yet: HINT: the rule"]),
+    ("requantize", _requantize_by_library, ["dl.quantize.requantize", "library's own"]),
+    ("channel_l1_keep", _keep_by_l2, ["ABSOLUTE values", "L2"]),
+    ("channel_l1_keep", _keep_signed, ["take absolute values before summing"]),
+    ("channel_l1_keep", _keep_smallest, ["LARGEST norm"]),
+    ("channel_l1_keep", _keep_unsorted, ["increasing order"]),
+    ("channel_l1_keep", _keep_by_library, ["dl.prune.channels_to_keep", "library's own"]),
 ])
 def test_checks_name_the_mistake(checker, wrong, expected):
     with pytest.raises(dl.check.ExerciseError) as info:
@@ -537,7 +845,9 @@ def test_checks_pass_the_right_answers(capsys):
 
     dl.check.quantize_symmetric(quantize_symmetric)
     dl.check.magnitude_mask(magnitude_mask)
-    assert capsys.readouterr().out.count("\u2713") == 3
+    dl.check.requantize(_requantize_right)
+    dl.check.channel_l1_keep(_keep_right)
+    assert capsys.readouterr().out.count("\u2713") == 5
 
 
 def test_a_cast_leaves_the_int8_weights_int8():

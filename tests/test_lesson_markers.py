@@ -52,6 +52,11 @@ def _item(path, name, param_id=None):
     ("tests/test_layers.py", "test_batchnorm_running_statistics", "numpy", {"07"}),
     ("tests/test_layers.py", "test_layer_gradcheck", "numpy", {"03"}),
     ("tests/test_check_cnn.py", "test_i2c", None, {"06"}),
+    ("tests/test_check_cnn.py", "test_minibatches", None, {"04a"}),
+    ("tests/test_check_cnn.py", "test_adam_step", None, {"04b"}),
+    ("tests/test_train.py", "test_fit_learns_xor_and_fills_history", "numpy", {"04a"}),
+    ("tests/test_train.py", "test_clip_norm_is_checked", "0-ValueError", {"04b"}),
+    ("tests/test_optim.py", "test_clip_grad_norm_equals_torchs_clip_grad_norm_", None, {"04b"}),
     ("tests/test_check_cnn.py", "test_cp", None, {"07"}),
     ("tests/test_properties.py", "test_conv_fast_equals_naive", None, {"06"}),
     ("notebooks/06_convolution.ipynb", "Cell 3", None, {"06"}),
@@ -67,11 +72,19 @@ def _item(path, name, param_id=None):
      "init_and_batching", {"04c", "05"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
      "backprop", {"03"}),
+    ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
+     "training", {"04a", "04b"}),
     ("tests/test_hints.py", "test_hint_goes_one_level_at_a_time", None,
      set(LESSON_OF_NOTEBOOK.values())),
     ("tests/test_derive.py", "test_the_check_refuses_the_librarys_own_implementation",
      "grid_size_launch_config", {"08a"}),
     ("tests/test_floors.py", "test_anything", None, set()),
+    ("tests/test_compression.py", "test_requantize_is_the_float_rescale_within_one_step_and_exact"
+     "_away_from_ties", "numpy", {"11a"}),
+    ("tests/test_compression.py", "test_prune_channels_errors", None, {"11b"}),
+    ("tests/test_compression.py", "test_checks_name_the_mistake", "channel_l1_keep-_keep_by_l2",
+     {"10", "11a", "11b"}),
+    ("notebooks/11b_pruning.ipynb", "Cell 3", None, {"11b"}),
 ])
 def test_each_test_gets_its_lessons(path, name, param_id, expected):
     assert lessons_of(_item(path, name, param_id), _lesson_of_each_check()) == expected

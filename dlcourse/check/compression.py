@@ -1,9 +1,15 @@
-"""Checks for lessons 10-11: a loss-scaling step, symmetric int8 quantization, a pruning mask.
+"""Checks for lessons 10-11b: number formats, int8 quantization and requantization, pruning.
 
 - ``loss_scale_step(fn)`` (lesson 10): ``fn(scale, clean_steps, found_inf, growth_interval)
   -> (scale, clean_steps, take_step)``, one step of dynamic loss scaling;
-- ``quantize_symmetric(fn)`` (lesson 11): ``fn(x) -> (q, scale)``, q int8 of x's shape;
-- ``magnitude_mask(fn)`` (lesson 11): ``fn(w, sparsity) -> mask``, boolean of w's shape.
+- ``bf16_round(fn)`` (lesson 10): ``fn(x) -> float32 array of x's shape``, x rounded to the
+  nearest bfloat16 on its bits (ties to even), compared bit for bit with ml_dtypes;
+- ``quantize_symmetric(fn)`` (lesson 11a): ``fn(x) -> (q, scale)``, q int8 of x's shape;
+- ``requantize(fn)`` (lesson 11a): ``fn(acc, M, z_y) -> y_q``, int8 of acc's shape, the
+  integer-only rescaling of int32 accumulators (a fixed-point multiplier and a shift);
+- ``magnitude_mask(fn)`` (lesson 11b): ``fn(w, sparsity) -> mask``, boolean of w's shape;
+- ``channel_l1_keep(fn)`` (lesson 11b): ``fn(W, keep) -> indices``, the output channels of W
+  that channel pruning keeps (largest L1 norm), in increasing order.
 
 Each check runs your function on several cases and prints one line when all pass, or raises
 ``ExerciseError`` naming the case, the problem and the likely mistake, e.g.
@@ -14,10 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unchanged, fail,
-                      passed, rng, to_array, to_number)
+from .harness import (ExerciseError, call, expect_close, expect_on_gpu, expect_shape,
+                      expect_tuple, expect_unchanged, fail, gpu, passed, rng, shape_text,
+                      to_array, to_number)
 
-__all__ = ["loss_scale_step", "quantize_symmetric", "magnitude_mask"]
+__all__ = ["loss_scale_step", "bf16_round", "quantize_symmetric", "magnitude_mask", "requantize",
+           "channel_l1_keep"]
 
 
 # ======================================================================================
@@ -78,7 +86,202 @@ def loss_scale_step(fn):
 
 
 # ======================================================================================
-# Lesson 11: symmetric int8 quantization, and a magnitude-pruning mask
+# Lesson 10: float32 rounded to bfloat16 on the bits
+# ======================================================================================
+# The library's own bf16 rounding, and ml_dtypes' bfloat16 (what the check compares with),
+# answer with an error while the learner's function runs; a bfloat16 named in the function
+# itself (ml_dtypes.bfloat16, or the dtype's name as a string) is refused before it runs.
+_REFUSE_BF16 = ["dlcourse.precision.round_bf16_bits", "dlcourse.precision.round_to",
+                "dlcourse.precision._round_mantissa", "ml_dtypes.bfloat16"]
+_KEPT = np.uint32(0xFFFF0000)     # the 16 bits a bfloat16 keeps of a float32
+
+
+def _bf16_cases():
+    """(name, float32 x) pairs: every kind of value the rounding must get right."""
+    __tracebackhide__ = True
+    gen = rng(10)
+    near_one = 1 + np.arange(0, 17, dtype=np.float64) * 2.0**-9    # ties, ups and downs near 1
+    high = gen.integers(0, 1 << 16, 12, dtype=np.uint32) << np.uint32(16)
+    ties = np.r_[high | np.uint32(0x8000), high[:6] | np.uint32(0x18000)]   # exactly halfway
+    sub = np.r_[np.array([0, 1, 0x8000, 0x18000, 0x28000, 0x7FFFFF, 0x7F8000], np.uint32),
+                gen.integers(0, 1 << 23, 9, dtype=np.uint32)]              # exponent field 0
+    sub = np.r_[sub, sub | np.uint32(0x80000000)]                          # and their negatives
+    edges = np.array([0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0x7F7F0000, 0x7F800000,
+                      0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0x7F80FFFF, 0x7FFFFFFF,
+                      0xFFFFFFFF, 0x3F800000], np.uint32)
+    normal = (gen.standard_normal((4, 6)) * 10.0 ** gen.integers(-6, 6, (4, 6))).astype(np.float32)
+    return [("normal numbers of both signs from 1e-6 to 1e6, shape (4, 6)", normal),
+            ("values from 1 to 1.03125 in steps of 2^-9, ties among them (and their negatives)",
+             np.r_[near_one, -near_one].astype(np.float32)),
+            ("exactly halfway between two bf16 numbers (ties), both signs",
+             np.r_[ties, ties | np.uint32(0x80000000)].view(np.float32)),
+            ("zeros and subnormals (exponent field 0), both signs", sub.view(np.float32)),
+            ("the largest finite float32s (they round up to inf in bf16), inf, -inf and NaNs "
+             "(one of them with only its low 16 mantissa bits set)", edges.view(np.float32)),
+            ("random bit patterns, shape (64, 64) (every kind of value, NaNs included)",
+             gen.integers(0, 1 << 32, (64, 64), dtype=np.uint64).astype(np.uint32)
+             .view(np.float32))]
+
+
+def _ref_bf16(x):
+    """ml_dtypes' bfloat16 rounding (round to nearest, ties to even), as float32."""
+    __tracebackhide__ = True
+    import ml_dtypes
+    with np.errstate(all="ignore"):
+        return x.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def _bf16_mistakes(x):
+    """(wrong answer as a function of nothing, what went wrong) for the usual wrong roundings."""
+    __tracebackhide__ = True
+    u = np.ascontiguousarray(x).view(np.uint32)
+    want = _ref_bf16(x)
+    return [
+        (lambda: (u & _KEPT).view(np.float32),
+         "that is truncation (chopping): the low 16 bits are dropped, so every value moves "
+         "towards zero. Round to the NEAREST bf16 number: when the dropped bits are more "
+         "than half of one step of the kept part, the kept part goes up by one."),
+        (lambda: ((u + np.uint32(0x8000)) & _KEPT).view(np.float32),
+         "that is round half up: a value exactly halfway (dropped bits 1000...0) always "
+         "goes up (away from zero). Round half to EVEN instead, to the neighbour whose "
+         "lowest kept bit is 0 (so 1 + 2^-8 rounds down to 1, and 1 + 3 x 2^-8 up to "
+         "1.015625)."),
+        (lambda: ((u + np.uint32(0x7FFF)) & _KEPT).view(np.float32),
+         "that is round half down: a value exactly halfway always goes down (towards zero). "
+         "Round half to EVEN instead, to the neighbour whose lowest kept bit is 0 "
+         "(1 + 3 x 2^-8 goes UP to 1.015625)."),
+        (lambda: np.abs(want),
+         "the sign is lost: negative inputs come back positive. The sign is the top bit of "
+         "the pattern; keep it (round the pattern as it is, without taking absolute values "
+         "or clearing bit 31)."),
+        (lambda: x.copy(),
+         "nothing was rounded: the values come back as they went in."),
+        (lambda: x.astype(np.float16).astype(np.float32),
+         "that is float16 (5 exponent bits, 10 mantissa bits); bfloat16 keeps float32's 8 "
+         "exponent bits and only the top 7 mantissa bits: the top 16 bits of the pattern.")]
+
+
+def bf16_round(fn):
+    """``fn(x) -> float32 array of x's shape``: x (float32) rounded to the nearest bfloat16,
+    ties to even, NaN kept NaN, overflow to inf; compared bit for bit with ml_dtypes."""
+    __tracebackhide__ = True
+    cases = _bf16_cases()
+    for case, x in cases:
+        given = x.copy()
+        got = _bf16_call(fn, given, case)
+        changed = given.view(np.uint32) != x.view(np.uint32)    # bits: NaN != NaN as floats
+        if changed.any():
+            i = int(np.argmax(changed.ravel()))
+            fail(fn, case, f"your function changed its input x in place: x = "
+                           f"{_num(x.ravel()[i])} (bits {_hex(x.ravel()[i])}) is "
+                           f"{_num(given.ravel()[i])} (bits {_hex(given.ravel()[i])}) after the "
+                           f"call, so the caller's x is no longer what it passed.",
+                 "a view of x shares x's memory: adding into the view (+=, &=) writes into x. "
+                 "Compute the rounded bits into a new array instead.")
+        _expect_bf16(fn, case, x, got)
+    cp = gpu()
+    if cp is not None:
+        case, x = cases[-1]
+        case = f"{case}, on the GPU (a CuPy array)"
+        got = _bf16_call(fn, cp.asarray(x), case)
+        expect_on_gpu(got, fn, case, "the result")
+        _expect_bf16(fn, case, x, got)
+    passed(fn, len(cases) + (cp is not None), cp is not None)
+
+
+def _bf16_call(fn, x, case):
+    """The learner's answer for x, refusing ml_dtypes' bfloat16 and the library's rounding."""
+    __tracebackhide__ = True
+    refusal = ("it converts to ml_dtypes' bfloat16 type, whose rounding is what this exercise "
+               "asks you to build (and what the check compares with), so the check would be "
+               "testing ml_dtypes, not you.")
+    fix = ("work on the bits: view x as unsigned 32-bit integers (no copy), round them with "
+           "integer operations, and view the result as float32 again.")
+    if _names_bfloat16(getattr(fn, "__code__", None)):
+        fail(fn, case, refusal, fix)
+    try:
+        return call(fn, x, case=case, refuse=_REFUSE_BF16)
+    except ExerciseError as err:   # bfloat16 reached through a helper: NumPy's TypeError
+        if isinstance(err.__cause__, TypeError) and "refused" in str(err.__cause__):
+            fail(fn, case, refusal, fix)
+        raise
+
+
+def _names_bfloat16(code) -> bool:
+    """Does a function's code (or a function defined inside it) name the bfloat16 type?"""
+    __tracebackhide__ = True
+    if code is None:
+        return False
+    return ("bfloat16" in code.co_names or "bfloat16" in code.co_consts
+            or any(_names_bfloat16(c) for c in code.co_consts if hasattr(c, "co_names")))
+
+
+def _expect_bf16(fn, case, x, got):
+    """Compare the learner's result with ml_dtypes' bit for bit; name the mistake."""
+    __tracebackhide__ = True
+    got = to_array(got, fn, case, "the result")
+    expect_shape(got, x.shape, fn, case, "the result", "one rounded value per entry of x.")
+    if got.dtype == np.uint32:
+        fail(fn, case, "the result has dtype uint32: those are the rounded bit patterns.",
+             "reinterpret them as float32 (a view of the same bits, not a conversion of the "
+             "integers' values).")
+    if got.dtype != np.float32:
+        fail(fn, case, f"the result has dtype {got.dtype}, expected float32.",
+             "return float32 numbers (each one exactly a bfloat16 value: its low 16 bits 0).")
+    want = _ref_bf16(x)
+    nan = np.isnan(want)
+    same = ~nan & (got.view(np.uint32) == want.view(np.uint32))
+    wrong_at = ~(same | nan)
+    if wrong_at.any():
+        finite = ~nan
+        overflow = np.isinf(want) & np.isfinite(x)
+        why = ("float32 values at the very top of the range round up past the largest bf16 "
+               "number: the carry runs into the exponent and gives infinity, as storing them in "
+               "bf16 does." if not (wrong_at & ~overflow).any() else
+               "round to the nearest bf16 number (ties to even) on the bits: add to the "
+               "pattern what makes the kept part go up exactly when it should, then clear the "
+               "low 16 bits; a carry into the exponent is right.")
+        for wrong, explanation in _bf16_mistakes(x) if (wrong_at & ~overflow).any() else ():
+            try:
+                with np.errstate(all="ignore"):
+                    wrong = np.asarray(wrong())
+            except Exception:  # noqa: BLE001 - a mistake that cannot be computed here
+                continue
+            if np.array_equal(got[finite].view(np.uint32), wrong[finite].view(np.uint32)):
+                why = explanation
+                break
+        i = int(np.argmax(wrong_at.ravel()))
+        xi, gi, wi = x.ravel()[i], got.ravel()[i], want.ravel()[i]
+        fail(fn, case, f"{int(wrong_at.sum())} of {x.size} values are not the nearest "
+                       f"bf16; the first: x = {_num(xi)} (bits {_hex(xi)}) gave {_num(gi)} "
+                       f"(bits {_hex(gi)}), expected {_num(wi)} (bits {_hex(wi)}).", why)
+    lost = nan & ~np.isnan(got)
+    if lost.any():
+        i = int(np.argmax(lost.ravel()))
+        xi, gi = x.ravel()[i], got.ravel()[i]
+        turned = "inf" if np.isinf(gi) else "zero" if gi == 0 else "a number"
+        why = {"inf": "a NaN whose mantissa bits are all among the low 16 loses them when they "
+                      "are cleared, and an all-ones exponent over a zero mantissa is infinity.",
+               "zero": "the all-ones pattern carries past the top bit when rounded and wraps "
+                       "round to a zero.",
+               "a number": "rounding moved its bits out of the NaN patterns."}[turned]
+        fail(fn, case, f"NaN turned into {turned}: x = nan (bits {_hex(xi)}) gave {_num(gi)} "
+                       f"(bits {_hex(gi)}); a NaN must stay NaN.",
+             f"{why} Keep x itself wherever x is NaN (test x, not the rounded bits).")
+
+
+def _hex(value) -> str:
+    __tracebackhide__ = True
+    return f"0x{int(np.float32(value).view(np.uint32)):08X}"
+
+
+def _num(value) -> str:
+    __tracebackhide__ = True
+    return f"{float(value):.9g}"
+
+
+# ======================================================================================
+# Lessons 11a and 11b: symmetric int8 quantization, and a magnitude-pruning mask
 # ======================================================================================
 _REFUSE_QUANT = ["dlcourse.quantize.symmetric_scale", "dlcourse.quantize.quantize_array",
                  "dlcourse.quantize.dequantize_array", "dlcourse.quantize.quantize"]
@@ -191,6 +394,177 @@ def _count_mask(w, k):
     return keep.reshape(w.shape).astype(np.float64)
 
 
+# ======================================================================================
+# Lesson 11a: integer-only requantization (Jacob et al. 2018)
+# ======================================================================================
+_REFUSE_REQUANT = ["dlcourse.quantize.requantize", "dlcourse.quantize.fixed_point_multiplier"]
+
+
+def _requantize_cases():
+    __tracebackhide__ = True
+    gen = rng(111)
+    return [
+        ("a hand case, M=0.0123, z_y=5", np.array([[1000, -1000, 0, 40, 41],
+                                                    [-41, 12000, -12000, 9000, 7]], np.int32),
+         0.0123, 5),
+        ("a (64, 32) layer, M=0.00731, z_y=-7",
+         np.rint(gen.standard_normal((64, 32)) * 4000).astype(np.int32), 0.00731, -7),
+        ("M=0.75, already in [0.5, 1), z_y=3",
+         gen.integers(-150, 151, (20, 10)).astype(np.int32), 0.75, 3),
+        ("a small M=3.1e-06 and accumulators up to 2**28, z_y=0",
+         gen.integers(-2 ** 28, 2 ** 28, 500).astype(np.int32), 3.1e-6, 0),
+        ("a ReLU-like output range, M=0.02, z_y=-128 (many values saturate at both ends)",
+         gen.integers(-2000, 20000, (30, 20)).astype(np.int32), 0.02, -128),
+    ]
+
+
+def _requantize_reference(acc, M, z):
+    """(reference, mask of the entries that must match exactly): M * acc rounded, plus z, clipped.
+    Within half a step of the shift's grid of a tie, the paper's two roundings may land either
+    way (one step apart): those entries may differ by 1."""
+    __tracebackhide__ = True
+    exact = M * acc.astype(np.float64)
+    ref = np.clip(np.floor(exact + 0.5) + z, -128, 127)
+    shift = max(0, -int(np.frexp(M)[1]))
+    window = (0.5 * 2.0 ** -shift if shift else 0.0) + 1e-6
+    strict = np.abs(exact - np.floor(exact) - 0.5) > window
+    return ref, strict
+
+
+def requantize(fn):
+    """``fn(acc, M, z_y) -> y_q``: int8 of acc's shape, ``clip(round(M acc) + z_y, -128, 127)``
+    computed in integers; equal to the float reference but where the paper's two roundings
+    meet a near-tie (then within one step)."""
+    __tracebackhide__ = True
+    cases = _requantize_cases()
+    cp = gpu()
+    if cp is not None:
+        name, acc, M, z = cases[1]
+        cases.append((name + ", on the GPU (CuPy)", cp.asarray(acc), M, z))
+    for name, acc, M, z in cases:
+        case = f"{name}, acc {shape_text(acc.shape)} int32"
+        given = acc.copy()
+        got = call(fn, given, M, z, case=case, refuse=_REFUSE_REQUANT)
+        if cp is not None and isinstance(acc, cp.ndarray):
+            expect_on_gpu(got, fn, case, "y_q")
+        acc_np = np.asarray(to_array(acc, fn, case, "acc"))
+        expect_unchanged(fn, case, [("acc", acc_np, given)])
+        y = to_array(got, fn, case, "y_q")
+        expect_shape(y, acc_np.shape, fn, case, "y_q", "one output per accumulator: acc's shape.")
+        _expect_requantized(fn, case, acc_np, M, z, given, y.astype(np.float64))
+        if np.dtype(y.dtype) != np.int8:
+            fail(fn, case, f"y_q has dtype {y.dtype}, expected int8.",
+                 "the output is the next layer's int8 input: clip to -128..127, then convert to "
+                 "8-bit integers (int8).")
+    passed(fn, len(cases))
+
+
+def _expect_requantized(fn, case, acc, M, z, given, y):
+    __tracebackhide__ = True
+    ref, strict = _requantize_reference(acc, M, z)
+    diff = y - ref
+    wrong = (strict & (diff != 0)) | (np.abs(diff) > 1)
+    if not wrong.any():
+        return
+    saturated = (ref == -128) | (ref == 127)
+    inside = strict & ~saturated
+    no_zero = np.clip(np.floor(M * acc.astype(np.float64) + 0.5), -128, 127)
+    if z != 0 and inside.any() and np.array_equal(y[inside], no_zero[inside]):
+        fix = ("add the output's zero point z_y after the rescaling: y_q = z_y + (M acc, "
+               "rounded). Without it every output is off by z_y.")
+    elif not (wrong & ~saturated).any():
+        fix = ("saturate: clip to the int8 range -128..127 before converting to int8. A plain "
+               "conversion wraps around (200 becomes -56), and a value past the range must stay "
+               "at its edge.")
+    elif _fixed_by_int64(fn, acc, M, z, case, ref, strict):
+        fix = ("overflow: acc times the 31-bit multiplier needs up to 62 bits, and int32 "
+               "arithmetic silently wraps around. Convert acc to int64 before multiplying (the "
+               "paper's C code does the product in a 64-bit integer).")
+    elif np.abs(diff[inside]).max(initial=0) <= 1:
+        fix = ("round, do not truncate: a plain right shift (>>) or integer division drops the "
+               "bits it shifts out, so results fall up to one step low. Add half of the divisor "
+               "before shifting (its sign matters for negative values), and the same in the high "
+               "multiply.")
+    else:
+        fix = ("compare with the float reference round(M * acc) + z_y on a few entries: is M0 in "
+               "[2**30, 2**31), and does M0 * 2**-31 * 2**-n give back M? Is the shift to the "
+               "right, by n?")
+    i = tuple(int(k) for k in np.argwhere(wrong)[0])
+    fail(fn, case, f"{int(wrong.sum())} of {y.size} outputs are wrong; at index {i} (acc = "
+                   f"{int(acc[i])}, M acc = {M * float(acc[i]):.4f}) expected {int(ref[i])}, got "
+                   f"{int(y[i])}.", fix)
+
+
+def _fixed_by_int64(fn, acc, M, z, case, ref, strict):
+    """Whether the same function is right when acc comes as int64 (then int32 overflowed)."""
+    __tracebackhide__ = True
+    try:
+        again = np.asarray(to_array(call(fn, acc.astype(np.int64), M, z, case=case,
+                                         refuse=_REFUSE_REQUANT), fn, case, "y_q"), np.float64)
+    except Exception:  # noqa: BLE001 - it fails another way: not an overflow
+        return False
+    return again.shape == ref.shape and not ((strict & (again != ref)) |
+                                             (np.abs(again - ref) > 1)).any()
+
+
+# ======================================================================================
+# Lesson 11b: the channels that channel pruning keeps
+# ======================================================================================
+_REFUSE_CHANNELS = ["dlcourse.prune.channels_to_keep", "dlcourse.prune.prune_channels"]
+
+
+def _keep_of(norms, keep):
+    __tracebackhide__ = True
+    return np.sort(np.argsort(-norms, kind="stable")[:keep])
+
+
+def channel_l1_keep(fn):
+    """``fn(W, keep) -> indices``: the ``keep`` output channels (axis 0 of W (F, C, KH, KW)) of
+    largest L1 norm, in increasing order."""
+    __tracebackhide__ = True
+    gen = rng(112)
+    hand = np.zeros((4, 1, 2, 2), np.float32)
+    hand[0] = [[[0.5, 0.5], [0.5, 0.5]]]          # L1 2.0, L2 1.0
+    hand[1] = [[[1.5, 0.0], [0.0, 0.0]]]          # L1 1.5, L2 1.5
+    hand[2] = [[[-1.0, -1.0], [-1.0, 0.2]]]       # L1 3.2, sum -2.8
+    hand[3] = [[[0.1, -0.1], [0.1, 0.0]]]         # L1 0.3
+    wide = gen.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    wide[::3] *= 0.2
+    cases = [("a hand case (4, 1, 2, 2)", hand, 2),
+             ("a (16, 8, 3, 3) convolution", wide, 8),
+             ("a (6, 3, 1, 5) convolution, keep 5", gen.standard_normal((6, 3, 1, 5)).astype(np.float32) *
+              np.array([3, 1, 0.1, 2, 0.5, 1.5], np.float32)[:, None, None, None], 5),
+             ("keep all 3 channels", gen.standard_normal((3, 2, 3, 3)).astype(np.float32), 3)]
+    for name, W, keep in cases:
+        case = f"{name}, W of shape {shape_text(W.shape)}, keep={keep}"
+        given = W.copy()
+        got = to_array(call(fn, given, keep, case=case, refuse=_REFUSE_CHANNELS), fn, case,
+                       "indices")
+        expect_unchanged(fn, case, [("W", W, given)])
+        F = W.shape[0]
+        flat = np.abs(W).reshape(F, -1)
+        want = _keep_of(flat.sum(axis=1), keep)
+        if got.shape == want.shape and np.array_equal(np.sort(got), want) \
+                and not np.array_equal(got, want):
+            fail(fn, case, f"the indices {got.tolist()} are the right channels in another order.",
+                 "return them in increasing order (sort them), so the kept channels stay in the "
+                 "order they had and the next layer's inputs line up with them.")
+        expect_close(got.astype(np.float64), want.astype(np.float64), fn, case, "indices",
+                     atol=0, rtol=0, mistakes=[
+            (lambda: _keep_of(np.sqrt((W.reshape(F, -1) ** 2).sum(axis=1)), keep),
+             "the L1 norm is the sum of the ABSOLUTE values, not the square root of the sum of "
+             "squares (that is L2): here the two rank the channels differently."),
+            (lambda: _keep_of(W.reshape(F, -1).sum(axis=1), keep),
+             "take absolute values before summing: a channel of large negative weights matters "
+             "as much as one of large positive weights."),
+            (lambda: np.sort(np.argsort(flat.sum(axis=1), kind="stable")[:keep]),
+             "keep the channels of LARGEST norm: yours are the smallest (the ones to remove)."),
+            (lambda: _keep_of(np.abs(W).sum(axis=(0, 2, 3)), keep),
+             "a channel is one output filter, W[f] (axis 0): the norm sums over everything else "
+             "(the input channels and the kernel), not over axis 0.")])
+    passed(fn, len(cases))
+
+
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
 # exercise's cell): name -> [level 2, level 3, ...]; dl.check.hint(name) shows them one
 # at a time. Words, shapes, questions, pseudo-code with blanks: never solution code.
@@ -201,6 +575,17 @@ HINTS: dict[str, list[str]] = {
         ('write the timeline for growth_interval = 3 from a count of 0: clean, clean, clean '
          '(which of these doubles the scale, and what is the count after it?), then an overflow. '
          'The rules are the two bullet points of section 4 of this lesson'),
+    ],
+    'bf16_round': [
+        ('read the 16 dropped bits as a number d from 0 to 65535: halfway to the next bf16 '
+         'number is d = 32768. Which number, added to the whole pattern, carries one into the '
+         'kept part exactly when d is above halfway, and not when it is below? At exactly '
+         'halfway that sum does not carry: what extra 1, taken from the kept part itself, makes '
+         'a tie go up only from an odd neighbour?'),
+        ('pseudo-code: bits = x viewed as ___ (a view, no copy); last = the lowest kept bit '
+         '(shift right by ___, keep one bit); rounded = bits plus ___ plus last, then AND a mask '
+         'that keeps the top ___ bits; the answer is rounded viewed as float32, except where x '
+         'is NaN (keep x there). The worked example before the exercise is one tie of each kind'),
     ],
     'quantize_symmetric': [
         ('with the zero point 0, q = round(x / s) must stay inside plus or minus 127 for every '
@@ -217,6 +602,26 @@ HINTS: dict[str, list[str]] = {
          'first when sorted in increasing order'),
         ('pseudo-code: k = nearest whole number to ___ x ___; keep = a flat boolean array of Trues, '
          'one per weight; the indices of the k smallest |w| (an argsort over the flattened '
-         'magnitudes) become False; give keep the shape of w. Section 4 describes the rule'),
+         'magnitudes) become False; give keep the shape of w. Section 1 describes the rule'),
+    ],
+    'requantize': [
+        ('two parts. Once, with floats: which power of two brings M into [0.5, 1)? Scaled by '
+         'how many more powers of two is that an integer with 31 significant bits? Then, in '
+         'integers only: a product, a rounded division by a power of two, a rounding shift, the '
+         'zero point, the int8 range'),
+        ('pseudo-code: n = how many times M must be doubled to reach at least 0.5; M0 = the '
+         'nearest integer to M doubled ___ times (if it comes out as two to the thirty-first, '
+         'halve it and take one from n); p = acc as ___ (64 bits) times M0; high = p divided by '
+         'two to the thirty-first, rounded to nearest; out = high divided by two to the n-th, '
+         'rounded to nearest (add half the divisor first, minding the sign); add ___; clip to '
+         '___; convert to ___'),
+    ],
+    'channel_l1_keep': [
+        ('one number per output channel f: the L1 norm of the filter W[f], the sum of the '
+         'absolute values over its input channels and kernel positions. Which channels have '
+         'the keep largest of these numbers?'),
+        ('pseudo-code: norms = |W| reshaped to (F, ___), summed over axis ___; order = the '
+         'channel indices sorted by decreasing norm (argsort of ___); take the first keep of '
+         'them; sort those indices in increasing order and return them'),
     ],
 }

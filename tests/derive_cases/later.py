@@ -1,17 +1,26 @@
 """Derivation and shortcut cases of lessons 10-14, dlcourse/check/compression.py, deploy.py, data_parallel.py, capstone.py (see __init__.py).
 
 Not in DERIVED (they ask for a rule or an algorithm the lesson states, not a formula or a
-backward pass): loss_scale_step, magnitude_mask, validate_batch, ring_all_reduce,
-topological_order. Not in SHORTCUTS: fit_alpha_beta (the library has no fit of its own; NumPy's
-polyfit is the tool the exercise asks for).
+backward pass): loss_scale_step, magnitude_mask, channel_l1_keep, validate_batch,
+ring_all_reduce, topological_order. Not in SHORTCUTS: fit_alpha_beta (the library has no fit of its own; NumPy's
+polyfit is the tool the exercise asks for), two_time_pad (no library function recovers a
+plaintext: the lesson only shows why dl.save never reuses a nonce).
 """
 
 DERIVED: dict[str, list[str]] = {
-    # lesson 11: the scale of symmetric int8
+    # lesson 10: round to nearest even on the bits (the bias, the lowest kept bit, the mask)
+    "bf16_round": [r"(?i)0x7fff(?!f)", r"(?i)&0xffff0000", r">>16\)?&1", r"32767"],
+    # lesson 11a: the scale of symmetric int8; M0 and the shift n of the fixed-point multiplier
     "quantize_symmetric": [r"max\|x\|/127", r"s=max", r"abs\(x\)\.max\(\)/127"],
+    "requantize": [r"2\^\(31\+n\)", r"2\*\*\(31\+n\)", r"2\^\{31\+n\}", r"frexp",
+                   r"M0=1690499128", r"n=6"],
     # lesson 12: the folded weights and bias
     "fold_batchnorm": [r"W'=s\\?,?W", r"W'=s\*W", r"\(b-\\mu\)\\?,?s\+\\beta", r"\(b-mean\)\*s",
                        r"b'=s\\?,?\(b-"],
+    # lesson 12b: verify and load the same bytes; the keystream cancels in c1 XOR c2
+    "load_signed": [r"readthebytesonce", r"verify\*?those\*?bytes\*?,build"],
+    "two_time_pad": [r"c_1\\oplusc_2\\oplusp_1", r"c1\^c2\^p1", r"p_2=c_1\\oplus",
+                     r"c_1\\oplusc_2=p_1\\oplusp_2"],
     # lesson 13: the weights of the relative-error fit, and beta from the slope
     "fit_alpha_beta": [r"weights1/seconds", r"w=1/seconds", r"slope1/β", r"β=1/slope",
                        r"beta=1/slope"],
@@ -22,6 +31,10 @@ DERIVED: dict[str, list[str]] = {
 }
 
 SHORTCUTS: dict[str, tuple[str, str]] = {
+    "load_signed": ("load_signed", '''
+def load_signed(path, public_key_file):
+    return dl.load(path, public_key=public_key_file)
+'''),
     "loss_scale_step": ("loss_scale_step", '''
 def loss_scale_step(scale, clean_steps, found_inf, growth_interval):
     scaler = dl.LossScaler(init_scale=scale, growth_interval=growth_interval)
@@ -29,11 +42,25 @@ def loss_scale_step(scale, clean_steps, found_inf, growth_interval):
     take = scaler.update(found_inf)
     return scaler.scale, scaler.clean_steps, take
 '''),
+    "bf16_round": ("bf16_round", '''
+def bf16_round(x):
+    return dl.precision.round_to("bf16", x)
+'''),
     "quantize_symmetric": ("quantize_symmetric", '''
 def quantize_symmetric(x):
     from dlcourse.quantize import quantize_array, symmetric_scale
     s = symmetric_scale(x)
     return quantize_array(x, s), s
+'''),
+    "requantize": ("requantize", '''
+def requantize(acc, M, z_y):
+    from dlcourse.quantize import requantize as library
+    return library(acc, M, z_y)
+'''),
+    "channel_l1_keep": ("channel_l1_keep", '''
+def channel_l1_keep(W, keep):
+    return dl.prune_channels(dl.Sequential(dl.Conv2d(W.shape[1], W.shape[0], W.shape[2:]),
+                                           dl.Conv2d(W.shape[0], 1, 1)), 0, keep)
 '''),
     "magnitude_mask": ("magnitude_mask", '''
 def magnitude_mask(w, sparsity):
