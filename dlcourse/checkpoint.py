@@ -55,7 +55,8 @@ __all__ = ["save", "load", "load_bytes", "check_can_save", "CheckpointError", "F
            "MAX_CHECKPOINT_BYTES"]
 
 FORMAT_NAME = "dlcourse-checkpoint"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4                 # 4: may hold pruning masks; without them a file is 3
+MASK_PREFIX = "__mask__."          # a pruning mask's array: MASK_PREFIX + the weight's name
 META_FILE = "__dlcourse__.json"    # the metadata and the arrays' index
 ARRAYS_FILE = "__arrays__.bin"     # every array's bytes, one after the other
 META_KEY = "__dlcourse__"          # formats 1 and 2: the same parts as .npy entries
@@ -176,9 +177,15 @@ def save(model, path, *, sign_with=None, encrypt_with=None) -> Path:
                         f"(float, int or bool arrays). A complex parameter is not something "
                         f"dlcourse's layers make; convert it (a.real, or np.stack([a.real, "
                         f"a.imag])) first.")
-    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+    from .prune import masks_of
+    masks = {MASK_PREFIX + name: m for name, m in masks_of(model).items()}
+    arrays.update(masks)              # a pruned model stays pruned when it is loaded again
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION if masks else 3,
             "dlcourse_version": _version(), "architecture": architecture,
             "sha256": _digest(architecture, arrays)}
+    shape = getattr(model, "sample_shape", None)
+    if shape:                      # one sample's shape, when training or calibration told it
+        meta["sample_shape"] = [int(s) for s in shape]
 
     path = _save_target(path)
     if sign_with is None and encrypt_with is None:
@@ -241,7 +248,8 @@ def _index(path: Path, meta: dict, size: int) -> list:
                 and isinstance(item[1], str) and isinstance(item[2], list)):
             raise bad(f"an entry is {str(item)[:80]}, not [name, dtype, shape]")
         name, dtype_text, shape = item
-        if name.startswith("__") or any(name == e[0] for e in entries):
+        reserved = name.startswith("__") and not name.startswith(MASK_PREFIX)
+        if reserved or any(name == e[0] for e in entries):
             raise bad(f"the name {name!r} is reserved or repeated")
         try:
             dtype = np.dtype(dtype_text)
@@ -575,6 +583,8 @@ def load_bytes(path, data: bytes | None, device: str | None = None, *, key=None,
         (dtype,) = floats
         if model.dtype is not None and model.dtype != dtype:
             model.astype(dtype)
+    masks = {name[len(MASK_PREFIX):]: arrays.pop(name) for name in list(arrays)
+             if name.startswith(MASK_PREFIX)}
     extra = sorted(set(arrays) - set(model.state_dict()))
     if extra:
         raise CheckpointError(f"{path}: the saved arrays do not fit the saved {kind} "
@@ -585,6 +595,16 @@ def load_bytes(path, data: bytes | None, device: str | None = None, *, key=None,
         message = err.args[0] if err.args else str(err)
         raise CheckpointError(f"{path}: the saved arrays do not fit the saved {kind} "
                               f"architecture: {message}") from None
+    shape = meta.get("sample_shape")
+    if isinstance(shape, list) and 0 < len(shape) <= 8 and all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 < s < 2**31 for s in shape):
+        model.sample_shape = tuple(shape)
+    if masks:
+        from .prune import set_masks
+        try:
+            set_masks(model, masks)
+        except (KeyError, ValueError) as err:
+            raise CheckpointError(f"{path}: {err.args[0] if err.args else err}") from None
     if device is not None:
         model.to(device)
     if any(getattr(layer, "inference_only", False) for layer in getattr(model, "layers", [model])):

@@ -329,11 +329,17 @@ def _transformer(model, g, x):
 # The model
 # ======================================================================================
 def _input_shape(input_shape) -> tuple[int, ...]:
+    if isinstance(input_shape, (str, bytes)):      # "64" would be read as (6, 4)
+        raise ExportError(f"input_shape must be one sample's shape as numbers, e.g. (64,) or "
+                          f"(1, 8, 8), not the text {input_shape!r}.")
     if isinstance(input_shape, (int, np.integer)):
         input_shape = (input_shape,)
     try:
-        shape = tuple(int(s) for s in input_shape)
-    except (TypeError, ValueError):
+        sizes = list(input_shape)
+        if any(isinstance(s, (bool, np.bool_)) or float(s) != int(s) for s in sizes):
+            raise ValueError
+        shape = tuple(int(s) for s in sizes)
+    except (TypeError, ValueError, OverflowError):
         raise ExportError(f"input_shape must be one sample's shape, e.g. (64,) for an MLP on "
                           f"the digits or (1, 8, 8) for a CNN, got {input_shape!r}.") from None
     if not shape or min(shape) < 1:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ._validate import shape_str
-from .backend import to_numpy
+from .backend import to_device, to_numpy
 from .conv import Conv2d
 from .fast_inference import infer
 from .layers import Layer, Linear, Sequential
@@ -33,10 +33,15 @@ class InputError(ValueError):
 def input_shape(model: Layer) -> tuple[int, ...]:
     """One sample's shape for ``model``, without the batch axis.
 
-    dl.MLP([64, ...]) -> (64,); dl.CNN(1, (8, 8)) -> (1, 8, 8); a Sequential starting with a
-    Linear -> (in_features,). A Sequential starting with a Conv2d does not say its image size:
+    The shape ``dl.fit`` trained it on or ``dl.quantize`` calibrated it with, when recorded
+    (``model.sample_shape``, kept by ``dl.save``); else from the architecture: dl.MLP([64, ...])
+    -> (64,); dl.CNN(1, (8, 8)) -> (1, 8, 8); a Sequential starting with a Linear ->
+    (in_features,). A Sequential starting with a Conv2d does not say its image size:
     that is an InputError asking for it.
     """
+    recorded = getattr(model, "sample_shape", None)              # fit, quantize, dl.load
+    if recorded:
+        return tuple(int(s) for s in recorded)
     config = model.get_config()
     if "sizes" in config:                                       # MLP
         return (int(config["sizes"][0]),)
@@ -76,7 +81,7 @@ def fits(model: Layer, shape) -> str:
     was_training = model.training
     model.eval()
     try:
-        infer(model, np.zeros((1,) + tuple(shape), np.float32))
+        infer(model, to_device(np.zeros((1,) + tuple(shape), np.float32), model.device))
         return ""
     except (ValueError, TypeError) as err:
         return " ".join(str(err).split())

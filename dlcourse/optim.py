@@ -1,7 +1,8 @@
 """Optimizers: one loop over ``(params[k], grads[k])``, updating in place.
 
-Introduced in notebook ``04a_mlp_on_digits`` (SGD with momentum against Adam; Adagrad, RMSprop
-and AdamW beside them). On the GPU SGD's and Adam's update of a parameter is one fused CUDA
+Introduced in notebook ``04b_optimizers_and_regularization`` (SGD with momentum against Adam;
+Adagrad, RMSprop and AdamW beside them; :func:`clip_grad_norm`, which ``dl.fit(clip_norm=...)``
+calls before every step). On the GPU SGD's and Adam's update of a parameter is one fused CUDA
 kernel (``kernels/optimizers.cu``, lesson ``08d_fusion_and_graphs``) instead of four (SGD) or twelve
 (Adam) array operations, each a kernel launch; ``dl.use_kernels(optimizer, False)`` runs the
 array code, which is what the kernels must match. Adagrad, RMSprop and AdamW have no kernel of
@@ -17,14 +18,22 @@ The road from SGD to Adam, one idea per step (g is the gradient, all operations 
   fades: v is a running mean of g², so the step stops shrinking forever)
 * Adam:     RMSprop's v with momentum's average m of g, both corrected for starting at 0
 * AdamW:    Adam, with weight decay taken out of the gradient and applied to p directly
+
+Before any of them, the gradient may be clipped: :func:`clip_grad_norm` scales all of a model's
+gradients together when their global norm is above a threshold (one rogue step cannot throw
+the parameters far away; its direction is kept).
 """
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from . import kernels
 from ._validate import model_class_error, number
 from .backend import device_of, get_array_module, to_device
+from .prune import keep_pruned
 
 
 class Optimizer:
@@ -120,6 +129,7 @@ class SGD(Optimizer):
                 v += g
                 g = v
             p -= self.lr * g
+        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
 
 
 class Adam(Optimizer):
@@ -170,6 +180,7 @@ class Adam(Optimizer):
             denom = xp.sqrt(v)
             denom += eps
             p -= step_size * (m / denom)
+        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
 
     def _decay(self, p, g):
         """Adam's weight decay is L2: it joins the gradient (AdamW's shrinks p instead)."""
@@ -229,6 +240,7 @@ class Adagrad(Optimizer):
             G = self._buffer(k + "/G", p)
             G += g * g
             p -= self.lr * g / (get_array_module(p).sqrt(G) + self.eps)
+        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
 
 
 class RMSprop(Optimizer):
@@ -268,3 +280,42 @@ class RMSprop(Optimizer):
                 b += step
                 step = b
             p -= self.lr * step
+        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
+
+
+def clip_grad_norm(model, max_norm: float) -> float:
+    """Scale all of ``model``'s gradients, in place, so that their global norm is at most
+    ``max_norm``; return the global norm they had before (a float).
+
+    The global norm is one number over every parameter of the model, as if all gradients
+    were one long vector g::
+
+        norm = sqrt(sum over k of sum(grads[k] ** 2))
+        if norm > max_norm:  grads[k] *= max_norm / (norm + 1e-6)   for every k
+
+    so the update keeps its direction and only its length is capped (clipping each parameter,
+    or each entry, on its own would turn it). PyTorch's ``torch.nn.utils.clip_grad_norm_``
+    does the same. ``model``: a model with ``grads`` (after ``backward``), or a dict of
+    gradient arrays (NumPy or CuPy: the arrays decide; the sums are taken in float64). A
+    norm that is inf or NaN is returned and the gradients are left alone: that step has
+    diverged, and ``dl.fit`` says so. Used by ``dl.fit(..., clip_norm=...)`` after the
+    gradients are unscaled (lesson 10's loss scaling) and averaged over ranks (lesson 13),
+    so every rank clips the same gradient by the same factor.
+    """
+    max_norm = number(max_norm, "clip_grad_norm(max_norm=...)", "max_norm=1.0", 0.0, None,
+                      low_open=True)
+    grads = model if isinstance(model, Mapping) else getattr(model, "grads", None)
+    if grads is None:
+        raise TypeError(f"clip_grad_norm needs a model with grads (or a dict of gradient "
+                        f"arrays), got {type(model).__name__}.")
+    if not grads:
+        raise ValueError("clip_grad_norm: there are no gradients yet: call model.backward(...) "
+                         "first.")
+    arrays = list(grads.values())
+    xp = get_array_module(arrays[0])
+    norm = math.sqrt(float(sum(xp.sum(xp.square(g, dtype=xp.float64)) for g in arrays)))
+    if math.isfinite(norm) and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for g in arrays:
+            g *= g.dtype.type(scale)
+    return norm

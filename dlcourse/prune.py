@@ -17,8 +17,10 @@ The mask lives on the layer, ``layer.masks["W"]`` (True where a weight is kept).
 it trains holds a mask, ``dl.fit`` adds :class:`KeepPruned` to its loop: after every optimizer
 step, :func:`keep_pruned` multiplies each weight by its mask. (Prune before calling ``fit``:
 ``fit`` looks for masks once, when it starts.)
-The mask is not part of a checkpoint: a saved pruned model holds its zeros, and pruning the
-loaded model again with the same sparsity finds them.
+The masks travel with the model: ``dl.save`` stores them (:func:`masks_of`) and ``dl.load``
+puts them back (:func:`set_masks`), so a loaded pruned model stays pruned when it is fine-tuned;
+and every optimizer's ``step`` keeps the pruned weights at zero, in ``dl.fit`` or in a loop of
+your own.
 
 One cut of 80 % can cost a small model more than fine-tuning wins back. Practitioners prune
 gradually (Zhu & Gupta 2017, "To prune, or not to prune"): a few cuts on the cubic schedule
@@ -47,6 +49,7 @@ from .backend import device_of, get_array_module, to_device, to_numpy
 from .layer_base import every_layer
 
 __all__ = ["prune", "prune_gradually", "pruning_schedule", "sparsity", "keep_pruned",
+           "masks_of", "set_masks",
            "KeepPruned", "prunable", "prune_sensitivity", "choose_sparsities", "channels_to_keep",
            "prune_channels"]
 
@@ -136,7 +139,8 @@ def pruning_schedule(sparsity: float, steps: int) -> list:
     0.8)."""
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps is how many cuts to make, a whole number >= 1; got {steps!r}.")
-    return [float(sparsity) * (1.0 - (1.0 - t / steps) ** 3) for t in range(1, steps + 1)]
+    sparsity = _fraction(sparsity, "pruning_schedule(sparsity=...)")
+    return [sparsity * (1.0 - (1.0 - t / steps) ** 3) for t in range(1, steps + 1)]
 
 
 def prune_gradually(model, sparsity: float, fine_tune, steps: int = 4, scope: str = "global"):
@@ -149,6 +153,7 @@ def prune_gradually(model, sparsity: float, fine_tune, steps: int = 4, scope: st
                         f"that trains the pruned model a little, e.g. lambda m, step: "
                         f"dl.fit(m, loss, dl.Adam(m, lr=1e-3), X, y, epochs=2); got "
                         f"{type(fine_tune).__name__}.")
+    sparsity = _fraction(sparsity, "prune_gradually(sparsity=...)")   # the value given, named
     for step, target in enumerate(pruning_schedule(sparsity, steps)):
         prune(model, target, scope=scope)
         fine_tune(model, step)
@@ -167,6 +172,30 @@ def keep_pruned(model) -> None:
             if device_of(mask) != device_of(p):        # the model moved since it was pruned
                 mask = masks[name] = to_device(mask, device_of(p))
             p *= mask
+
+
+def masks_of(model) -> dict:
+    """{"3.W": mask, ...}: every pruning mask of the model, as NumPy bool arrays, under the names
+    of the weights they mask (what a checkpoint stores)."""
+    return {name: to_numpy(layer.masks["W"]).astype(bool)
+            for name, layer in prunable(model).items() if getattr(layer, "masks", None)}
+
+
+def set_masks(model, masks: dict) -> None:
+    """Put :func:`masks_of`'s masks back on the model's layers (after ``dl.load``); a name that
+    is no prunable weight of the model, or a mask of the wrong shape, is refused."""
+    layers = prunable(model)
+    for name, mask in masks.items():
+        layer = layers.get(name)
+        if layer is None:
+            raise KeyError(f"a mask for {name}, which is no prunable weight of this model (its "
+                           f"weights: {sorted(layers)}).")
+        W = layer.params["W"]
+        mask = np.asarray(mask)
+        if mask.shape != tuple(W.shape) or mask.dtype != bool:
+            raise ValueError(f"the mask for {name} has shape {mask.shape} and dtype {mask.dtype}; "
+                             f"the weight has shape {tuple(W.shape)} (a bool mask is expected).")
+        layer.masks = {"W": to_device(mask, device_of(W))}
 
 
 class KeepPruned:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validate import whole_number
 from .backend import get_array_module, to_numpy
 from .conv import Conv2d, im2col, output_size
 from .layer_base import build_layer
@@ -262,6 +263,35 @@ class QuantConv2d(_QuantLayer):
 _QUANTIZED = {Linear: QuantLinear, Conv2d: QuantConv2d}
 
 
+def _calibration_data(model, X):
+    """X checked before any work: a non-empty array of finite numbers that the model takes. A
+    single NaN or infinity would set a layer's scale (the largest |input| / 127) and quietly
+    cost accuracy, or all of it."""
+    if not hasattr(X, "shape") or getattr(X, "ndim", 0) < 1 or len(X) == 0:
+        raise ValueError(f"quantize needs calibration inputs X_calibration: a non-empty array "
+                         f"shaped like the training inputs (e.g. a few hundred training "
+                         f"samples); got {type(X).__name__}"
+                         f"{' of shape ' + str(tuple(X.shape)) if hasattr(X, 'shape') else ''}.")
+    kind = np.dtype(X.dtype).kind
+    if kind not in "iuf":
+        raise TypeError(f"quantize(X_calibration=...) must hold numbers, got dtype {X.dtype}.")
+    if kind == "f":
+        finite = to_numpy(get_array_module(X).isfinite(X).reshape(len(X), -1).all(axis=1))
+        if not finite.all():
+            rows = np.flatnonzero(~finite)
+            raise ValueError(f"quantize(X_calibration=...) holds NaN or infinity in "
+                             f"{rows.size} sample(s), the first at row {int(rows[0])}: every "
+                             f"layer's scale comes from the largest value it sees, so one such "
+                             f"value would ruin it. Remove those rows (X[np.isfinite(X).all("
+                             f"axis=1)]) or fix the data.")
+    from .inference import fits
+    problem = fits(model, tuple(X.shape[1:]))
+    if problem:
+        raise ValueError(f"quantize(X_calibration=...) has samples of shape "
+                         f"{tuple(X.shape[1:])}, which this model does not take: {problem}")
+    return X
+
+
 def quantize(model, X_calibration, per_channel: bool = True, batch_size: int = 256) -> Sequential:
     """A new model computing ``model`` with int8 Linear and Conv2d layers.
 
@@ -290,9 +320,8 @@ def quantize(model, X_calibration, per_channel: bool = True, batch_size: int = 2
                         f"{nested[0][0]} is a {nested[0][1]}, a layer holding layers: its Linear "
                         f"and Conv2d layers would stay float32. A model with residual blocks "
                         f"(dl.ResNet) cannot be quantized here.")
-    if not hasattr(X_calibration, "shape") or len(X_calibration) == 0:
-        raise ValueError("quantize needs calibration inputs X_calibration: a non-empty array "
-                         "shaped like the training inputs (e.g. a few hundred training samples).")
+    batch_size = whole_number(batch_size, "quantize(batch_size=...)")
+    X_calibration = _calibration_data(model, X_calibration)
     amax = [0.0] * len(layers)
     dtype = model.dtype or np.float32
     with eval_mode(model):
@@ -315,4 +344,6 @@ def quantize(model, X_calibration, per_channel: bool = True, batch_size: int = 2
             copy.to(layer.device)
             copy.load_state_dict(layer.state_dict())
             new.append(copy)
-    return Sequential(*new).eval()
+    quantized = Sequential(*new).eval()
+    quantized.sample_shape = tuple(int(s) for s in X_calibration.shape[1:])   # for serve/predict
+    return quantized

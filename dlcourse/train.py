@@ -22,9 +22,13 @@ and then shows that :func:`fit` is that loop plus the things a real run needs:
   either may stop training by returning ``False`` or raising :class:`StopTraining`;
 * a seed that makes a CPU run repeatable bit for bit.
 
+Notebook ``04b_optimizers_and_regularization`` adds a learning-rate schedule (``lr_schedule=``)
+and gradient clipping (``clip_norm=``: :func:`dlcourse.optim.clip_grad_norm` before every
+optimizer step).
+
 Later lessons put steps around this loop, each made by its own module and imported only
 when it is asked for (``dlcourse/step_hooks.py`` lists where each acts): lesson 10's
-``precision=`` (``dlcourse/precision.py``), lesson 11's pruned weights kept at zero
+``precision=`` (``dlcourse/precision.py``), lesson 11b's pruned weights kept at zero
 (``dlcourse/prune.py``), lesson 13's ``comm=`` (``dlcourse/distributed.py``).
 """
 from __future__ import annotations
@@ -38,10 +42,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import backend
-from ._validate import check_labels, model_class_error, whole_number
+from ._validate import check_labels, model_class_error, number, whole_number
 from .backend import device_of, get_array_module, to_numpy
 from .history import History
 from .layers import eval_mode
+from .optim import clip_grad_norm
 from .schedules import check_schedule, lr_at
 from .step_hooks import StepHooks
 
@@ -75,7 +80,7 @@ def _task(loss, out) -> str | None:
     name = type(loss).__name__ if loss is not None else None
     if name == "SigmoidCrossEntropy":
         return "binary"
-    if name == "SoftmaxCrossEntropy":
+    if name in ("SoftmaxCrossEntropy", "MulticlassHingeLoss"):
         return "multiclass"
     if name is None:   # evaluate(loss=None): guess from the output
         if out.ndim == 2 and out.shape[1] > 1:
@@ -401,11 +406,11 @@ def _keep_going(result) -> bool:
 
 def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation=None, seed: int | None = None, progress: bool = True,
-        callback=None, on_step=None, lr_schedule=None, precision: str = "fp32",
+        callback=None, on_step=None, lr_schedule=None, clip_norm=None, precision: str = "fp32",
         loss_scaler=None, comm=None) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
-    Lesson 04's loop (the module's docstring), run ``epochs`` times over shuffled batches.
+    Lesson 04a's loop (the module's docstring), run ``epochs`` times over shuffled batches.
 
     Args:
         model: e.g. ``dl.MLP([64, 128, 10])``, with ``forward``, ``backward``, ``params`` and
@@ -427,6 +432,12 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         lr_schedule: ``lr_schedule(t) -> lr`` sets ``optimizer.lr`` before every step, ``t``
             the training time in epochs (0.0, ..., 1.5 halfway through the second epoch), e.g.
             ``dl.cosine_decay(1e-3, epochs=10)`` (``dlcourse/schedules.py``).
+        clip_norm: lesson 04b: before every optimizer step, scale the gradients so that their
+            global norm (over all parameters together) is at most ``clip_norm``
+            (:func:`dlcourse.optim.clip_grad_norm`, as PyTorch's ``clip_grad_norm_``); the
+            norm before clipping of every step that updated goes to ``history.grad_norm``.
+            With ``precision=`` and ``comm=`` it clips the unscaled, averaged gradients.
+            ``None``: no clipping.
         precision, loss_scaler: lesson 10: ``"bf16"`` or ``"fp16"`` matrix products with
             float32 parameters; ``loss_scaler``: a ``dl.LossScaler`` (``None``: one for fp16;
             ``False``: none), its state in ``history.loss_scaler`` (``dlcourse/precision.py``).
@@ -435,7 +446,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             over the global batch, validation on rank 0; every rank passes the same X and y
             (``dlcourse/distributed.py``: BatchNorm, dropout). ``None``: one process.
 
-    A model pruned with ``dl.prune`` (lesson 11) keeps its pruned weights at zero. What
+    A model pruned with ``dl.prune`` (lesson 11b) keeps its pruned weights at zero. What
     lessons 10, 11 and 13 add to the loop are the ``hooks`` it calls (``dlcourse/step_hooks.py``).
 
     Returns:
@@ -449,9 +460,11 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         MemoryError: the GPU (or computer) ran out of memory; the message suggests a batch size.
     """
     _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
+    clip_norm = _check_clip_norm(clip_norm)
+    model.sample_shape = tuple(X.shape[1:])     # kept by dl.save: predict and serve read it
     hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed)  # none in lesson 04a
     run = _Run(model, loss, optimizer, X, y, epochs, batch_size, progress, lr_schedule,
-               hooks.data_parallel)
+               hooks.data_parallel, clip_norm)
     try:
         for epoch in range(1, epochs + 1):
             model.train()
@@ -463,6 +476,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                 value, n = hooks.average_gradients(value, len(xb))
                 with run.update():                        # sets the lr; a snapshot, to undo it
                     if hooks.should_step(model):
+                        run.clip_gradients()                      # clip_norm=: lesson 04b
                         optimizer.step()                                  # updates model.params
                         hooks.after_step(model)
                 run.record(value, n, out, yb, on_step)    # history, progress bar, on_step
@@ -499,6 +513,13 @@ def _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, valid
         _check_xy(*validation, "fit", "validation=(X_val, y_val)")
 
 
+def _check_clip_norm(clip_norm):
+    """``None`` or a finite number > 0, as a float."""
+    if clip_norm is None:
+        return None
+    return number(clip_norm, "fit(clip_norm=...)", "clip_norm=1.0", 0.0, None, low_open=True)
+
+
 class _Run:
     """What fit keeps track of around its loop: the batches (moved to the model's device and
     cast to its dtype), the seeded batch order, the snapshot that undoes a step gone to inf or
@@ -508,9 +529,9 @@ class _Run:
     ``step_hooks.OneProcess``."""
 
     def __init__(self, model, loss, optimizer, X, y, epochs, batch_size, progress, lr_schedule,
-                 dp):
+                 dp, clip_norm=None):
         self.model, self.loss, self.optimizer, self.X, self.y = model, loss, optimizer, X, y
-        self.lr_schedule, self.dp = lr_schedule, dp
+        self.lr_schedule, self.dp, self.clip_norm = lr_schedule, dp, clip_norm
         self.epochs, self.batch_size = epochs, int(batch_size)
         self.device, self.dtype = _model_device(model), _model_dtype(model)
         seed = dp.seed                                 # fit's (with comm=: rank 0's, everywhere)
@@ -565,6 +586,12 @@ class _Run:
         if self.lr_schedule is not None:
             t = (self.epoch - 1) + (self.step - 1) / self.steps    # the training time, in epochs
             self.optimizer.lr = lr_at(self.lr_schedule, t)
+
+    def clip_gradients(self):
+        """With ``clip_norm``: the gradients' global norm capped at it, the norm they had
+        recorded in ``history.grad_norm``."""
+        if self.clip_norm is not None:
+            self.history.grad_norm.append(clip_grad_norm(self.model, self.clip_norm))
 
     def record(self, value, n, out, yb, on_step):
         """``value``: the loss over the batch of ``n`` samples (the global batch, with
