@@ -23,10 +23,17 @@ What it measures (every figure on the GPU it runs on, and each result checked be
    step (the MLP and CNN cases of 3.) with ``precision="fp32"``, ``"bf16"`` and ``"fp16"``.
    dlcourse EMULATES the 16-bit formats (it rounds the inputs, then multiplies in float32), so
    its bf16/fp16 steps measure what the emulation costs and are not expected to be faster.
+6. attention: one attention forward pass, 4 samples x 8 heads x d = 64, FP32, T = 512 ... 4096,
+   causal and not: naive ``dl.attention`` (CuPy array code: S and P are written out, T x T
+   each), the FlashAttention kernel ``flash_attention_forward.cu`` (``K.flash_attention_forward``),
+   ``dl.flash_attention``'s tiled array code (block 256 x 256), and PyTorch's
+   ``scaled_dot_product_attention`` in FP32 where PyTorch has CUDA; each checked against the
+   naive result first, in ms and TFLOP/s (4 N H T² d FLOPs, half of that when causal), with the
+   bytes each version moves counted from the shapes (``attention_traffic``).
 
 It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
-figure) and a plot ``<out>/<device-name>.png`` beside it (sections 1-4; section 5 is in the JSON
-and the printout only). Until the last section has run the JSON is
+figure) and a plot ``<out>/<device-name>.png`` beside it (sections 1-4; sections 5 and 6 are in
+the JSON and the printout only). Until the last section has run the JSON is
 ``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
 a run cut short keeps what it measured, says it is partial, and leaves earlier complete results
 alone. Without a usable GPU it prints why and exits 0 having written nothing: a figure nobody
@@ -71,15 +78,16 @@ from dlcourse.backend import gpu_available, gpu_problem, require_cupy  # noqa: E
 from dlcourse.precision import FORMATS, TRAINING_FORMATS as PRECISIONS, round_to  # noqa: E402
 from steps import VARIANTS, dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
-SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu", "precision")
+SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu", "precision", "attention")
 
 # Problem sizes. --quick shrinks them for a smoke run (its JSON says "quick": true).
 FULL = dict(matmul_n=4096, elem_rows=65536, elem_cols=1024, conv_batch=640,
             mlp_batches=(64, 1024), cnn_batch=256, graph_batch=64,
-            cpu_batches=tuple(2 ** k for k in range(5, 13)), target_s=1.0)
+            cpu_batches=tuple(2 ** k for k in range(5, 13)), target_s=1.0,
+            attention_T=(512, 1024, 2048, 4096))
 QUICK = dict(matmul_n=2048, elem_rows=16384, elem_cols=1024, conv_batch=160,
              mlp_batches=(64, 1024), cnn_batch=256, graph_batch=64,
-             cpu_batches=(32, 256, 2048), target_s=0.25)
+             cpu_batches=(32, 256, 2048), target_s=0.25, attention_T=(512, 1024, 2048))
 
 
 # ======================================================================================
@@ -820,6 +828,66 @@ def _precision_steps(cp, cfg):
 
 
 # ======================================================================================
+# 6. Attention: naive against FlashAttention
+# ======================================================================================
+ATTENTION_SHAPE = dict(N=4, H=8, d=64)
+
+
+def section_attention(cp, cfg, out, torch, torch_note):
+    """One forward pass of attention at each T in cfg["attention_T"], causal and not."""
+    from dlcourse.flash_attention import attention_traffic
+    N, H, d = ATTENTION_SHAPE["N"], ATTENTION_SHAPE["H"], ATTENTION_SHAPE["d"]
+    say(f"\n[6] attention forward, N={N} x heads={H} x d={d}, FP32: naive vs FlashAttention")
+    out.update(ATTENTION_SHAPE, cases={}, torch_note=torch_note,
+               note="naive: dl.attention (CuPy array code, S and P in memory); flash_kernel: "
+                    "flash_attention_forward.cu; flash_array_code: dl.flash_attention's tiles "
+                    "(256 x 256) as CuPy array code; torch_sdpa_fp32: PyTorch's "
+                    "scaled_dot_product_attention, FP32")
+    gen = np.random.default_rng(0)
+    for T in cfg["attention_T"]:
+        q, k, v = (cp.asarray(gen.standard_normal((N, H, T, d)).astype(np.float32)) for _ in range(3))
+        for causal in (False, True):
+            flops = 4 * N * H * T * T * d * (0.5 if causal else 1.0)
+            traffic = attention_traffic(N, H, T, d, 4, (K.FLASH_BR, K.FLASH_BC), causal)
+            entry = out["cases"][f"T={T}{' causal' if causal else ''}"] = {
+                "T": T, "causal": causal, "flops": flops, "bytes_naive": traffic["naive"],
+                "bytes_flash_kernel": traffic["flash"]}
+            want = None
+            runs = [("naive", lambda: dl.attention(q, k, v, causal=causal)),
+                    ("flash_kernel", lambda: K.flash_attention_forward(q, k, v, causal)[0]),
+                    ("flash_array_code", lambda: dl.flash_attention(q, k, v, causal=causal,
+                                                                   block=(256, 256),
+                                                                   use_kernel=False))]
+            if torch is not None:
+                tq, tk, tv = (torch.as_tensor(a, device="cuda") for a in (q, k, v))
+                runs.append(("torch_sdpa_fp32", lambda: torch.nn.functional.scaled_dot_product_attention(
+                    tq, tk, tv, is_causal=causal)))
+            line = f"  T={T:5d}{' causal' if causal else '       '}"
+            for name, fn in runs:
+                try:
+                    result = fn()
+                    got = cp.asarray(result.contiguous() if name == "torch_sdpa_fp32" else result)
+                    if want is None:
+                        want = got                          # the naive result is the reference
+                    err = rel_err(cp, got, want)
+                    if err > 1e-4:
+                        entry[name] = {"error": f"max relative error {err:.1e} against naive"}
+                        line += f"   {name}: WRONG ({err:.1e})"
+                        continue
+                    t = (time_torch(torch, fn, cfg["target_s"]) if name == "torch_sdpa_fp32"
+                         else time_cuda(cp, fn, cfg["target_s"]))
+                    t["tflops"] = flops / (t["median_ms"] / 1e3) / 1e12
+                    t["max_rel_err_vs_naive"] = err
+                    entry[name] = t
+                    line += f"   {name} {t['median_ms']:8.3f} ms ({t['tflops']:5.1f} TFLOP/s)"
+                except Exception as err:                  # naive runs out of memory first
+                    entry[name] = {"error": f"{type(err).__name__}: {err}"[:200]}
+                    line += f"   {name}: {type(err).__name__}"
+                cp.get_default_memory_pool().free_all_blocks()
+            say(line)
+
+
+# ======================================================================================
 # Environment, output, plot
 # ======================================================================================
 def environment(cp, torch):
@@ -1019,6 +1087,8 @@ def main(argv=None):
                 section_training(cp, cfg, out, torch, torch_note)
             elif name == "cpu_vs_gpu":
                 section_cpu_vs_gpu(cp, cfg, out)
+            elif name == "attention":
+                section_attention(cp, cfg, out, torch, torch_note)
             else:
                 section_precision(cp, cfg, out, torch, torch_note, results.get("matmul"))
         except Exception as err:   # keep what was measured; say what failed and why

@@ -13,25 +13,33 @@ from .backend import (DeviceError, describe_device, device_info, device_of, get_
 from . import check, data, distributed, plots, recorded
 from .conv import Conv2d, MaxPool2d, col2im, im2col
 from .fusion import Conv2dReLU, LinearReLU, fuse, use_kernels
+from .threaded import use_threads             # lesson 07: the CPU training step on every core
 from .gradcheck import gradcheck
-from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Layer, Linear, ReLU, Sequential,
-                     Sigmoid, Tanh)
-from .losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy, log_softmax, softmax
-from .models import CNN, MLP, Perceptron
-from .optim import SGD, Adagrad, Adam, AdamW, RMSprop
+from .layers import (BatchNorm2d, Dropout, Flatten, GlobalAvgPool2d, Identity, Layer, LayerNorm,
+                     Linear, ReLU, Residual, Sequential, Sigmoid, Tanh)
+from .losses import (MSELoss, MulticlassHingeLoss, SigmoidCrossEntropy, SoftmaxCrossEntropy,
+                     log_softmax, softmax)
+from .models import CNN, MLP, Perceptron, ResNet
+from .optim import SGD, Adagrad, Adam, AdamW, RMSprop, clip_grad_norm
 from .stats import layer_stats
 from .schedules import cosine_decay, linear_warmup, per_epoch, step_decay
 from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
 from .checkpoint import CheckpointError, load, save
 from .precision import LossScaler, autocast
-from .prune import prune, prune_gradually, pruning_schedule, sparsity
+from .prune import (choose_sparsities, prune, prune_channels, prune_gradually,
+                    prune_sensitivity, pruning_schedule, sparsity)
 from .quantize import QuantConv2d, QuantLinear, quantize
 from .fast_inference import infer                      # lesson 12: from checkpoint to service
 from . import inference
 from .export import ExportError, export_onnx  # (onnx itself is imported on first use)
+from . import protect                  # lesson 12b (cryptography imported on first use)
 from .timing import timeit
+from .attention import MultiHeadAttention, attention                  # lessons 15-16: attention
+from .flash_attention import flash_attention
+from .transformer import (GELU, Embedding, FeedForward, PositionalEmbedding, SequenceCrossEntropy,
+                          Transformer, TransformerBlock)
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     # backend
@@ -43,23 +51,30 @@ __all__ = [
     # submodules
     "check", "data", "distributed", "plots", "recorded",
     # layers, losses, models, optimizers
-    "Conv2d", "MaxPool2d", "col2im", "im2col", "gradcheck",
+    "Conv2d", "MaxPool2d", "col2im", "im2col", "gradcheck", "use_threads",
     "BatchNorm2d", "Dropout", "Flatten", "Identity", "Layer", "Linear", "ReLU", "Sequential",
     "Sigmoid", "Tanh",
+    # normalization over the last axes and residual networks (lesson 07b)
+    "LayerNorm", "GlobalAvgPool2d", "Residual",
     # fused layers (lesson 08d)
     "Conv2dReLU", "LinearReLU", "fuse", "use_kernels",
-    "MSELoss", "SigmoidCrossEntropy", "SoftmaxCrossEntropy", "log_softmax", "softmax",
-    "CNN", "MLP", "Perceptron",
-    "SGD", "Adagrad", "RMSprop", "Adam", "AdamW",
+    "MSELoss", "MulticlassHingeLoss", "SigmoidCrossEntropy", "SoftmaxCrossEntropy",
+    "log_softmax", "softmax",
+    "CNN", "MLP", "Perceptron", "ResNet",
+    "SGD", "Adagrad", "RMSprop", "Adam", "AdamW", "clip_grad_norm",
     # training and checkpoints
     "step_decay", "cosine_decay", "linear_warmup", "per_epoch", "layer_stats",
     "History", "StopTraining", "TrainingDiverged", "confusion_matrix", "evaluate", "fit",
     "CheckpointError", "load", "save",
-    # smaller and faster models (lessons 10-11)
+    # smaller and faster models (lessons 10-11b)
     "LossScaler", "autocast", "prune", "prune_gradually", "pruning_schedule", "sparsity",
+    "prune_sensitivity", "choose_sparsities", "prune_channels",
     "QuantConv2d", "QuantLinear", "quantize",
     # from checkpoint to service (lesson 12)
     "infer", "inference", "ExportError", "export_onnx",
+    # attention and a small transformer (lessons 15-16)
+    "attention", "flash_attention", "MultiHeadAttention", "Embedding", "PositionalEmbedding",
+    "GELU", "FeedForward", "TransformerBlock", "Transformer", "SequenceCrossEntropy",
 ]
 
 

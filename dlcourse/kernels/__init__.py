@@ -33,7 +33,8 @@ graph can capture them, not cuBLAS's). Fused kernels (fused.py): ``bias_relu_for
 ``sgd_momentum_update`` and ``adam_update`` (used by ``dl.SGD`` and ``dl.Adam``). Image windows
 (unfold.py): ``unfold_cols``, ``fold_cols`` (used by ``dl.Conv2d``; ``im2col`` and ``col2im``
 are them with one row per window), ``maxpool_forward``, ``maxpool_backward`` (used by
-``dl.MaxPool2d``). References: ``dlcourse.kernels.reference``. Benchmarks:
+``dl.MaxPool2d``). Attention (flash.py, notebook 16): ``flash_attention_forward`` (used by
+``dl.flash_attention`` for float32 heads of d <= 64). References: ``dlcourse.kernels.reference``. Benchmarks:
 ``benchmarks/gpu_suite.py``. ``dl.fuse(model)`` rewrites a model's Linear→ReLU and Conv2d→ReLU
 pairs into the fused layers.
 """
@@ -48,6 +49,8 @@ from ..layer_base import every_layer, plug_in_kernels
 from . import reference
 from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, define_options,
                      get_kernel, launch_config, list_kernels, source)
+from .flash import (FLASH_BC, FLASH_BR, FLASH_HEAD_DIMS, flash_attention_forward,
+                    flash_head_dim, flash_kernel_takes)
 from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_naive,
@@ -63,6 +66,8 @@ __all__ = [
     "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
     "unfold_cols", "fold_cols", "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",
+    "flash_attention_forward", "flash_kernel_takes", "flash_head_dim", "FLASH_HEAD_DIMS",
+    "FLASH_BR", "FLASH_BC",
 ]
 
 

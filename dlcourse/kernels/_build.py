@@ -73,6 +73,11 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
            ("sgd_momentum_update<float>", "sgd_momentum_update<double>",
             "adam_update<float>", "adam_update<double>"),
            "the SGD-with-momentum and Adam updates of one parameter, one launch each"),
+    Source("flash_attention_forward.cu",
+           ("flash_attention_forward<16>", "flash_attention_forward<32>",
+            "flash_attention_forward<64>"),
+           "FlashAttention's forward: one block per query tile, K/V tiles in shared memory, the "
+           "online softmax's running max, sum and output in registers"),
 )}
 
 #: C++ spelling of the dtypes the templated kernels are instantiated for.
@@ -233,7 +238,8 @@ def launch_config(name: str, *sizes, **tuning) -> LaunchConfig:
     float64; it only changes the shared memory reported);
     ``launch_config("im2col" | "col2im", N, C, H, W, KH, KW, stride, padding)``;
     ``launch_config("maxpool_forward" | "maxpool_backward", N, C, H, W, KH, KW, stride)``;
-    ``launch_config("optimizer_update", n)`` for a parameter of n elements.
+    ``launch_config("optimizer_update", n)`` for a parameter of n elements;
+    ``launch_config("flash_attention_forward", B, Tq, Tk, d)`` for B = N * heads problems.
     """
     if name not in _GEOMETRY:
         raise KeyError(f"No kernel named {name!r}; the names are: {', '.join(_GEOMETRY)}.")

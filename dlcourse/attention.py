@@ -1,0 +1,247 @@
+"""Scaled dot-product attention and multi-head attention, forward and backward by hand.
+
+Introduced in notebook 15 (attention by hand; issue 31), used by ``transformer.py`` (the
+transformer block and the small character model) and checked against ``flash_attention.py``
+(notebook 16, the tiled version that never forms the T×T matrix).
+
+The math, with the letters used in the code (N samples, H heads, Tq queries, Tk keys, d the
+size of one head)::
+
+    q: (N, H, Tq, d)   k: (N, H, Tk, d)   v: (N, H, Tk, d)
+    S = q @ k^T / sqrt(d)                          (N, H, Tq, Tk)  the scores
+    S[keep == False] = -inf                        the mask (and the causal mask)
+    P = softmax(S, over the keys)                  (N, H, Tq, Tk)  each row sums to 1
+    out = P @ v                                    (N, H, Tq, d)   a weighted average of values
+
+Backward, given dout = dL/d(out) (N, H, Tq, d)::
+
+    dv = P^T @ dout                                (N, H, Tk, d)
+    dP = dout @ v^T                                (N, H, Tq, Tk)
+    dS = P * (dP - sum(dP * P, over the keys))     softmax's Jacobian, never formed
+    dq = dS @ k / sqrt(d),  dk = dS^T @ q / sqrt(d)
+
+The softmax of one row has the Jacobian diag(p) - p p^T (Tk × Tk per row, N·H·Tq of them);
+applied to a row of dP it is p * (dP - p·dP): one product per entry and one sum per row.
+
+**Masks.** ``mask``: a boolean array broadcastable to (N, H, Tq, Tk), True where a query may
+look at a key (PyTorch's ``scaled_dot_product_attention`` convention). ``causal=True`` lets
+query i see keys j <= i + (Tk - Tq): the usual lower triangle when Tq == Tk, and, when the
+queries are the last Tq of Tk positions (generation with a key/value cache), each still sees
+itself and everything before it (FlashAttention-2's "bottom-right" alignment). A query row
+whose keys are all masked gets weights 0, so its output is 0 (not NaN) and so is its gradient.
+
+API (``import dlcourse as dl``):
+
+* :func:`attention` ``(q, k, v, mask=None, causal=False) -> out``;
+* :func:`attention_forward` ``-> (out, cache)`` and :func:`attention_backward`
+  ``(dout, cache) -> (dq, dk, dv)``: the pair the layers use, the cache holding P;
+* :func:`causal_mask` ``(Tq, Tk, xp=np)``: the boolean (Tq, Tk) mask ``causal=True`` applies;
+* :class:`MultiHeadAttention` ``(d_model, heads, causal=False)``: a layer on x (N, T, d_model),
+  with the Q, K, V and output projections; the heads are a reshape of d_model into
+  (heads, d_model / heads). ``step(x, past)`` runs it for generation with a key/value cache.
+
+The batched products here use ``@`` on 4-D arrays (``dl.autocast`` rounds only the
+projections, which go through ``ops.matmul``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._validate import float_dtype, shape_str, whole_number
+from .backend import get_array_module, rng
+from .layer_base import Layer, checked
+from .ops import matmul
+
+__all__ = ["attention", "attention_forward", "attention_backward", "causal_mask", "check_qkv",
+           "masked_softmax", "MultiHeadAttention"]
+
+
+# ==== The attention function ==========================================================
+def causal_mask(Tq: int, Tk: int, xp=np):
+    """(Tq, Tk) booleans, True where query i may see key j: j <= i + (Tk - Tq)."""
+    return xp.arange(Tk)[None, :] <= xp.arange(Tq)[:, None] + (Tk - Tq)
+
+
+def masked_softmax(S, keep=None):
+    """Softmax over the last axis of S with the entries where ``keep`` is False left out
+    (weight 0); a row with nothing kept is all zeros. S: (..., Tk); keep broadcasts to S."""
+    xp = get_array_module(S)
+    if keep is not None:
+        S = xp.where(keep, S, -xp.inf)
+    m = S.max(axis=-1, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)             # a row with nothing kept: no -inf - -inf
+    P = xp.exp(S - m)
+    l = P.sum(axis=-1, keepdims=True)
+    P /= xp.where(l > 0, l, 1)
+    return P
+
+
+def _keep(mask, causal, Tq, Tk, xp):
+    """The boolean mask actually applied (None: every key for every query)."""
+    keep = None if mask is None else xp.asarray(mask, dtype=bool)
+    if causal:
+        tri = causal_mask(Tq, Tk, xp)
+        keep = tri if keep is None else keep & tri
+    return keep
+
+
+def check_qkv(q, k, v, mask):
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not hasattr(a, "ndim") or a.ndim != 4:
+            raise ValueError(f"attention expects q, k, v of shape (N, heads, T, d); {name} has "
+                             f"shape {shape_str(getattr(a, 'shape', ()))}. One head: add the "
+                             f"axis with {name}[:, None].")
+        if not np.issubdtype(a.dtype, np.floating):
+            raise TypeError(f"attention expects floating-point q, k, v; {name} has dtype {a.dtype}.")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"attention: q {shape_str(q.shape)}, k {shape_str(k.shape)}, v "
+                         f"{shape_str(v.shape)} do not fit: k and v must have one shape "
+                         f"(N, heads, Tk, d), and q (N, heads, Tq, d) the same N, heads and d.")
+    if mask is not None:
+        N, H, Tq, _ = q.shape
+        want = (N, H, Tq, k.shape[2])
+        try:
+            np.broadcast_shapes(tuple(mask.shape), want)
+        except ValueError:
+            raise ValueError(f"attention: mask of shape {shape_str(mask.shape)} does not broadcast "
+                             f"to (N, heads, Tq, Tk) = {shape_str(want)}.") from None
+
+
+def attention_forward(q, k, v, mask=None, causal=False):
+    """out = softmax(q @ k^T / sqrt(d), masked) @ v, and the cache backward needs.
+
+    q: (N, H, Tq, d), k and v: (N, H, Tk, d); mask: booleans broadcastable to (N, H, Tq, Tk),
+    True = keep; causal: see the module. Returns (out (N, H, Tq, d), cache = (q, k, v, P))."""
+    check_qkv(q, k, v, mask)
+    xp = get_array_module(q)
+    Tq, Tk, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = q.dtype.type(1.0 / math.sqrt(d))
+    S = (q @ k.swapaxes(-1, -2)) * scale                   # (N, H, Tq, Tk)
+    P = masked_softmax(S, _keep(mask, causal, Tq, Tk, xp))
+    out = P @ v                                            # (N, H, Tq, d)
+    return out, (q, k, v, P)
+
+
+def attention_backward(dout, cache):
+    """dout: (N, H, Tq, d) -> (dq, dk, dv), shaped like q, k, v."""
+    q, k, v, P = cache
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
+    dv = P.swapaxes(-1, -2) @ dout                          # (N, H, Tk, d)
+    dP = dout @ v.swapaxes(-1, -2)                          # (N, H, Tq, Tk)
+    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True))    # softmax backward, row by row
+    dq = (dS @ k) * scale
+    dk = (dS.swapaxes(-1, -2) @ q) * scale
+    return dq, dk, dv
+
+
+def attention(q, k, v, mask=None, causal=False):
+    """Scaled dot-product attention: (N, H, Tq, d) queries over (N, H, Tk, d) keys and values
+    -> (N, H, Tq, d). See :func:`attention_forward` and the module docstring."""
+    return attention_forward(q, k, v, mask, causal)[0]
+
+
+# ==== Multi-head attention ============================================================
+class MultiHeadAttention(Layer):
+    """Multi-head self-attention (Vaswani et al., 2017) on a sequence of vectors.
+
+    x: (N, T, D) -> out: (N, T, D), D = ``d_model``, H = ``heads``, d = D / H::
+
+        Q = x @ Wq + bq,  K = x @ Wk + bk,  V = x @ Wv + bv     (N, T, D) each
+        split the last axis into heads: (N, T, H, d) -> (N, H, T, d)    a reshape
+        A = attention(Q, K, V, causal=causal)                    (N, H, T, d)
+        merge the heads back: (N, T, D);  out = A @ Wo + bo
+
+    params: ``Wq``, ``Wk``, ``Wv``, ``Wo`` (D, D), stored (in, out) as Linear's W, and
+    ``bq``, ``bk``, ``bv``, ``bo`` (D,). Weights start as normals of std 1/sqrt(D).
+    ``forward(x, mask=None)``: mask as in :func:`attention` (True = keep), besides ``causal``.
+    """
+
+    input_shape, input_ndim = "(N, T, d_model)", 3
+
+    def __init__(self, d_model: int, heads: int, causal: bool = False, dtype=np.float32,
+                 seed=None):
+        super().__init__()
+        self.d_model = D = whole_number(d_model, "MultiHeadAttention(d_model=...)")
+        self.heads = H = whole_number(heads, "MultiHeadAttention(heads=...)")
+        if D % H:
+            raise ValueError(f"MultiHeadAttention(d_model={D}, heads={H}): d_model must be a "
+                             f"multiple of heads, each head gets d_model / heads numbers. E.g. "
+                             f"heads={max(h for h in range(1, H + 1) if D % h == 0)}.")
+        self.causal = bool(causal)
+        dtype = float_dtype(dtype)
+        gen = rng(seed)
+        self.params = {}
+        for name in ("q", "k", "v", "o"):
+            self.params[f"W{name}"] = (gen.standard_normal((D, D)) / math.sqrt(D)).astype(dtype)
+            self.params[f"b{name}"] = np.zeros(D, dtype=dtype)
+
+    # -- the heads as a reshape -------------------------------------------------------------
+    def split_heads(self, y):
+        """(N, T, D) -> (N, H, T, d)."""
+        N, T, _ = y.shape
+        return y.reshape(N, T, self.heads, -1).transpose(0, 2, 1, 3)
+
+    def merge_heads(self, a):
+        """(N, H, T, d) -> (N, T, D): the inverse of split_heads."""
+        N, H, T, d = a.shape
+        return a.transpose(0, 2, 1, 3).reshape(N, T, H * d)
+
+    def project(self, x2, name):
+        """x2 (M, D) @ W<name> + b<name>."""
+        return matmul(x2, self.params[f"W{name}"]) + self.params[f"b{name}"]
+
+    @checked
+    def forward(self, x, mask=None):
+        N, T, D = x.shape
+        x2 = x.reshape(N * T, D)
+        q, k, v = (self.split_heads(self.project(x2, n).reshape(N, T, D)) for n in "qkv")
+        a, att_cache = attention_forward(q, k, v, mask, self.causal)
+        a2 = self.merge_heads(a).reshape(N * T, D)
+        self.cache = (x2, a2, att_cache)
+        return self.project(a2, "o").reshape(N, T, D)
+
+    @checked
+    def backward(self, dout):
+        x2, a2, att_cache = self.cache
+        N, T, D = dout.shape
+        p = self.params
+        dout2 = dout.reshape(N * T, D)
+        grads = {"Wo": matmul(a2.T, dout2), "bo": dout2.sum(axis=0)}
+        da = self.split_heads(matmul(dout2, p["Wo"].T).reshape(N, T, D))
+        dq, dk, dv = attention_backward(da, att_cache)
+        dx2 = 0
+        for name, dy in (("q", dq), ("k", dk), ("v", dv)):
+            dy2 = self.merge_heads(dy).reshape(N * T, D)
+            grads[f"W{name}"], grads[f"b{name}"] = matmul(x2.T, dy2), dy2.sum(axis=0)
+            dx2 = dx2 + matmul(dy2, p[f"W{name}"].T)
+        self.grads = grads
+        return dx2.reshape(N, T, D)
+
+    def step(self, x, past=None):
+        """Inference with a key/value cache (generation): x (N, T_new, D) holds the new
+        positions only; ``past`` = (K, V), each (N, H, T_past, d), the keys and values of the
+        positions before (None: none). Returns (out (N, T_new, D), (K, V) with the new
+        positions appended). Each new query sees the past and the new positions up to itself
+        (``causal`` as in :func:`attention`). Nothing is kept for backward."""
+        self.check(x)
+        N, T, D = x.shape
+        xp = get_array_module(x)
+        x2 = x.reshape(N * T, D)
+        q, k, v = (self.split_heads(self.project(x2, n).reshape(N, T, D)) for n in "qkv")
+        if past is not None:
+            k, v = xp.concatenate([past[0], k], axis=2), xp.concatenate([past[1], v], axis=2)
+        a = attention(q, k, v, causal=self.causal)
+        out = self.project(self.merge_heads(a).reshape(N * T, D), "o").reshape(N, T, D)
+        return out, (k, v)
+
+    def check(self, x):
+        super().check(x)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"MultiHeadAttention(d_model={self.d_model}) got x of shape "
+                             f"{shape_str(x.shape)}: the last axis must be {self.d_model} "
+                             f"(x is (N, T, d_model): samples, positions, features).")
+
+    def get_config(self):
+        return {"d_model": self.d_model, "heads": self.heads, "causal": self.causal}
