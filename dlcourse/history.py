@@ -21,6 +21,9 @@ class History:
     rate of epoch e's last step, ``step_lr``: of every step (``None`` for an optimizer
     without ``lr``), as set by ``fit(..., lr_schedule=...)`` or left as the optimizer had it.
 
+    ``grad_norm``: with ``fit(..., clip_norm=...)`` (lesson 04b), the gradients' global norm
+    before clipping, at every step that updated the parameters.
+
     ``stop_reason`` is ``None`` when every epoch ran, else ``"callback"``, ``"interrupted"``
     (Ctrl-C) or ``"diverged"``; ``interrupted`` is True after Ctrl-C.
     Accuracies are ``None`` when the task is not classification (e.g. ``MSELoss``).
@@ -34,6 +37,7 @@ class History:
     step_loss: list = field(default_factory=list)
     lr: list = field(default_factory=list)
     step_lr: list = field(default_factory=list)
+    grad_norm: list = field(default_factory=list)         # lesson 04b: fit(clip_norm=...)
     stop_reason: str | None = None
     interrupted: bool = False
     precision: str = "fp32"                               # lesson 10: fit(precision=...)

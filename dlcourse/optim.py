@@ -33,7 +33,16 @@ import numpy as np
 from . import kernels
 from ._validate import model_class_error, number
 from .backend import device_of, get_array_module, to_device
-from .prune import keep_pruned
+from .layer_base import every_layer
+
+
+def _keep_pruned(model) -> None:
+    """After a step, a pruned model's pruned weights go back to exactly zero (lesson 11b), in
+    dl.fit or in a loop of your own. A model that was never pruned has no masks, and a plain
+    step imports nothing of lesson 11b."""
+    if any(getattr(layer, "masks", None) for layer in every_layer(model)):
+        from .prune import keep_pruned
+        keep_pruned(model)
 
 
 class Optimizer:
@@ -129,7 +138,7 @@ class SGD(Optimizer):
                 v += g
                 g = v
             p -= self.lr * g
-        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
+        _keep_pruned(self.model)       # pruned weights stay zero (lesson 11b)
 
 
 class Adam(Optimizer):
@@ -180,7 +189,7 @@ class Adam(Optimizer):
             denom = xp.sqrt(v)
             denom += eps
             p -= step_size * (m / denom)
-        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
+        _keep_pruned(self.model)       # pruned weights stay zero (lesson 11b)
 
     def _decay(self, p, g):
         """Adam's weight decay is L2: it joins the gradient (AdamW's shrinks p instead)."""
@@ -240,7 +249,7 @@ class Adagrad(Optimizer):
             G = self._buffer(k + "/G", p)
             G += g * g
             p -= self.lr * g / (get_array_module(p).sqrt(G) + self.eps)
-        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
+        _keep_pruned(self.model)       # pruned weights stay zero (lesson 11b)
 
 
 class RMSprop(Optimizer):
@@ -280,7 +289,7 @@ class RMSprop(Optimizer):
                 b += step
                 step = b
             p -= self.lr * step
-        keep_pruned(self.model)        # pruned weights stay zero (lesson 11b)
+        _keep_pruned(self.model)       # pruned weights stay zero (lesson 11b)
 
 
 def clip_grad_norm(model, max_norm: float) -> float:

@@ -1,9 +1,10 @@
 """Learning-rate schedules: the learning rate as a function of how far training has gone.
 
-Introduced in notebook ``04a_mlp_on_digits`` (optimizers and schedules compared). A schedule is
-any function ``lr = schedule(epoch)`` of the training time counted in epochs, a fraction:
-0.0 at the first step, 1.5 halfway through the second epoch. :func:`dlcourse.fit` calls it
-before every optimizer step and sets ``optimizer.lr``; ``history.lr`` records the rate used.
+Introduced in notebook ``04b_optimizers_and_regularization`` (optimizers and schedules
+compared). A schedule is any function ``lr = schedule(epoch)`` of the training time counted in
+epochs, a fraction: 0.0 at the first step, 1.5 halfway through the second epoch.
+:func:`dlcourse.fit` calls it before every optimizer step and sets ``optimizer.lr``;
+``history.lr`` records the rate used.
 
     sched = dl.linear_warmup(dl.cosine_decay(1e-3, epochs=20), epochs=2)
     dl.fit(model, loss, opt, X, y, epochs=20, lr_schedule=sched)

@@ -196,3 +196,93 @@ def test_fit_refuses_a_bad_schedule(schedule, error, words):
     with pytest.raises(error, match=words):
         dl.fit(model, dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.1), X, y, epochs=1,
                progress=False, lr_schedule=schedule)
+
+
+# --------------------------------------------------------------------------------------
+# Gradient clipping (lesson 04b): dl.clip_grad_norm; fit(clip_norm=...) is in test_train.py
+# --------------------------------------------------------------------------------------
+def _model_with_grads(device, to_dev, scale=1.0):
+    """An MLP in float64 whose gradients are fixed random arrays (their norm about 7 * scale)."""
+    model = dl.MLP([3, 4, 2], seed=0).astype(np.float64).to(device)
+    loss = dl.SoftmaxCrossEntropy()
+    loss.forward(model.forward(to_dev(np.ones((2, 3)))), to_dev(np.array([0, 1])))
+    model.backward(loss.backward())                          # the layers' grads exist
+    rng = np.random.default_rng(1)
+    for g in model.grads.values():                           # ... and get known values
+        g[...] = to_dev(scale * rng.standard_normal(g.shape))
+    return model
+
+
+def _global_norm(grads):
+    return math.sqrt(sum(float((dl.to_numpy(g) ** 2).sum()) for g in grads.values()))
+
+
+def test_clip_grad_norm_caps_the_global_norm_and_keeps_the_direction(device, to_dev):
+    model = _model_with_grads(device, to_dev)
+    before = {k: dl.to_numpy(g).copy() for k, g in model.grads.items()}
+    arrays = dict(model.grads)
+    norm = _global_norm(before)
+    returned = dl.clip_grad_norm(model, norm / 4)
+    assert isinstance(returned, float) and returned == pytest.approx(norm, rel=1e-12)
+    assert _global_norm(model.grads) == pytest.approx(norm / 4, rel=1e-6)
+    for k, g in model.grads.items():
+        assert g is arrays[k]                                   # in place: the model's arrays
+        # the same factor for every parameter: the direction of the whole gradient is kept
+        np.testing.assert_allclose(dl.to_numpy(g), before[k] * (norm / 4) / (norm + 1e-6),
+                                   rtol=1e-12, err_msg=k)
+
+
+@pytest.mark.parametrize("max_norm", [1e3, "norm"])
+def test_clip_grad_norm_below_the_threshold_changes_nothing(max_norm, device, to_dev):
+    model = _model_with_grads(device, to_dev)
+    before = {k: dl.to_numpy(g).copy() for k, g in model.grads.items()}
+    norm = _global_norm(before)
+    assert dl.clip_grad_norm(model, norm if max_norm == "norm" else max_norm) == pytest.approx(norm)
+    for k, g in model.grads.items():
+        np.testing.assert_array_equal(dl.to_numpy(g), before[k], err_msg=k)
+
+
+def test_clip_grad_norm_takes_a_dict_and_float32(device, to_dev):
+    grads = {"a": to_dev(np.full((2, 2), 3.0, np.float32)), "b": to_dev(np.full(1, 4.0, np.float32))}
+    assert dl.clip_grad_norm(grads, 1.0) == pytest.approx(math.sqrt(4 * 9 + 16))   # 2 * sqrt(13)
+    assert grads["a"].dtype == np.float32
+    assert _global_norm(grads) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_clip_grad_norm_leaves_a_non_finite_gradient_to_fit(device, to_dev):
+    grads = {"a": to_dev(np.array([1.0, np.inf])), "b": to_dev(np.array([2.0]))}
+    assert dl.clip_grad_norm(grads, 1.0) == np.inf
+    np.testing.assert_array_equal(dl.to_numpy(grads["b"]), [2.0])
+
+
+def test_clip_grad_norm_equals_torchs_clip_grad_norm_():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the parity with "
+                                                "torch.nn.utils.clip_grad_norm_ is not checked")
+    for scale, max_norm in ((1.0, 0.5), (1.0, 2.5), (1e-3, 0.5), (30.0, 1.0)):
+        model = _model_with_grads("cpu", np.asarray, scale)
+        tensors = []
+        for g in model.grads.values():
+            t = torch.zeros(g.shape, dtype=torch.float64, requires_grad=True)
+            t.grad = torch.from_numpy(g.copy())
+            tensors.append(t)
+        want = float(torch.nn.utils.clip_grad_norm_(tensors, max_norm))
+        assert dl.clip_grad_norm(model, max_norm) == pytest.approx(want, rel=1e-12)
+        for g, t in zip(model.grads.values(), tensors):
+            np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("model,max_norm,error,words", [
+    ("model", 0, ValueError, r"clip_grad_norm\(max_norm=\.\.\.\) must be a finite number in \(0, inf\)"),
+    ("model", -1.0, ValueError, r"in \(0, inf\), got -1\.0\. E\.g\. max_norm=1\.0"),
+    ("model", float("inf"), ValueError, r"must be a finite number"),
+    ("model", float("nan"), ValueError, r"must be a finite number"),
+    ("model", "1", TypeError, r"expects a number, e\.g\. max_norm=1\.0"),
+    ("no grads", 1.0, ValueError, r"no gradients yet: call model\.backward"),
+    ("not a model", 1.0, TypeError, r"needs a model with grads .* got int"),
+])
+def test_clip_grad_norm_says_what_is_wrong(model, max_norm, error, words):
+    target = {"model": dl.MLP([2, 2], seed=0), "no grads": {}, "not a model": 3}[model]
+    if model == "model":
+        target.backward(target.forward(np.ones((1, 2), np.float32)))
+    with pytest.raises(error, match=words):
+        dl.clip_grad_norm(target, max_norm)

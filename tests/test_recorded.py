@@ -126,6 +126,7 @@ def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop
     monkeypatch.setattr(suite, "section_training", section("training"))
     monkeypatch.setattr(suite, "section_cpu_vs_gpu", section("cpu_vs_gpu"))
     monkeypatch.setattr(suite, "section_precision", section("precision"))
+    monkeypatch.setattr(suite, "section_attention", section("attention"))
     monkeypatch.setattr(suite, "plot", lambda results, png: png.write_text("plot"))
 
     assert suite.main(["--out", str(tmp_path), "--no-torch", "--quick"]) == 0
@@ -133,7 +134,9 @@ def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop
                     ("elementwise", ["matmul"], False),
                     ("training", ["matmul", "elementwise"], False),
                     ("cpu_vs_gpu", ["matmul", "elementwise", "training"], False),
-                    ("precision", ["matmul", "elementwise", "training", "cpu_vs_gpu"], False)]
+                    ("precision", ["matmul", "elementwise", "training", "cpu_vs_gpu"], False),
+                    ("attention", ["matmul", "elementwise", "training", "cpu_vs_gpu",
+                                   "precision"], False)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.with_suffix(".png").name]
     results = json.loads(path.read_text())
     assert results["complete"] is True and results["quick"] is True

@@ -426,6 +426,109 @@ def test_fit_accepts_an_optimizer_over_part_of_the_model_and_refuses_a_stale_one
 
 
 # ======================================================================================
+# fit(clip_norm=...): lesson 04b's gradient clipping, before every optimizer step
+# ======================================================================================
+def _norm(grads) -> float:
+    return math.sqrt(sum(float((dl.to_numpy(g).astype(np.float64) ** 2).sum())
+                         for g in grads.values()))
+
+
+class _Watching(SGD):
+    """SGD that writes down the global norm of the gradients it is handed."""
+
+    def step(self):
+        self.seen = getattr(self, "seen", []) + [_norm(self.model.grads)]
+        super().step()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_clip_norm_clips_what_the_optimizer_gets_and_records_the_norms(xor, device, precision):
+    (X, y), _ = xor
+    model = small_mlp().to(device)
+    opt = _Watching(model, lr=0.5, momentum=0.9)
+    history = fit(model, SoftmaxCrossEntropy(), opt, X, y, epochs=3, batch_size=20, seed=0,
+                  progress=False, clip_norm=0.3, precision=precision,
+                  loss_scaler=dl.LossScaler(init_scale=2.0 ** 12) if precision == "fp16" else None)
+    norms = history.grad_norm
+    assert 0 < len(norms) == len(opt.seen) <= len(history.step_loss)   # fp16 may skip a step
+    assert any(n > 0.3 for n in norms) and any(n < 0.3 for n in norms)
+    # the unscaled gradients' norms (lesson 10's loss scale, 4096 here, is divided out first)
+    assert max(norms) < 100
+    for before, seen in zip(norms, opt.seen):
+        assert seen == pytest.approx(min(before, 0.3), rel=1e-4)
+
+
+def test_clip_norm_changes_nothing_when_the_gradients_stay_below_it(xor):
+    (X, y), _ = xor
+    runs = []
+    for clip_norm in (None, 1e6):
+        model = small_mlp()
+        history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=2,
+                      batch_size=20, seed=0, progress=False, clip_norm=clip_norm)
+        runs.append((params_of(model), history))
+    (plain, h_plain), (clipped, h_clipped) = runs
+    for k in plain:
+        assert np.array_equal(plain[k], clipped[k]), k
+    assert h_plain.step_loss == h_clipped.step_loss
+    assert h_plain.grad_norm == [] and len(h_clipped.grad_norm) == len(h_clipped.step_loss)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_clip_norm_saves_a_run_that_diverges_without_it(xor, device):
+    """A deep ReLU MLP with SGD at lr=0.3: a gradient spike throws it to inf without clipping;
+    with clip_norm=1 the same run learns XOR."""
+    (X, y), _ = xor
+
+    def run(clip_norm):
+        model = MLP([2, 32, 32, 32, 32, 2], seed=1).to(device)
+        return fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.3, momentum=0.9), X, y,
+                   epochs=10, batch_size=20, seed=1, progress=False, clip_norm=clip_norm)
+
+    with pytest.raises(TrainingDiverged):
+        run(None)
+    history = run(1.0)
+    assert all(math.isfinite(v) for v in history.step_loss)
+    assert history.train_accuracy[-1] > 0.9
+    assert max(history.grad_norm) > 1.0                   # clipping did act
+
+
+def test_clip_norm_with_two_ranks_equals_one_process_on_the_global_batch():
+    """With comm= every rank clips the averaged gradient (after the all-reduce), so two
+    simulated ranks of batch B train exactly as one process of batch 2B."""
+    from dlcourse import distributed, distributed_jobs
+    X, y = distributed_jobs.synthetic()
+
+    def train(comm, batch_size):
+        model = MLP([12, 16, 3], seed=0).astype(np.float64)
+        history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.5, momentum=0.9), X, y,
+                      epochs=2, batch_size=batch_size, seed=0, progress=False, comm=comm,
+                      clip_norm=0.2)
+        return model.params, history.grad_norm
+
+    single, single_norms = train(None, 16)
+    assert any(n > 0.2 for n in single_norms)
+    for params, norms in distributed.simulate(lambda comm, _: train(comm, 8), [0, 1]):
+        np.testing.assert_allclose(norms, single_norms, rtol=1e-10)
+        for k, p in single.items():
+            np.testing.assert_allclose(params[k], p, rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+@pytest.mark.parametrize("clip_norm,error,words", [
+    (0, ValueError, r"fit\(clip_norm=\.\.\.\) must be a finite number in \(0, inf\), got 0"),
+    (-1.0, ValueError, r"E\.g\. clip_norm=1\.0"),
+    (float("inf"), ValueError, r"fit\(clip_norm=\.\.\.\) must be a finite number"),
+    ("1.0", TypeError, r"fit\(clip_norm=\.\.\.\) expects a number"),
+    (True, TypeError, r"fit\(clip_norm=\.\.\.\) expects a number"),
+])
+def test_clip_norm_is_checked(xor, clip_norm, error, words):
+    (X, y), _ = xor
+    model = small_mlp()
+    with pytest.raises(error, match=words):
+        fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=1, progress=False,
+            clip_norm=clip_norm)
+
+
+# ======================================================================================
 # fit is lesson 04a's loop: the steps lessons 10, 11 and 13 add (precision=, a pruned model,
 # comm=) come from their own modules, only when asked for, and leave a plain fit's numbers alone
 # ======================================================================================

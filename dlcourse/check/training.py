@@ -1,4 +1,4 @@
-"""Checks for lesson 04a: training an MLP on digits.
+"""Checks for lessons 04a and 04b: training an MLP on digits; optimizers and regularization.
 
 Each check takes *your* function, runs it on several small cases, compares it with the
 library's rule (``dlcourse/optim.py``, ``layers.py``, ``data/batching.py``) and either prints
@@ -7,16 +7,18 @@ problem and, for the common mistakes, the likely fix::
 
     dl.check.sgd_momentum_step(sgd_momentum_step)
 
-==================  ===============================  ==============================================
-lesson              check                            your function
-==================  ===============================  ==============================================
-04a_mlp_on_digits    :func:`iterate_minibatches`      ``(X, y, batch_size, shuffle, seed)``
-04a_mlp_on_digits    :func:`accuracy`                 ``(logits, y) -> float``
-04a_mlp_on_digits    :func:`sgd_momentum_step`        ``(params, grads, velocity, lr, momentum)``
-04a_mlp_on_digits    :func:`dropout_forward`          ``(x, p, rng) -> out, mask``
-04a_mlp_on_digits    :func:`dropout_backward`         ``(dout, mask) -> dx``
-04a_mlp_on_digits    :func:`adam_step`                ``(params, grads, m, v, t, lr, ...)``
-==================  ===============================  ==============================================
+======  ===============================  ==============================================
+lesson  check                            your function
+======  ===============================  ==============================================
+04a     :func:`iterate_minibatches`      ``(X, y, batch_size, shuffle, seed)``
+04a     :func:`accuracy`                 ``(logits, y) -> float``
+04b     :func:`sgd_momentum_step`        ``(params, grads, velocity, lr, momentum)``
+04b     :func:`adam_step`                ``(params, grads, m, v, t, lr, ...)``
+04b     :func:`dropout_forward`          ``(x, p, rng) -> out, mask``
+04b     :func:`dropout_backward`         ``(dout, mask) -> dx``
+======  ===============================  ==============================================
+
+(04a: ``04a_mlp_on_digits``; 04b: ``04b_optimizers_and_regularization``.)
 
 The checks of lessons 04c and 05 (initialization, GPU batching) are in ``init_and_batching.py``,
 the convolution lessons' (06-07) in ``convolution.py`` and ``cnn.py``; the shared machinery
@@ -211,6 +213,9 @@ def accuracy(fn) -> None:
     passed(fn, len(cases))
 
 
+# ======================================================================================
+# 04b_optimizers_and_regularization
+# ======================================================================================
 def sgd_momentum_step(fn) -> None:
     """Check ``fn(params, grads, velocity, lr, momentum)``, which updates ``params`` and
     ``velocity`` (dicts of arrays with the same keys) **in place**, as ``dl.SGD`` does.
