@@ -186,6 +186,8 @@ def save(model, path, *, sign_with=None, encrypt_with=None) -> Path:
     shape = getattr(model, "sample_shape", None)
     if shape:                      # one sample's shape, when training or calibration told it
         meta["sample_shape"] = [int(s) for s in shape]
+    if isinstance(getattr(model, "dataset", None), str):   # `dlcourse train --save` says which
+        meta["dataset"] = model.dataset
 
     path = _save_target(path)
     if sign_with is None and encrypt_with is None:
@@ -599,6 +601,8 @@ def load_bytes(path, data: bytes | None, device: str | None = None, *, key=None,
     if isinstance(shape, list) and 0 < len(shape) <= 8 and all(
             isinstance(s, int) and not isinstance(s, bool) and 0 < s < 2**31 for s in shape):
         model.sample_shape = tuple(shape)
+    if isinstance(meta.get("dataset"), str) and len(meta["dataset"]) <= 64:
+        model.dataset = meta["dataset"]
     if masks:
         from .prune import set_masks
         try:
