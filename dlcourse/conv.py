@@ -41,6 +41,7 @@ from .backend import get_array_module, rng
 from .layer_base import Layer, checked, kernels_for
 from .ops import matmul
 from .shapes import as_pair, output_size
+from .threaded import threads_for
 
 __all__ = ["output_size", "conv2d_forward_naive", "conv2d_backward_naive", "maxpool_forward_naive",
            "maxpool_backward_naive", "im2col", "col2im", "unfold",
@@ -201,7 +202,24 @@ def fold(cols, x_shape, KH, KW, stride=1, padding=0, use_kernels=True):
 
 def im2col(x, KH, KW, stride=1, padding=0):
     """:func:`unfold` with one *row* per window, as CS231n writes it: (N*OH*OW, C*KH*KW)."""
+    _check_images(x, "im2col")
+    KH, KW = whole_number(KH, "im2col(KH=...)"), whole_number(KW, "im2col(KW=...)")
+    stride, padding = _pair(stride, "stride", "im2col", 1), _pair(padding, "padding", "im2col")
     return unfold(x, KH, KW, stride, padding).T
+
+
+def _check_images(x, fn):
+    """x is an array of images (N, C, H, W), or an error that says how to make one (a learner
+    calls im2col by hand; the layers check their own input)."""
+    if not hasattr(x, "shape") or not hasattr(x, "ndim"):
+        raise TypeError(f"{fn} expects an array of images (N, C, H, W), got "
+                        f"{type(x).__name__}. Convert it with np.asarray(x, dtype=np.float32).")
+    if x.ndim != 4:
+        hint = {2: " One one-channel image (H, W) is x[None, None].",
+                3: " One image (C, H, W) is x[None]; a batch of one-channel images (N, H, W) "
+                   "is x[:, None]."}.get(x.ndim, "")
+        raise ValueError(f"{fn} expects images of shape (N, C, H, W) (4-D), got shape "
+                         f"{shape_str(x.shape)} ({x.ndim}-D).{hint}")
 
 
 def col2im(cols, x_shape, KH, KW, stride=1, padding=0):
@@ -245,6 +263,7 @@ class Conv2d(Layer):
 
     input_shape, input_ndim = "(N, C_in, H, W)", 4
     use_kernels = True   # on the GPU: im2col/col2im by the hand-written kernels
+    use_threads = True   # on the CPU: a large batch's passes on every core (threaded.py)
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
                  padding=0, dtype=np.float32, seed=None):
@@ -267,6 +286,9 @@ class Conv2d(Layer):
     def forward(self, x):
         """x: (N, C, H, W) -> out: (N, F, OH, OW), channel-major in memory (a view of the
         (F, N*OH*OW) matrix)."""
+        threads = threads_for(x, self.use_threads)      # None unless a large CPU batch
+        if threads is not None:
+            return threads.conv_forward(self, x)        # the same numbers, on every core
         z = self.matrix_forward(x)                              # (F, N*OH*OW)
         z += self.params["b"].reshape(-1, 1)
         return self.as_image(z, x.shape)
@@ -275,6 +297,9 @@ class Conv2d(Layer):
     def backward(self, dout, input_grad: bool = True):
         """dout: (N, F, OH, OW) -> dx: (N, C, H, W); fills grads["W"] (F, C, KH, KW) and
         grads["b"] (F,). ``input_grad=False`` skips dx and returns None."""
+        threads = threads_for(dout, self.use_threads)
+        if threads is not None:
+            return threads.conv_backward(self, dout, input_grad)
         dout_mat = dout.transpose(1, 0, 2, 3).reshape(dout.shape[1], -1)   # (F, N*OH*OW)
         return self.matrix_backward(dout_mat, dout_mat.sum(axis=1), input_grad)
 
@@ -341,6 +366,7 @@ class MaxPool2d(Layer):
 
     input_shape, input_ndim = "(N, C, H, W)", 4
     use_kernels = True
+    use_threads = True   # on the CPU: a large batch split between the cores (threaded.py)
 
     def __init__(self, kernel_size, stride=None):
         super().__init__()
@@ -356,7 +382,8 @@ class MaxPool2d(Layer):
         k = kernels_for(x, self.use_kernels, same_per_axis=(self.stride,))
         if k is not None:
             return self._kernel_forward(k, x)
-        best, idx = self._max_and_where(x)
+        threads = threads_for(x, self.use_threads)      # None unless a large CPU batch
+        best, idx = self._max_and_where(x) if threads is None else threads.max_and_where(self, x)
         self.cache = PoolCache(x, idx)
         return best
 
@@ -388,6 +415,9 @@ class MaxPool2d(Layer):
         x, idx, k = self.cache
         if k is not None:            # forward ran the kernel: so does backward
             return self._kernel_backward(k, dout)
+        threads = threads_for(dout, self.use_threads)
+        if threads is not None:
+            return threads.maxpool_backward(self, dout)
         N, C, H, W = x.shape
         KH, KW = self.kernel_size
         sh, sw = self.stride

@@ -39,7 +39,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._validate import check_input, number, shape_str, whole_number
+from ._suggest import did_you_mean
+from ._validate import check_input, float_dtype, number, shape_str, whole_number
 from .backend import device_of, get_array_module, to_device
 
 __all__ = ["Layer", "Container", "checked", "check_init", "check_state", "eval_mode", "build_layer",
@@ -146,7 +147,17 @@ class Layer:
         return self.map_arrays(lambda a: to_device(a, device))
 
     def astype(self, dtype):
-        """Cast parameters to ``dtype`` (e.g. ``np.float64`` for a gradient check)."""
+        """Cast parameters to ``dtype`` (e.g. ``np.float64`` for a gradient check): a
+        floating-point type, since training moves the weights by fractions."""
+        try:
+            dtype = float_dtype(dtype)
+        except TypeError:          # also what np.dtype() cannot read: "fp32", a list, ...
+            given = np.dtype(dtype).name if _is_dtype(dtype) else repr(dtype)
+            raise TypeError(f"{type(self).__name__}.astype(dtype) takes a floating-point type "
+                            f"(np.float32, np.float64 or np.float16), got {given}: a model's "
+                            f"weights are real numbers that training moves by fractions, and "
+                            f"integer weights cannot. For an int8 model for inference use "
+                            f"dl.quantize(model, X_calibration).") from None
         return self.map_arrays(lambda a: a.astype(dtype))
 
     @property
@@ -177,15 +188,23 @@ class Layer:
         and the layer never shares an array with the caller (``best.load_state_dict(
         model.state_dict())`` keeps a snapshot that training ``model`` does not change)."""
         check_state(self, state)
+        name, known = type(self).__name__, [*self.params, *self.buffers]
+        unknown = [k for k in state if k not in known]
+        if unknown:          # a misspelt key would otherwise be skipped without a word
+            raise KeyError(f"{name}: the state has entries this layer does not: {unknown}."
+                           f"{did_you_mean(unknown[0], known)} Its entries are "
+                           f"{_some(known)} (from layer.state_dict()).")
         for group in (self.params, self.buffers):
             for k in group:
                 if k not in state:
-                    raise KeyError(f"{type(self).__name__}: the state has no entry {k!r}.")
-                if tuple(state[k].shape) != tuple(group[k].shape):
-                    raise ValueError(f"{type(self).__name__}: {k} should have shape "
+                    raise KeyError(f"{name}: the state has no entry {k!r}; its entries "
+                                   f"are {_some(known)}.")
+                value = _state_array(name, k, state[k])
+                if tuple(value.shape) != tuple(group[k].shape):
+                    raise ValueError(f"{name}: {k} should have shape "
                                      f"{shape_str(group[k].shape)}, the state has "
-                                     f"{shape_str(state[k].shape)}.")
-                group[k][...] = to_device(state[k], device_of(group[k]))   # casts the dtype
+                                     f"{shape_str(value.shape)}.")
+                group[k][...] = to_device(value, device_of(group[k]))   # casts the dtype
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
@@ -202,6 +221,38 @@ def check_init(init):
                          f"(e.g. init=0.01); got {init!r}.")
     return number(init, "Linear(init=...)", "init='he', init='xavier' or init=0.01", 0.0,
                   None, low_open=True)
+
+
+def _is_dtype(dtype) -> bool:
+    try:
+        np.dtype(dtype)
+        return True
+    except TypeError:
+        return False
+
+
+def _some(names, n: int = 12) -> str:
+    """A list of names for a message: all of them, or the first ``n`` and how many in all."""
+    names = list(names)
+    return str(names) if len(names) <= n else f"{str(names[:n])[:-1]}, ...] ({len(names)} in all)"
+
+
+def _state_array(layer_name, key, value):
+    """One entry of a state dict as an array: an array as it is, a list of numbers (from
+    ``.tolist()``, or JSON) as a NumPy array; anything else refused, naming the entry."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        array = value
+    else:
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError):      # ragged lists
+            array = None
+    if array is None or array.dtype.kind not in "biuf":
+        raise TypeError(f"{layer_name}: the state's {key!r} must be an array of numbers (as "
+                        f"model.state_dict() gives), got {type(value).__name__}"
+                        f"{'' if array is None else f' of dtype {array.dtype}'}. Convert it "
+                        f"with np.asarray(..., dtype=np.float32).")
+    return array
 
 
 def check_state(layer, state):
@@ -300,14 +351,17 @@ class Container(Layer):
 
     def load_state_dict(self, state):
         check_state(self, state)
-        extra = set(state) - set(self.state_dict())
-        if extra:
-            raise KeyError(f"The state has entries this model does not: {sorted(extra)}.")
+        known = list(self.state_dict())
+        extra = sorted(set(state) - set(known), key=str)
+        if extra:          # a misspelt key would otherwise be skipped without a word
+            raise KeyError(f"The state has entries this model does not: {extra}."
+                           f"{did_you_mean(extra[0], known)} The model's entries are "
+                           f"{_some(known)} (from model.state_dict()).")
         for name, layer in self.named_layers():
             prefix = f"{name}."
             try:
                 layer.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
-            except (KeyError, ValueError) as err:
+            except (KeyError, ValueError, TypeError) as err:
                 raise type(err)(f"layer {name} ({type(layer).__name__}, keys {prefix}*): "
                                 f"{err.args[0] if err.args else err}") from None
 

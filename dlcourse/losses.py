@@ -42,16 +42,44 @@ def _check_real_targets(owner, targets, name="targets"):
                         f"{targets.dtype}. Convert them, e.g. {name}.astype(np.float32).")
 
 
+def _as_logits(logits, fn):
+    """``logits`` as an array of real numbers with a non-empty last axis: an array as it is, a
+    list or tuple (``[2.0, 1.0, 0.1]``) as a NumPy float64 array (as scipy.special.softmax
+    takes one); anything else refused, saying what was given."""
+    if not (hasattr(logits, "shape") and hasattr(logits, "dtype")):
+        if not isinstance(logits, (list, tuple)):
+            raise TypeError(f"{fn} expects an array of scores (logits), e.g. {fn}(np.array("
+                            f"[2.0, 1.0, 0.1])), got {type(logits).__name__}: {logits!r}.")
+        try:
+            logits = np.asarray(logits, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"{fn} expects numbers, one row of scores per sample, e.g. "
+                            f"{fn}([2.0, 1.0, 0.1]); got {logits!r}: not a rectangular "
+                            f"list of numbers (every row as long, every entry a number).") from None
+    if logits.dtype.kind not in "iuf":
+        raise TypeError(f"{fn} expects real-valued scores (logits), got dtype {logits.dtype}. "
+                        f"Convert them, e.g. logits.astype(np.float32).")
+    if logits.ndim == 0 or logits.shape[-1] == 0:
+        raise ValueError(f"{fn} works over the last axis, one score per class, so it needs at "
+                         f"least one class there; got shape {shape_str(logits.shape)}. For one "
+                         f"sample pass its scores as a 1-D array, e.g. {fn}([2.0, 1.0, 0.1]).")
+    return logits
+
+
 def log_softmax(logits):
     """log softmax over the last axis, stable for logits of any size: subtract the row max
-    first, so the largest exponent is exp(0) = 1 and nothing overflows."""
+    first, so the largest exponent is exp(0) = 1 and nothing overflows. ``logits``: an array
+    (..., K), or a list of numbers (taken as a NumPy float64 array)."""
+    logits = _as_logits(logits, "log_softmax")
     xp = get_array_module(logits)
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def softmax(logits):
-    """Softmax over the last axis (stable: see :func:`log_softmax`)."""
+    """Softmax over the last axis (stable: see :func:`log_softmax`): (..., K) -> (..., K)
+    probabilities. A list of numbers is taken as a NumPy float64 array."""
+    logits = _as_logits(logits, "softmax")
     xp = get_array_module(logits)
     shifted = logits - logits.max(axis=-1, keepdims=True)
     e = xp.exp(shifted)

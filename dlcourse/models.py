@@ -42,6 +42,11 @@ class Perceptron:
         if X.shape[1] != self.n_features:
             raise ValueError(f"Perceptron(n_features={self.n_features}) got X of shape "
                              f"{shape_str(X.shape)}: the last axis must be {self.n_features}.")
+        if not np.isfinite(X).all():   # a NaN compares False: it would "train" on nothing
+            row = int(np.argwhere(~np.isfinite(X))[0, 0])
+            raise ValueError(f"Perceptron got X with NaN or inf values (first in row {row}): "
+                             f"no weights can be learned from them. Fix the data first: "
+                             f"~np.isfinite(X) finds them.")
         return X
 
     def decision_function(self, X):
@@ -101,8 +106,11 @@ class MLP(Sequential):
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2:
             raise ValueError(f"MLP needs at least an input and an output size, got sizes={sizes}.")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}.")
+        if not isinstance(activation, str) or activation not in ACTIVATIONS:
+            error = ValueError if isinstance(activation, str) else TypeError
+            raise error(f"MLP(activation=...) takes one name, one of {sorted(ACTIVATIONS)} (the "
+                        f"same activation after every hidden layer), got {activation!r}. E.g. "
+                        f"activation='relu'.")
         gen = rng(seed) if seed is not None else None
         layers = []
         for i, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -146,8 +154,13 @@ class CNN(Sequential):
             raise ValueError(f"CNN needs images of at least {PH * PH}×{PW * PW} (two {PH}×{PW} "
                              f"poolings), got {H}×{W}. For a 1-D signal use pool=(1, 2) and "
                              f"kernel_size=(1, 5).")
-        if len(tuple(channels)) != 2:
-            raise ValueError(f"CNN(channels=...) takes two channel counts (c1, c2), got {channels!r}.")
+        if isinstance(channels, (str, bytes)) or not hasattr(channels, "__len__") \
+                or len(channels) != 2:
+            same = (f", or channels=({channels}, {channels}) for {channels} in both"
+                    if isinstance(channels, numbers.Integral) else "")
+            error = ValueError if isinstance(channels, (list, tuple)) else TypeError
+            raise error(f"CNN(channels=...) takes two channel counts (c1, c2), one per "
+                        f"convolution, got {channels!r}. E.g. channels=(16, 32){same}.")
         c1, c2 = (whole_number(c, "CNN(channels=...)") for c in channels)
         gen = rng(seed) if seed is not None else None
         k, pad = (KH, KW), (KH // 2, KW // 2)

@@ -500,9 +500,10 @@ def sync_notebooks(source_dir, outdir) -> list[tuple[str, Path]]:
     if outdir.exists() and outdir.resolve() == source_dir.resolve():
         raise ValueError(f"The output folder {outdir} is the source folder: the student versions "
                          f"would overwrite the solutions. Choose another folder.")
+    _check_outdir(outdir)
     converted = []
     for path in paths:
-        student = make_student_notebook(nbformat.read(path, as_version=4), path.name)
+        student = _read_student_notebook(nbformat, path)
         try:
             nbformat.validate(student)
         except nbformat.ValidationError as err:
@@ -541,6 +542,33 @@ def sync_notebooks(source_dir, outdir) -> list[tuple[str, Path]]:
                    "generated": dict(sorted(generated.items()))}, f, indent=1)
         f.write("\n")
     return done
+
+
+def _check_outdir(outdir: Path) -> None:
+    """Refuse an output folder that is a file, or lies inside one, naming that file."""
+    for path in (outdir, *outdir.parents):
+        if path.exists():
+            if not path.is_dir():
+                inside = "" if path == outdir else f" (it would be inside the file {path})"
+                raise NotADirectoryError(f"The output folder {outdir} is not a folder{inside}: "
+                                         f"the student notebooks go into a folder. Choose a "
+                                         f"new or existing folder.")
+            return
+
+
+def _read_student_notebook(nbformat, path: Path):
+    """The student version of the notebook at ``path``; a file that is not a notebook is
+    refused by its path (nbformat's own errors do not name it)."""
+    try:
+        return make_student_notebook(nbformat.read(path, as_version=4), path.name)
+    except SolutionMarkerError:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError) as err:   # not JSON, not UTF-8,
+        reason = " ".join(str(err).split())[:200] or type(err).__name__  # not a notebook
+        raise ValueError(f"{path} is not a notebook that can be read ({type(err).__name__}: "
+                         f"{reason}). Is it damaged or only partly saved? Restore it (git "
+                         f"checkout, or a fresh copy of the course) or move it out of "
+                         f"{path.parent}.") from err
 
 
 def _retire(outdir: Path, generated: dict, lessons: set) -> list[tuple[str, Path]]:

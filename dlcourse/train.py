@@ -461,6 +461,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     """
     _check_fit_arguments(model, loss, optimizer, X, y, epochs, batch_size, validation, lr_schedule)
     clip_norm = _check_clip_norm(clip_norm)
+    seed = None if seed is None else whole_number(seed, "fit(seed=...)", minimum=0)
     model.sample_shape = tuple(X.shape[1:])     # kept by dl.save: predict and serve read it
     hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed)  # none in lesson 04a
     run = _Run(model, loss, optimizer, X, y, epochs, batch_size, progress, lr_schedule,
@@ -670,6 +671,9 @@ def _progress_bar(progress: bool, total: int):
 # ======================================================================================
 # confusion_matrix
 # ======================================================================================
+MAX_CONFUSION_CLASSES = 10_000     # a 10,000×10,000 table of int64 counts is 800 MB
+
+
 def confusion_matrix(y_true, y_pred, num_classes: int | None = None) -> np.ndarray:
     """Counts of (true class, predicted class) pairs: ``cm[i, j]`` is how many samples of
     class ``i`` were predicted as class ``j``. Rows are true classes, columns predictions;
@@ -696,4 +700,14 @@ def confusion_matrix(y_true, y_pred, num_classes: int | None = None) -> np.ndarr
     if min(t.min(initial=0), p.min(initial=0)) < 0 or seen > K:
         raise ValueError(f"confusion_matrix(num_classes={K}) needs labels in 0..{K - 1}, got "
                          f"values from {min(t.min(initial=0), p.min(initial=0))} to {seen - 1}.")
+    if K > MAX_CONFUSION_CLASSES:      # K*K int64 counts: 10**6 classes would be 8 TB
+        size = f"a {K}×{K} table of counts, {8 * K * K / 1e9:.3g} GB"
+        if num_classes is not None:
+            raise ValueError(f"confusion_matrix(num_classes={K}) would be {size}; it takes at "
+                             f"most {MAX_CONFUSION_CLASSES} classes.")
+        which = "y_true" if int(t.max(initial=-1)) == seen - 1 else "y_pred"
+        raise ValueError(f"confusion_matrix: {which} holds the label {seen - 1}, so the table "
+                         f"would have {seen} classes ({size}; at most {MAX_CONFUSION_CLASSES}). "
+                         f"Labels are class indices 0..K-1: is that one an id or a score? Map "
+                         f"labels to 0..K-1 first, e.g. np.unique(y, return_inverse=True).")
     return np.bincount(K * t + p, minlength=K * K).reshape(K, K)

@@ -223,7 +223,7 @@ def _start(args) -> int:
     workspace = Path(args.dir).expanduser() if args.dir else default_workspace()
     source = _source(args.source)
     print(f"dlcourse: your workspace is {workspace.resolve()} (the course notebooks: {source})")
-    _report(sync_notebooks(source, workspace), workspace.resolve())
+    _report(_sync(source, workspace), workspace.resolve())
     if args.no_lab:
         return 0
     from importlib.util import find_spec
@@ -240,9 +240,18 @@ def _start(args) -> int:
                        env=lab_environment(config_dir, nbgrader=args.nbgrader))
 
 
+def _sync(source: Path, outdir: Path):
+    """:func:`sync_notebooks`; its errors (each names the file or folder) as WorkspaceError, so
+    the command prints the message alone."""
+    try:
+        return sync_notebooks(source, outdir)
+    except (ValueError, OSError) as err:
+        raise WorkspaceError(str(err)) from err
+
+
 def _student_notebooks(args) -> int:
     source, outdir = _source(args.source), Path(args.outdir)
-    done = sync_notebooks(source, outdir)
+    done = _sync(source, outdir)
     _report(done, outdir)
     print(f"wrote {sum(what not in ('unchanged', 'kept') for what, _ in done)} student "
           f"notebooks from {source} to {outdir}")

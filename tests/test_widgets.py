@@ -191,7 +191,7 @@ def test_set_unknown_control_and_display_helpers(panel):
 
 @pytest.mark.parametrize("settings,words", [
     (dict(dataset="mnist2"), r"dataset must be one of \['blobs', 'xor'.*got 'mnist2'"),
-    (dict(units=100), r"units must be a number from 1 to 64 .*got 100"),
+    (dict(units=100), r"units must be a whole number from 1 to 64 .*got 100"),
     (dict(batch_size=50), r"batch_size must be one of \[1, 2, 4"),
     (dict(lr="fast"), r"lr must be a number from 0.0001 to 1000"),
 ])

@@ -45,7 +45,7 @@ def data_dir() -> Path:
     The folder is not created here; :func:`download` creates it when needed.
     """
     if os.environ.get("DLCOURSE_DATA"):
-        return Path(os.environ["DLCOURSE_DATA"]).expanduser()
+        return _check_data_folder(Path(os.environ["DLCOURSE_DATA"]).expanduser())
     home = Path.home()
     if sys.platform == "win32":
         base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
@@ -54,6 +54,21 @@ def data_dir() -> Path:
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache")
     return base / "dlcourse"
+
+
+def _check_data_folder(folder: Path) -> Path:
+    """``$DLCOURSE_DATA`` as a folder, or an error naming the variable: a path that is (or runs
+    through) a file could never hold the downloads."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            if path.is_dir():
+                return folder
+            inside = "" if path == folder else f" (it would be inside the file {path})"
+            raise DownloadError(f"DLCOURSE_DATA is set to {folder}, which is not a folder"
+                                f"{inside}: it names the folder where downloads go. Point it "
+                                f"at a folder (export DLCOURSE_DATA=~/dlcourse-data), or unset "
+                                f"it to use the default cache folder.")
+    return folder
 
 
 class _Digests(NamedTuple):

@@ -1,7 +1,7 @@
 """The playground: a TensorFlow-Playground-like panel that trains *our* MLP, live.
 
-Introduced in notebook ``09_playground``; used from ``04a_mlp_on_digits`` and
-``07_training_a_cnn``.
+Introduced in notebook ``09_playground``; used from ``04b_optimizers_and_regularization``
+and ``07_training_a_cnn``.
 
 Everything the panel shows is computed by the course's own code: :class:`dlcourse.MLP`,
 :func:`dlcourse.train.fit` with its ``callback`` / ``on_step`` hooks, on the GPU when one is
@@ -39,6 +39,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from .. import data as dldata
+from .._validate import whole_number
 from ..backend import describe_device, get_device, to_numpy
 from ..layers import eval_mode
 from ..losses import SoftmaxCrossEntropy, softmax
@@ -70,9 +71,11 @@ def _check_setting(name, value):
         raise ValueError(f"playground {name} must be one of {list(_CHOICES[name])}, got {value!r}.")
     if name in _RANGES:
         lo, hi = _RANGES[name]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not lo <= value <= hi:
-            raise ValueError(f"playground {name} must be a number from {lo:g} to {hi:g} (the "
-                             f"range of its slider), got {value!r}.")
+        whole = name != "lr"          # an integer slider would silently round 4.5 down to 4
+        if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                or not lo <= value <= hi or (whole and value != int(value))):
+            raise ValueError(f"playground {name} must be a {'whole ' if whole else ''}number "
+                             f"from {lo:g} to {hi:g} (the range of its slider), got {value!r}.")
 
 # The panel calls a run "diverged" when an epoch's mean loss exceeds this many times the
 # loss of guessing uniformly at random, ln K. (dl.fit itself stops on inf/NaN only; with a
@@ -155,9 +158,8 @@ def build_model(num_features: int, num_classes: int, hidden_layers: int = 1, uni
     With ``hidden_layers=0`` it is a single Linear layer (softmax regression): its decision
     boundaries are straight lines.
     """
-    if hidden_layers < 0 or units < 1:
-        raise ValueError(f"hidden_layers must be >= 0 and units >= 1, got "
-                         f"hidden_layers={hidden_layers}, units={units}.")
+    hidden_layers = whole_number(hidden_layers, "build_model(hidden_layers=...)", minimum=0)
+    units = whole_number(units, "build_model(units=...)")
     return MLP(mlp_sizes(num_features, num_classes, hidden_layers, units), activation=activation,
                seed=seed)
 
