@@ -1,6 +1,7 @@
 """`dlcourse serve` tested as a learner runs it: a real server process on loopback, real HTTP
 requests (good and bad), a tampered model refused at start, a bounded load test, and the
-draw-a-digit page in Debian's Chromium (marked ``browser``; skipped without it)."""
+draw-a-digit page in Debian's Chromium (marked ``browser``; skipped without it). Its engines
+and dynamic batching: tests/test_serve_engines.py."""
 import hashlib
 import json
 import subprocess
@@ -64,6 +65,9 @@ def test_health_and_page(server, model_path):
     assert info["status"] == "ok"
     assert info["sha256"] == hashlib.sha256(model_path.read_bytes()).hexdigest()
     assert info["input_shape"] == [64] and info["classes"] == 10
+    from dlcourse.serve.engines import onnxruntime_available      # the default engine: auto
+    assert info["engine"] == ("onnxruntime" if onnxruntime_available() else "dlcourse")
+    assert info["batch_window_ms"] == 2 and set(info["served"]) == {"model_calls", "requests"}
     page = urllib.request.urlopen(f"{base}/", timeout=10).read().decode()
     assert "<canvas" in page and "predict" in page
 

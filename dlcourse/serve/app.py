@@ -1,18 +1,25 @@
 """The prediction service: a checkpoint loaded once, verified, and served over HTTP.
 
-Introduced in notebook ``12_checkpoint_to_service``. Started by ``dlcourse serve MODEL.npz``:
+Introduced in notebook ``12_checkpoint_to_service``. Started by ``dlcourse serve MODEL.npz``
+(or ``MODEL.onnx``):
 
 ``GET /``            a page where you draw a digit and watch the probabilities (draw.html)
-``GET /health``      ``{"status": "ok", "sha256": ..., "input_shape": [...], "classes": K, ...}``
+``GET /health``      ``{"status": "ok", "engine": "onnxruntime", "sha256": ..., "input_shape":
+                     [...], "classes": K, "batch_window_ms": 2, ...}``
 ``POST /predict``    ``{"inputs": [[...], ...]}`` (a batch, shaped as the model's input, flat
                      or as images) -> ``{"classes": [...], "probabilities": [[...], ...]}``
 
+The model runs on onnxruntime when it is installed, exported at start and checked against
+``dl.infer``, or on ``dl.infer`` itself (``engines.py``); requests that arrive within a few
+milliseconds of each other run as one batch (``batching.py``).
+
 What a service adds to ``model.forward``: it refuses what the model cannot take with a JSON
 error that says what was expected (400: not JSON; 413: too large; 422: wrong shape, type or a
-non-finite number), never a traceback; it limits the size of a request; it serves one model,
-checked before the first request (the checkpoint's own SHA-256 by ``dl.load``, and, with
-``expect_sha256``, the file's SHA-256 against the one you pinned: any other file is refused
-at start); and it answers ``/health`` for whoever watches it.
+non-finite number or output; 503: the model failed on this request alone), never a traceback;
+it limits the size of a request; it serves one model, checked before the first request (the
+checkpoint's own SHA-256 by ``dl.load``, and, with ``expect_sha256``, the file's SHA-256
+against the one you pinned: any other file is refused at start); and it answers ``/health``
+for whoever watches it.
 
 FastAPI (on uvicorn) is a maintained, widely used framework; it is imported only here, so the
 core install does not need it (``pip install -e ".[serve]"``).
@@ -27,12 +34,14 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import load_bytes
-from ..inference import (InputError, as_batch, check_parameters_finite, input_shape,
-                         predict_proba)
+from ..inference import InputError, as_batch, check_parameters_finite, fits, input_shape
+from .batching import Batcher, run_rows
+from .engines import Engine, EngineError, dlcourse_engine, engine_for_checkpoint, engine_for_onnx
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 MAX_REQUEST_BYTES = 4 * 2**20     # 4 MiB of JSON: a batch of ~256 MNIST images
-MAX_BATCH = 1024                  # samples in one request
+MAX_BATCH = 1024                  # samples in one request, and in one batched model call
+BATCH_WINDOW_MS = 2.0             # how long a request waits for others to batch with (0: never)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -45,19 +54,15 @@ def sha256_of(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def load_verified(path, expect_sha256: str | None = None, *, key=None, public_key=None):
-    """``(model, sha256)``: the checkpoint at ``path``, loaded once from the very bytes that
-    were hashed and verified (a file swapped between the check and the load cannot slip in),
-    refused with :class:`ModelRefused` when ``expect_sha256`` is given and differs. With
-    ``public_key`` its signature (``path + ".sig"``) must verify on those bytes; ``key``
-    decrypts an encrypted checkpoint (``protect.py``). ``dl.load`` then checks the checkpoint's
-    own digest (CheckpointError when altered)."""
+def read_pinned(path, expect_sha256: str | None = None) -> tuple[bytes, str]:
+    """``(bytes, sha256)`` of the file at ``path``, read once; :class:`ModelRefused` when
+    ``expect_sha256`` is given and is not its SHA-256."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"No model at {path}: give the .npz that `dlcourse train "
-                                f"--save` or dl.save wrote.") from None
+                                f"--save` or dl.save wrote (or an .onnx file).") from None
     digest = hashlib.sha256(data).hexdigest()
     if expect_sha256 is not None:
         want = expect_sha256.strip().lower()
@@ -68,6 +73,18 @@ def load_verified(path, expect_sha256: str | None = None, *, key=None, public_ke
             raise ModelRefused(f"refusing to serve {path}: its SHA-256 is {digest}, not the "
                                f"expected {want}. The file was changed or replaced; serve "
                                f"the right file, or pin the new one after checking it.")
+    return data, digest
+
+
+def load_verified(path, expect_sha256: str | None = None, *, key=None, public_key=None):
+    """``(model, sha256)``: the checkpoint at ``path``, loaded once from the very bytes that
+    were hashed and verified (a file swapped between the check and the load cannot slip in),
+    refused with :class:`ModelRefused` when ``expect_sha256`` is given and differs. With
+    ``public_key`` its signature (``path + ".sig"``) must verify on those bytes; ``key``
+    decrypts an encrypted checkpoint (``protect.py``). ``dl.load`` then checks the checkpoint's
+    own digest (CheckpointError when altered)."""
+    path = Path(path)
+    data, digest = read_pinned(path, expect_sha256)
     from ..protect import ProtectionError
     try:
         model = load_bytes(path, data, key=key, public_key=public_key)
@@ -81,9 +98,50 @@ def page_html() -> str:
     return resources.files(__package__).joinpath("draw.html").read_text(encoding="utf-8")
 
 
-def _number_of_classes(model, shape) -> int:
-    _, probs = predict_proba(model, np.zeros((1,) + tuple(shape), np.float32))
-    return int(probs.shape[1])
+def load_engine(path, expect_sha256: str | None = None, *, engine: str = "auto", key=None,
+                public_key=None, shape=None) -> tuple[Engine, str]:
+    """``(engine, sha256)``: the model at ``path`` ready to serve, or :class:`ModelRefused`
+    saying why not, before any port is opened.
+
+    A checkpoint (.npz) is loaded as :func:`load_verified` loads it, its parameters must be
+    finite, and ``engine`` (auto, onnxruntime, dlcourse: ``engines.py``) runs it; onnxruntime
+    only after its logits matched ``dl.infer``'s. An ``.onnx`` file runs on onnxruntime as it
+    is, its input shape read from the graph; of the checks only ``expect_sha256`` applies to
+    it. ``shape``: one sample's shape, for a checkpoint that does not say it (--input-shape).
+    Either way the model must give finite outputs for an all-zero sample."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".onnx":
+            if engine == "dlcourse" or key or public_key or shape:
+                given = ("--engine dlcourse" if engine == "dlcourse" else "--key" if key else
+                         "--public-key" if public_key else "--input-shape")
+                raise ModelRefused(f"refusing to serve {path}: an ONNX file is served by "
+                                   f"onnxruntime as it is, and {given} applies to a dlcourse "
+                                   f"checkpoint (.npz) only (an .onnx file takes "
+                                   f"--expect-sha256).")
+            data, digest = read_pinned(path, expect_sha256)
+            served = engine_for_onnx(data, str(path))
+        else:
+            model, digest = load_verified(path, expect_sha256, key=key, public_key=public_key)
+            check_parameters_finite(model, str(path))
+            problem = fits(model, tuple(shape)) if shape else ""
+            shape = tuple(shape) if shape else input_shape(model)
+            if problem:
+                raise ModelRefused(f"--input-shape {','.join(map(str, shape))} does not fit "
+                                   f"{path}: {problem}")
+            served = engine_for_checkpoint(model, shape, engine)
+    except (InputError, EngineError) as err:
+        raise ModelRefused(f"refusing to serve {path}: {err}") from None
+    try:
+        _, probs = served.predict(np.zeros((1,) + served.input_shape, np.float32))
+    except Exception as err:             # the engine's own error (onnxruntime's, a layer's)
+        raise ModelRefused(f"refusing to serve {path}: it cannot predict an all-zero sample "
+                           f"of shape {list(served.input_shape)} on {served.name}: "
+                           f"{type(err).__name__}: {' '.join(str(err).split())}") from None
+    if not np.isfinite(probs).all():
+        raise ModelRefused(f"refusing to serve {path}: on an all-zero sample its outputs are "
+                           f"not finite numbers, so no prediction would work.")
+    return served, digest
 
 
 def allowed_hosts(host: str) -> set | None:
@@ -105,11 +163,14 @@ def _host_name(header: str) -> str:
 
 def create_app(model, *, sha256: str = "", name: str = "model",
                max_request_bytes: int = MAX_REQUEST_BYTES, max_batch: int = MAX_BATCH,
-               hosts: set | None = None):
-    """The FastAPI application serving ``model`` (see the module docstring). ``hosts``: the
-    names a request's ``Host:`` header may give (:func:`allowed_hosts`; None: any). A web page
-    using DNS rebinding sends its own domain there, so requests for other names are refused
-    (421): such a page cannot reach a service on this machine's loopback."""
+               hosts: set | None = None, batch_window_ms: float = BATCH_WINDOW_MS):
+    """The FastAPI application serving ``model`` (see the module docstring): an
+    :class:`~dlcourse.serve.engines.Engine`, or a dlcourse model (then run by ``dl.infer``).
+    ``hosts``: the names a request's ``Host:`` header may give (:func:`allowed_hosts`; None:
+    any). A web page using DNS rebinding sends its own domain there, so requests for other
+    names are refused (421): such a page cannot reach a service on this machine's loopback.
+    ``batch_window_ms``: requests arriving within it run as one batch of at most
+    ``max_batch`` samples (``batching.py``); 0 runs each request on its own."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.concurrency import run_in_threadpool
@@ -118,13 +179,18 @@ def create_app(model, *, sha256: str = "", name: str = "model",
     except ImportError:
         raise ImportError("the prediction service needs FastAPI and uvicorn: python -m pip "
                           "install -e \".[serve]\"") from None
-    shape = tuple(input_shape(model))
-    K = _number_of_classes(model, shape)
+    engine = model if isinstance(model, Engine) else dlcourse_engine(model, input_shape(model))
+    shape = engine.input_shape
+    K = int(engine.predict(np.zeros((1,) + shape, np.float32))[1].shape[1])
     expected = (f'{{"inputs": [...]}}: a list of at most {max_batch} samples, each shaped '
                 f'{list(shape)}' + (f" or flat ({int(np.prod(shape))} numbers)"
                                     if len(shape) > 1 else ""))
-    info = {"status": "ok", "model": name, "sha256": sha256, "input_shape": list(shape),
-            "classes": K, "max_batch": max_batch, "max_request_bytes": max_request_bytes}
+    info = {"status": "ok", "model": name, "sha256": sha256, "engine": engine.name,
+            "input_shape": list(shape), "classes": K, "max_batch": max_batch,
+            "max_request_bytes": max_request_bytes, "batch_window_ms": batch_window_ms}
+    batcher = (Batcher(engine.predict, batch_window_ms / 1000, max_batch)
+               if batch_window_ms > 0 else None)
+    unbatched = {"model_calls": 0, "requests": 0}
     app = FastAPI(title="dlcourse prediction service", docs_url=None, redoc_url=None,
                   openapi_url=None)
 
@@ -159,7 +225,18 @@ def create_app(model, *, sha256: str = "", name: str = "model",
 
     @app.get("/health")
     def health():
-        return info
+        counts = unbatched if batcher is None else {"model_calls": batcher.model_calls,
+                                                    "requests": batcher.requests}
+        return {**info, "served": dict(counts)}      # requests that reached the model
+
+    async def run_model(x):
+        """This request's (classes, probs), or the exception the model raised on its rows."""
+        if batcher is not None:
+            return await batcher.submit(x)
+        answers, calls = await run_in_threadpool(run_rows, engine.predict, [x])
+        unbatched["model_calls"] += calls
+        unbatched["requests"] += 1
+        return answers[0]
 
     @app.post("/predict")
     async def predict(request: Request):
@@ -193,7 +270,14 @@ def create_app(model, *, sha256: str = "", name: str = "model",
                 x = as_batch(inputs, shape)
         except (InputError, RecursionError) as err:
             return error(422, str(err) if isinstance(err, InputError) else "nested too deep.")
-        classes, probs = await run_in_threadpool(predict_proba, model, x)
+        answer = await run_model(x)
+        if isinstance(answer, Exception):
+            print(f"dlcourse serve: the model failed on a request of {len(x)} sample(s): "
+                  f"{type(answer).__name__}: {answer}", file=sys.stderr)
+            return error(503, f"the model could not compute this request's answer "
+                              f"({type(answer).__name__}); the service is up and other "
+                              f"requests are answered. Try again, or send a smaller batch.")
+        classes, probs = answer
         bad = np.flatnonzero(~np.isfinite(probs).all(axis=1))
         if bad.size:
             return error(422, f"the model's outputs are not finite numbers for sample(s) "
@@ -210,7 +294,9 @@ def _listen(host: str, port: int):
     anything says the service is up."""
     import socket
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets that
+    # say they are TCP, and with it on, a response's body waited ~40 ms for the headers' ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6 and host == "::":
@@ -237,30 +323,29 @@ def check_host(host: str) -> str:
 
 def serve(path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           expect_sha256: str | None = None, max_request_bytes: int = MAX_REQUEST_BYTES, *,
-          key=None, public_key=None) -> None:
-    """Load and verify the checkpoint, check that it predicts (finite parameters, finite
-    outputs on one sample), bind the port, then serve until Ctrl-C (``dlcourse serve``)."""
+          key=None, public_key=None, engine: str = "auto",
+          batch_window_ms: float = BATCH_WINDOW_MS, shape=None) -> None:
+    """Load and verify the model and its engine (:func:`load_engine`), bind the port, then
+    serve until Ctrl-C (``dlcourse serve``)."""
     try:
         import uvicorn
     except ImportError:
         raise ImportError("the prediction service needs FastAPI and uvicorn: python -m pip "
                           "install -e \".[serve]\"") from None
     host = check_host(host)
-    model, digest = load_verified(path, expect_sha256, key=key, public_key=public_key)
-    try:
-        check_parameters_finite(model, str(path))
-        shape = input_shape(model)
-    except InputError as err:
-        raise ModelRefused(f"refusing to serve {path}: {err}") from None
-    _, probs = predict_proba(model, np.zeros((1,) + tuple(shape), np.float32))
-    if not np.isfinite(probs).all():
-        raise ModelRefused(f"refusing to serve {path}: on an all-zero sample its outputs are "
-                           f"not finite numbers, so no prediction would work.")
-    app = create_app(model, sha256=digest, name=Path(path).name,
-                     max_request_bytes=max_request_bytes, hosts=allowed_hosts(host))
+    served, digest = load_engine(path, expect_sha256, engine=engine, key=key,
+                                 public_key=public_key, shape=shape)
+    app = create_app(served, sha256=digest, name=Path(path).name,
+                     max_request_bytes=max_request_bytes, hosts=allowed_hosts(host),
+                     batch_window_ms=batch_window_ms)
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
-    print(f"dlcourse serve: {path} (sha256 {digest}), input {list(shape)}", flush=True)
+    print(f"dlcourse serve: {path} (sha256 {digest}), input {list(served.input_shape)}",
+          flush=True)
+    print(f"dlcourse serve: engine {served.name} ({served.note}); " +
+          (f"requests arriving within {batch_window_ms:g} ms run as one batch (at most "
+           f"{MAX_BATCH} samples)" if batch_window_ms > 0 else "no batching across requests"),
+          flush=True)
     if host not in LOOPBACK:
         where = ("all interfaces (0.0.0.0 and ::)" if host in ("0.0.0.0", "::") else host)
         print(f"dlcourse serve: warning: listening on {where}, so other machines can reach this "
