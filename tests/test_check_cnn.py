@@ -1095,7 +1095,7 @@ def test_softmax_ce_grad():
     expect_fail(C.softmax_ce_grad, sce_whole_array, "whole array")
 
 
-# ---- lesson 04a: inverted dropout
+# ---- lesson 04b: inverted dropout
 def do_good(x, p, rng):
     mask = (rng.random(x.shape) >= p) / (1 - p)
     return x * mask, mask
@@ -1388,7 +1388,7 @@ def test_launches_of_the_cnn_step_are_what_lesson_08d_prints(emulated_kernels, m
             step()
             counted.append(emulator.EmuArray.launches - before)
         names = [type(layer).__name__ for layer in make().layers]
-        from dlcourse.check.cuda import GPU_LAUNCHES, _step_launches
+        from dlcourse.check.gpu_performance import GPU_LAUNCHES, _step_launches
         assert [_step_launches(names, GPU_LAUNCHES, 2, u) for u in (1, 4)] == counted, what
         assert printed[what] == tuple(counted), what
 

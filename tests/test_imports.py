@@ -126,6 +126,15 @@ def test_no_module_is_over_700_lines_among_the_layers():
         assert lines <= 700, f"dlcourse.{name} has {lines} lines"
 
 
+def test_no_check_module_is_over_700_lines():
+    """A check module holds one stretch of the course (issue 29): one that grows past 700 lines
+    is split along lesson lines, as basics.py (00-01) and gradient_descent.py (02) were, or
+    cuda.py (08a-08b) and gpu_performance.py (08c-08d)."""
+    long = {name: lines for name, path in MODULES.items() if name.startswith("dlcourse.check.")
+            if (lines := len(path.read_text().splitlines())) > 700}
+    assert long == {}, f"split these check modules along lesson lines: {long}"
+
+
 
 def test_the_reading_map_names_files_and_functions_that_exist():
     """docs/reading_map.md: every `dlcourse/...py` it names exists and has every name listed

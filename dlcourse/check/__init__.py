@@ -15,70 +15,90 @@ module per stretch of the course, each with a table of its checks and its ``HINT
 =========================  ===================================================================
 module                     lessons
 =========================  ===================================================================
-``basics.py``              00-02: arrays, the perceptron, loss and gradient descent
+``basics.py``              00-01: arrays on NumPy and CuPy, timing, the perceptron
+``gradient_descent.py``    02: losses and their gradients
 ``backprop.py``            03: backpropagation
 ``training.py``            04: training an MLP on digits
 ``init_and_batching.py``   04c-05: initialization, GPU batching
 ``convolution.py``         06: convolution
 ``cnn.py``                 07: training a CNN
-``cuda.py``                08a-08d: GPU execution and memory, tiling and occupancy, fusion
+``residual.py``            07b: LayerNorm and residual networks
+``cuda.py``                08a-08b: GPU execution and memory, tiling and the roofline
+``gpu_performance.py``     08c-08d: bank conflicts and occupancy, fusion and launches
 ``playground.py``          09: the playground
-``compression.py``         10-11: number formats and mixed precision, quantization and pruning
-``deploy.py``              12: from a checkpoint to a service
+``compression.py``         10-11b: number formats and mixed precision, quantization, pruning
+``deploy.py``              12-12b: from a checkpoint to a service, protecting a model
 ``data_parallel.py``       13: data parallelism
 ``capstone.py``            14: autograd
+``attention.py``           15-16: attention by hand, FlashAttention
 =========================  ===================================================================
 """
-from .basics import (cross_entropy, normalize_rows, perceptron_predict,  # lessons 00-02
-                     perceptron_update, sigmoid_ce_grad, sigmoid_derivative, softmax,
-                     softmax_ce_grad)
+from .basics import normalize_rows, perceptron_predict, perceptron_update, time_it  # 00-01
+from .gradient_descent import (cross_entropy, hinge_grad, sigmoid_ce_grad,  # lesson 02
+                               sigmoid_derivative, softmax, softmax_ce_grad)
 from .backprop import linear_backward, linear_forward, relu_backward  # lesson 03
-from .training import (accuracy, adam_step, dropout_backward, dropout_forward,  # lesson 04a
+from .training import (accuracy, adam_step, dropout_backward, dropout_forward,  # 04a-04b
                        iterate_minibatches, sgd_momentum_step)
-from .init_and_batching import init_std, mlp_forward_batched  # lessons 04c, 05
+from .init_and_batching import (batch_requests, dead_fraction, init_std,  # lessons 04c, 05
+                                mlp_forward_batched)
 from .convolution import (conv2d_backward, conv2d_naive, conv_output_size,  # lesson 06
                           conv_output_size_2d, im2col_simple, max_window_grad, maxpool_backward)
 from .cnn import batchnorm_backward, batchnorm_forward, batchnorm_running, conv_params  # lesson 07
-from .cuda import (arithmetic_intensity, bias_relu_backward, global_index,  # lessons 08a-08d
-                   grid_size, tiled_matmul, warp_transactions)
+from .residual import layernorm_backward, residual_backward  # lesson 07b
+from .cuda import (arithmetic_intensity, global_index, grid_size,  # lessons 08a-08b
+                   tiled_matmul, warp_transactions)
+from .gpu_performance import (bank_conflicts, bias_relu_backward,  # lessons 08c-08d
+                              launches_per_step, occupancy)
 from .harness import ExerciseError, derivation
 from .hints import hint, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
-from .compression import loss_scale_step, magnitude_mask, quantize_symmetric  # lessons 10-11
-from .deploy import fold_batchnorm, validate_batch  # lesson 12
+from .compression import (bf16_round, channel_l1_keep, loss_scale_step,  # lessons 10-11b
+                          magnitude_mask, quantize_symmetric, requantize)
+from .deploy import fold_batchnorm, load_signed, two_time_pad, validate_batch  # lessons 12, 12b
 from .data_parallel import fit_alpha_beta, ring_all_reduce  # lesson 13
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
+from .attention import (attention_backward, causal_mask, merge_softmax,  # lessons 15-16
+                        naive_attention_bytes)
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
     "ExerciseError", "hint", "solution", "derivation",
-    # lessons 00-02 (basics.py)
-    "normalize_rows", "perceptron_predict", "perceptron_update", "softmax", "cross_entropy",
-    "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad",
+    # lessons 00-01 (basics.py)
+    "normalize_rows", "perceptron_predict", "perceptron_update", "time_it",
+    # lesson 02 (gradient_descent.py)
+    "softmax", "cross_entropy", "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad",
+    "hinge_grad",
     # lesson 03 (backprop.py)
     "linear_forward", "linear_backward", "relu_backward",
-    # lesson 04a (training.py)
+    # lessons 04a-04b (training.py)
     "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward",
     "dropout_backward", "adam_step",
     # lessons 04c and 05 (init_and_batching.py)
-    "init_std", "mlp_forward_batched",
+    "init_std", "dead_fraction", "mlp_forward_batched", "batch_requests",
     # lesson 06 (convolution.py)
     "conv_output_size", "conv_output_size_2d", "conv2d_naive", "im2col_simple",
     "max_window_grad", "maxpool_backward", "conv2d_backward",
     # lesson 07 (cnn.py)
     "conv_params", "batchnorm_forward", "batchnorm_running", "batchnorm_backward",
+    # lesson 07b (residual.py)
+    "layernorm_backward", "residual_backward",
     # lessons 08a (global_index, grid_size, warp_transactions), 08b (tiled_matmul,
-    # arithmetic_intensity), 08d (bias_relu_backward)
+    # arithmetic_intensity) (cuda.py)
     "global_index", "grid_size", "warp_transactions", "tiled_matmul", "arithmetic_intensity",
-    "bias_relu_backward",
+    # lessons 08c (bank_conflicts, occupancy), 08d (bias_relu_backward, launches_per_step)
+    # (gpu_performance.py)
+    "bank_conflicts", "occupancy", "bias_relu_backward", "launches_per_step",
     # lesson 09
     "decision_grid", "early_stop", "mlp_parameter_count",
-    # lessons 10-11
-    "loss_scale_step", "quantize_symmetric", "magnitude_mask",
-    # lesson 12
-    "fold_batchnorm", "validate_batch",
+    # lessons 10-11b
+    "loss_scale_step", "bf16_round", "quantize_symmetric", "requantize", "magnitude_mask",
+    "channel_l1_keep",
+    # lessons 12 and 12b
+    "fold_batchnorm", "validate_batch", "load_signed", "two_time_pad",
     # lesson 13
     "ring_all_reduce", "fit_alpha_beta",
     # lesson 14
     "unbroadcast", "tensor_mul", "topological_order",
+    # lessons 15-16 (attention.py)
+    "attention_backward", "causal_mask", "merge_softmax", "naive_attention_bytes",
 ]

@@ -1,8 +1,8 @@
 """The machinery every exercise check shares (the per-lesson checks live beside it:
-``basics.py`` for lessons 00-02, ``backprop.py`` 03, ``training.py`` 04, ``init_and_batching.py``
-04c-05, ``convolution.py`` 06, ``cnn.py`` 07, ``residual.py`` 07b, ``cuda.py`` 08a-08d,
-``playground.py`` 09, ``compression.py`` 10-11b, ``deploy.py`` 12, ``data_parallel.py`` 13,
-``capstone.py`` 14).
+``basics.py`` for lessons 00-01, ``gradient_descent.py`` 02, ``backprop.py`` 03, ``training.py``
+04, ``init_and_batching.py`` 04c-05, ``convolution.py`` 06, ``cnn.py`` 07, ``residual.py`` 07b,
+``cuda.py`` 08a-08b, ``gpu_performance.py`` 08c-08d, ``playground.py`` 09, ``compression.py``
+10-11b, ``deploy.py`` 12, ``data_parallel.py`` 13, ``capstone.py`` 14).
 
 A check calls the learner's function through :func:`call`, compares what came back with the
 library's reference through the ``expect_*`` helpers, and raises :class:`ExerciseError` through
@@ -10,6 +10,7 @@ library's reference through the ``expect_*`` helpers, and raises :class:`Exercis
 
     call(fn, *args, case=...)                       # run the learner's function
     to_array(value, fn, case, what)                 # NumPy copy of a returned array
+    to_integer(value, fn, case, what, fix)          # a returned whole number, as an int
     expect_shape(got, shape, fn, case, what, fix)   # shape, with the likely fix
     expect_close(got, expected, fn, case, what, mistakes=[(array, fix), ...])
     expect_finite(got, fn, case, what, fix)
@@ -26,15 +27,17 @@ check's traceback shows the learner's cell and the message, not the check's code
 from __future__ import annotations
 
 import linecache
+import numbers
 
 import numpy as np
 
 from .. import backend
 from ..shapes import shape_str as shape_text   # the one shape printer
 
-__all__ = ["ExerciseError", "fail", "call", "to_array", "to_number", "expect_tuple",
-           "expect_shape", "expect_finite", "expect_close", "expect_unchanged", "passed",
-           "gpu", "expect_on_gpu", "rng", "shape_text", "refusing", "derivation", "raise_error"]
+__all__ = ["ExerciseError", "fail", "call", "to_array", "to_number", "to_integer",
+           "expect_tuple", "expect_shape", "expect_finite", "expect_close", "expect_unchanged",
+           "passed", "gpu", "expect_on_gpu", "rng", "shape_text", "refusing", "derivation",
+           "raise_error"]
 
 
 class ExerciseError(AssertionError):
@@ -233,6 +236,24 @@ def to_number(value, fn, case: str, what: str, fix: str | None = None) -> float:
     except (TypeError, ValueError):
         fail(fn, case, f"{what} should be one number, got {type(value).__name__} {value!r:.80}.",
              fix)
+
+
+def to_integer(value, fn, case: str, what: str, fix: str | None = None) -> int:
+    """A returned whole number as an int; fail on None, arrays, or a float with a fraction."""
+    __tracebackhide__ = True
+    if value is None:
+        fail(fn, case, f"{what} is None.", "did your function `return` it?")
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        fail(fn, case, f"{what} should be one whole number, got {type(value).__name__} "
+                       f"{value!r:.80}.", fix)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if float(value).is_integer():
+        return int(value)
+    fail(fn, case, f"{what} is {value!r}, a fraction; it should be a whole number.",
+         fix or "use integer arithmetic (//), not /.")
 
 
 def expect_tuple(value, n: int, fn, case: str, names: str):

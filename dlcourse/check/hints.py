@@ -2,8 +2,8 @@
 
 The first level is the ``# HINT:`` line in the exercise's cell (what to compute, the shapes and
 the idea; in the student version it is the ``NotImplementedError`` text). Deeper levels live
-beside each lesson's checks (``HINTS`` in basics.py, backprop.py, training.py, ...), shown one
-call at a time::
+beside each lesson's checks (``HINTS`` in basics.py, gradient_descent.py, backprop.py, ...),
+shown one call at a time::
 
     dl.check.hint("conv2d_backward")       # the next level (2, then 3, ...)
     dl.check.hint("conv2d_backward", 1)    # a given level
@@ -15,8 +15,9 @@ last level says where to look (which equation, which earlier cell).
 """
 from __future__ import annotations
 
-from . import (backprop, basics, capstone, cnn, compression, convolution, cuda, data_parallel,
-               deploy, init_and_batching, playground, residual, training)
+from . import (attention, backprop, basics, capstone, cnn, compression, convolution, cuda,
+               data_parallel, deploy, gpu_performance, gradient_descent, init_and_batching,
+               playground, residual, training)
 
 __all__ = ["hint", "solution", "HINTS", "Shown"]
 
@@ -33,9 +34,10 @@ class Shown(str):
 
 # name -> [level 2, level 3, ...], kept beside each lesson's checks (their HINTS).
 HINTS: dict[str, list[str]] = {
-    **basics.HINTS, **backprop.HINTS, **training.HINTS, **init_and_batching.HINTS,
-    **convolution.HINTS, **cnn.HINTS, **residual.HINTS, **cuda.HINTS, **playground.HINTS,
-    **compression.HINTS, **deploy.HINTS, **data_parallel.HINTS, **capstone.HINTS,
+    **basics.HINTS, **gradient_descent.HINTS, **backprop.HINTS, **training.HINTS,
+    **init_and_batching.HINTS, **convolution.HINTS, **cnn.HINTS, **residual.HINTS, **cuda.HINTS,
+    **gpu_performance.HINTS, **playground.HINTS, **compression.HINTS, **deploy.HINTS,
+    **data_parallel.HINTS, **capstone.HINTS, **attention.HINTS,
 }
 
 _shown: dict[str, int] = {}   # the deepest level shown so far in this session

@@ -1,5 +1,5 @@
-"""Derivation and shortcut cases of lessons 00-03, dlcourse/check/basics.py and backprop.py
-(see __init__.py).
+"""Derivation and shortcut cases of lessons 00-03, dlcourse/check/basics.py (00-01),
+gradient_descent.py (02) and backprop.py (03) (see __init__.py).
 
 No shortcut case for normalize_rows: the library has no row normalizer to call. Not in DERIVED:
 time_it (lesson 00: it asks for the three timing rules the lesson states, not a formula).

@@ -1,4 +1,5 @@
-"""Derivation and shortcut cases of lessons 08a-09, dlcourse/check/cuda.py and playground.py (see __init__.py).
+"""Derivation and shortcut cases of lessons 08a-09, dlcourse/check/cuda.py (08a-08b),
+gpu_performance.py (08c-08d) and playground.py (09) (see __init__.py).
 
 No shortcut case (nothing in the library computes it, so nothing to refuse): global_index,
 warp_transactions, arithmetic_intensity, bank_conflicts, occupancy, launches_per_step (pure
