@@ -178,7 +178,7 @@ Defaults not given on the command line depend on the model and dataset:
   2-D sets   mlp: 100 epochs, batch 32, adam lr 1e-2, hidden 64,64
   mnist, fashion-mnist, cifar10: 5 epochs, batch 64, adam lr 1e-3
   text       transformer: 6 epochs, batch 32, adam lr 3e-3, d-model 64, 4 heads, 2 layers,
-             context 64 (about a minute on a quiet 2-core CPU)
+             context 64 (about a minute on a 2-core CPU)
   --optimizer sgd: lr 0.05 with momentum 0.9; adagrad: lr 0.02; rmsprop and adamw
   (weight decay 0.01): the lr of adam.
 The learning rate decays from --lr to 0 along a cosine over the epochs.
@@ -257,13 +257,23 @@ MODEL_OPTIONS = {"--hidden": ("mlp",), "--channels": ("cnn",), "--dropout": ("ml
 
 def _options_of_other_models(args) -> str | None:
     """The usage error when options given (not defaults) belong to another model, else None."""
-    wrong = [f"{option} ({' and '.join(models)} only)" for option, models in MODEL_OPTIONS.items()
+    def names(models):                     # "mlp and cnn", "mlp, cnn and transformer"
+        return " and ".join([", ".join(models[:-1]), models[-1]] if len(models) > 1 else models)
+    wrong = [f"{option} ({names(models)} only)" for option, models in MODEL_OPTIONS.items()
              if args.model not in models and getattr(args, option[2:].replace("-", "_")) is not None]
     if not wrong:
         return None
     them, they = ("it", "it belongs") if len(wrong) == 1 else ("them", "they belong")
     return (f"--model {args.model} does not use {', '.join(wrong)}: leave {them} out, or choose "
             f"the model {they} to.")
+
+
+def _text_needs_transformer(args) -> str | None:
+    """The usage error when text goes to another model than the transformer, or back."""
+    if (args.model == "transformer") != (args.dataset in TEXT_SETS):
+        return ("the transformer trains on characters, and only it does: use --model "
+                "transformer with --dataset text.")
+    return None
 
 
 def _load_data(name: str, flat: bool, progress: bool, path=None):
@@ -372,12 +382,15 @@ def _train(args) -> int:
     from . import backend
     from .models import CNN, MLP, Perceptron
 
-    if (args.model == "transformer") != (args.dataset in TEXT_SETS):
-        raise CLIError("the transformer trains on characters and only it does: use --model "
-                       "transformer with --dataset text.")
     if args.model == "cnn" and args.dataset in POINT_SETS:
         raise CLIError(f"the CNN needs images, but {args.dataset} is a set of 2-D points: "
                        f"use --model mlp (or perceptron), or an image set such as --dataset digits.")
+    if args.model == "transformer" and (args.ranks or 1) > 1:
+        raise CLIError("--ranks (data-parallel training) is for the mlp and cnn models; the "
+                       "transformer trains in one process.")
+    if args.model == "transformer" and args.data_path is not None:
+        raise CLIError("--data-path is for mnist, fashion-mnist and cifar10; text needs no files "
+                       "(it ships with Python).")
     if args.model == "perceptron" and args.save:
         raise CLIError("--save works for the mlp and cnn models; a Perceptron is two arrays "
                        "(np.savez(path, w=p.w, b=p.b)).")
@@ -872,7 +885,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)     # bad arguments: usage + one line, exit 2
     args.argv = list(sys.argv[1:] if argv is None else argv)   # for train --ranks
-    if args.command == "train" and (problem := _options_of_other_models(args)):
+    if args.command == "train" and (problem := _options_of_other_models(args)
+                                    or _text_needs_transformer(args)):
         args.usage_error(problem)      # the same, for options that belong to another model
     run = getattr(args, "run", None) or {"doctor": lambda a: doctor(), "train": _train,
                                          "predict": _predict, "export": _export,

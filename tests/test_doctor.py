@@ -102,7 +102,7 @@ def test_missing_extras_are_named_per_lesson_with_the_command(monkeypatch):
     assert '  warn  13 needs mpi4py, mpiexec: python -m pip install -e ".[distributed]"' in out
     assert ('for lessons 12, 12b, run python -m pip install -e ".[serve]" in the course folder '
             '(it installs fastapi)') in out
-    assert "Result: ready for lessons 00-11b and 14; not yet for 12, 12b and 13" in out
+    assert "Result: ready for lessons 00-11b, 14, 15 and 16; not yet for 12, 12b and 13" in out
     assert "Result: ready for every lesson" not in out
 
 

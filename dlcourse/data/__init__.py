@@ -7,6 +7,7 @@ Notebook ``01_perceptron`` uses the synthetic 2-D sets (:func:`make_blobs`,
 set from code. The larger image sets (:func:`load_mnist`, :func:`load_fashion_mnist`,
 :func:`load_cifar10`) are downloaded once into a cache folder and read with small parsers
 written here (:func:`read_idx`, :func:`read_cifar10_bin`) -- no pickle, no framework.
+Notebook ``15_attention`` adds :func:`load_text`: the Python documentation as characters.
 
 One module per concern, all re-exported here (``dl.data.load_digits`` and so on):
 
@@ -16,6 +17,7 @@ One module per concern, all re-exported here (``dl.data.load_digits`` and so on)
 ``data/datasets.py``         digits, MNIST-1D, MNIST, Fashion-MNIST, CIFAR-10 loaders
 ``data/formats.py``          the IDX and CIFAR-10 binary readers
 ``data/download.py``         ``download`` and ``data_dir``: verified, atomic, cached
+``data/text.py``             ``load_text`` (characters, offline), windows, baselines
 ``data/batching.py``         ``Standardizer``, ``one_hot``, ``batches``
 ===========================  =========================================================
 
@@ -39,6 +41,8 @@ from .download import ChecksumError, DownloadError, data_dir, download
 from .formats import CIFAR10_RECORD, DataFormatError, read_cifar10_bin, read_idx
 from .splits import SPLIT_SEED, Dataset
 from .synthetic import POINT_SETS, make_blobs, make_circles, make_spirals, make_xor
+from .text import (TEXT_VAL_FRACTION, Characters, TextData, char_baselines, load_text,
+                   text_windows)
 
 __all__ = [
     "Dataset", "DataFormatError", "DownloadError", "ChecksumError",
@@ -49,4 +53,5 @@ __all__ = [
     "SPLIT_SEED", "DIGITS_CLASSES", "MNIST_CLASSES", "FASHION_MNIST_CLASSES", "CIFAR10_CLASSES",
     "DIGITS_SIZES", "MNIST1D_SIZES", "MNIST1D_LENGTH", "MNIST_FILES", "FASHION_MNIST_FILES",
     "CIFAR10_FILE", "CIFAR10_RECORD",
+    "load_text", "text_windows", "char_baselines", "Characters", "TextData", "TEXT_VAL_FRACTION",
 ]

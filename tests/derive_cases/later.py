@@ -1,8 +1,8 @@
-"""Derivation and shortcut cases of lessons 10-14, dlcourse/check/compression.py, deploy.py, data_parallel.py, capstone.py (see __init__.py).
+"""Derivation and shortcut cases of lessons 10-16, dlcourse/check/compression.py, deploy.py, data_parallel.py, capstone.py, attention.py (see __init__.py).
 
 Not in DERIVED (they ask for a rule or an algorithm the lesson states, not a formula or a
 backward pass): loss_scale_step, magnitude_mask, channel_l1_keep, validate_batch,
-ring_all_reduce, topological_order. Not in SHORTCUTS: fit_alpha_beta (the library has no fit of its own; NumPy's
+ring_all_reduce, topological_order, causal_mask (lesson 15 states the rule). Not in SHORTCUTS: fit_alpha_beta (the library has no fit of its own; NumPy's
 polyfit is the tool the exercise asks for), two_time_pad (no library function recovers a
 plaintext: the lesson only shows why dl.save never reuses a nonce).
 """
@@ -28,6 +28,13 @@ DERIVED: dict[str, list[str]] = {
     "unbroadcast": [r"summedoverexactlythoseaxes", r"db=dout\.sum\(axis=0\)",
                     r"sum\(axis=ones,keepdims=True\)"],
     "tensor_mul": [r"a\.grad\+=", r"b\.grad\+=", r"out\.grad\*b", r"unbroadcast\(out\.grad"],
+    # lesson 15: softmax's Jacobian applied to dP, row by row
+    "attention_backward": [r"diag\(p\)-pp", r"\\delta_\{?ij\}?-p_j", r"p_i\(\\delta",
+                           r"dS=P\\odot\(", r"dS=P\*\(dP-", r"p\*\(dp-", r"\(dP-\\sum"],
+    # lesson 16: the online softmax's merge; naive attention's traffic
+    "merge_softmax": [r"e\^\{?m_?1-m", r"exp\(m_?1-m", r"l=e\^", r"\\alpha_1l_1",
+                      r"a_1l_1o_1", r"l_1e\^"],
+    "naive_attention_bytes": [r"4T\^\{?2", r"4T²", r"4\*T\*\*2", r"4NHT", r"\(4T\^2\+4Td\)"],
 }
 
 SHORTCUTS: dict[str, tuple[str, str]] = {
@@ -97,5 +104,26 @@ def tensor_mul(a, b):
     "topological_order": ("topological_order", '''
 def topological_order(root):
     return dl.autograd.topological_order(root)
+'''),
+    "attention_backward": ("attention_backward", '''
+def attention_backward(dout, cache):
+    from dlcourse.attention import attention_backward as library
+    return library(dout, cache)
+'''),
+    "causal_mask": ("causal_mask", '''
+def causal_mask(Tq, Tk):
+    from dlcourse.attention import causal_mask as library
+    return library(Tq, Tk)
+'''),
+    "merge_softmax": ("merge_softmax", '''
+def merge_softmax(m1, l1, o1, m2, l2, o2):
+    # the merge is attention over two "keys", each block with its log-sum-exp as the score
+    w = dl.softmax(np.concatenate([m1 + np.log(l1), m2 + np.log(l2)], axis=1))
+    m = np.maximum(m1, m2)
+    return m, np.exp(np.log(l1) + m1 - m) + np.exp(np.log(l2) + m2 - m), w[:, :1] * o1 + w[:, 1:] * o2
+'''),
+    "naive_attention_bytes": ("naive_attention_bytes", '''
+def naive_attention_bytes(N, H, T, d, itemsize):
+    return dl.flash_attention.__globals__["attention_traffic"](N, H, T, d, itemsize)["naive"]
 '''),
 }

@@ -1,0 +1,101 @@
+"""Sampling text from a causal model, with a key/value cache and without.
+
+Introduced in notebook ``15_attention`` (samples at several temperatures) and timed in
+``16_flash_attention`` (with and without the cache); ``dlcourse generate`` and
+``Transformer.generate`` call :func:`generate`.
+
+One step of generation: run the model on the context, take the logits of the last position
+(N, V), divide by the temperature, keep the ``top_k`` largest (the rest get probability 0),
+softmax, draw one id per row, append it, repeat.
+
+**Without a cache** each step runs ``model.forward`` on the whole context: T positions of
+work for one new token. **With the cache** (``model.step(ids, past)``) each block keeps the keys
+and values of the positions it has seen, and a step runs the one new position only: its query
+meets the stored keys. Both paths see the same context and draw with the same random numbers,
+so with one seed they give the same tokens (up to the rounding of a different order of sums,
+which changes a draw only when a random number falls exactly on a boundary).
+
+**The context window.** The model knows ``max_len`` positions (learned position vectors), so
+the context cannot grow for ever. Here the context is the tokens since a *window start*; when
+it would exceed ``max_len``, the window restarts at the last ``max_len // 2`` tokens (the
+cache is then rebuilt from them in one call). Sliding by one token instead would move every
+position and make every cached key stale; restarting by half keeps the cache useful, and both
+paths follow the same rule, so they stay comparable token by token.
+
+The draws use a NumPy generator on the host (``seed``), whatever the model's device: the
+(N, V) probabilities are copied there, a few hundred numbers per step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import number, whole_number
+from .backend import get_array_module, to_numpy
+from .layer_base import eval_mode
+
+__all__ = ["generate", "sample_next"]
+
+
+def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, gen=None):
+    """One id per row from logits (N, V): softmax(logits / temperature) restricted to the
+    ``top_k`` largest logits (None: all). ``temperature=0`` takes the largest (greedy).
+    ``gen``: a ``np.random.Generator`` (None: a fresh unseeded one). Returns int64 (N,),
+    on the host."""
+    z = to_numpy(logits).astype(np.float64)
+    if z.ndim != 2:
+        raise ValueError(f"sample_next expects logits of shape (N, V), got {z.shape}: take the "
+                         f"last position first, logits[:, -1].")
+    temperature = number(temperature, "temperature", "temperature=0.8", 0.0, None)
+    if temperature == 0:
+        return z.argmax(axis=1)
+    z = z / temperature
+    if top_k is not None and top_k < z.shape[1]:
+        kth = np.sort(z, axis=1)[:, -top_k][:, None]           # the k-th largest of each row
+        z = np.where(z >= kth, z, -np.inf)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    gen = np.random.default_rng() if gen is None else gen
+    u = gen.random((z.shape[0], 1))                             # one uniform number per row
+    return np.minimum((p.cumsum(axis=1) < u).sum(axis=1), z.shape[1] - 1)   # inverse CDF
+
+
+def _device_ids(model, ids):
+    """ids (host int64) as an array on the model's device."""
+    xp = get_array_module(*model.params.values())
+    return xp.asarray(ids)
+
+
+def generate(model, prompt, steps: int, *, temperature: float = 1.0, top_k: int | None = None,
+             seed: int | None = None, cache: bool = True):
+    """Continue ``prompt`` by ``steps`` ids drawn from a causal ``model``.
+
+    model: token ids (N, T) -> logits (N, T, V) with ``max_len`` (such as ``dl.Transformer``);
+    ``cache=True`` needs its ``step(ids, past) -> (logits, past)`` too.
+    prompt: int ids (N, T0) or (T0,), at least one id per row. Returns int64 (N, T0 + steps)
+    (or (T0 + steps,) for a 1-D prompt), on the host: the prompt, then the new ids.
+    temperature, top_k: as :func:`sample_next`; seed: the draws' generator (same seed, same
+    model, same prompt: same ids, with the cache or without). The model runs in evaluation mode.
+    """
+    steps = whole_number(steps, "generate(steps=...)", minimum=0)
+    if top_k is not None:
+        top_k = whole_number(top_k, "generate(top_k=...)")
+    one = np.ndim(to_numpy(prompt)) == 1
+    seq = np.array(to_numpy(prompt), dtype=np.int64, ndmin=2)          # (N, T0), host
+    if seq.ndim != 2 or seq.shape[1] == 0:
+        raise ValueError(f"generate expects a prompt of ids (N, T0) or (T0,) with T0 >= 1, got "
+                         f"shape {np.shape(prompt)}: begin with at least one token.")
+    gen = np.random.default_rng(seed)
+    max_len = model.max_len
+    start, past, seen = 0, None, 0       # window start; the cache holds seq[:, start:start+seen]
+    with eval_mode(model):
+        for _ in range(steps):
+            if seq.shape[1] - start > max_len:                 # the window is full: restart it
+                start, past, seen = seq.shape[1] - max(1, max_len // 2), None, 0
+            if cache:
+                logits, past = model.step(_device_ids(model, seq[:, start + seen:]), past)
+                seen = seq.shape[1] - start
+            else:
+                logits = model.forward(_device_ids(model, seq[:, start:]))
+            new = sample_next(logits[:, -1], temperature, top_k, gen)
+            seq = np.concatenate([seq, new[:, None]], axis=1)
+    return seq[0] if one else seq

@@ -1,0 +1,240 @@
+"""The lesson 15 and 16 exercise checks (dlcourse/check/attention.py): a right answer passes,
+and each common wrong answer gets the message that names its mistake.
+
+Each wrong answer is a small function named after its mistake, written as a learner would."""
+import math
+
+import numpy as np
+import pytest
+
+import dlcourse as dl
+import dlcourse.check as C
+from dlcourse.check import ExerciseError
+
+
+def expect_fail(check, fn, *words):
+    with pytest.raises(ExerciseError) as e:
+        check(fn)
+    msg = str(e.value)
+    print("\n---", fn.__name__, "->", msg)
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+# ---- attention_backward
+def att_parts(dout, cache, jac="right", scale=True, transpose_v=True, transpose_k=True):
+    q, k, v, p = cache
+    s = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
+    dv = (p.swapaxes(-1, -2) if transpose_v else p) @ dout
+    dp = dout @ v.swapaxes(-1, -2)
+    if jac == "right":
+        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    elif jac == "diagonal":
+        ds = p * dp
+    elif jac == "axis":
+        ds = p * (dp - (dp * p).sum(axis=-2, keepdims=True))
+    else:  # "none"
+        ds = dp
+    dq = ds @ k * s
+    dk = (ds.swapaxes(-1, -2) if transpose_k else ds) @ q * s
+    return dq, dk, dv
+
+
+def att_good(dout, cache):
+    return att_parts(dout, cache)
+
+
+def att_diagonal_jacobian(dout, cache):
+    return att_parts(dout, cache, jac="diagonal")
+
+
+def att_sum_over_queries(dout, cache):
+    return att_parts(dout, cache, jac="axis")
+
+
+def att_skips_softmax(dout, cache):
+    return att_parts(dout, cache, jac="none")
+
+
+def att_no_scale(dout, cache):
+    return att_parts(dout, cache, scale=False)
+
+
+def att_p_not_transposed(dout, cache):
+    return att_parts(dout, cache, transpose_v=False)
+
+
+def att_library(dout, cache):
+    return dl.attention.__globals__["attention_backward"](dout, cache)
+
+
+def att_writes_dout(dout, cache):
+    out = att_parts(dout, cache)
+    dout *= 0
+    return out
+
+
+def test_attention_backward_passes_the_right_answer(capsys):
+    C.attention_backward(att_good)
+    assert "all" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, words", [
+    (att_diagonal_jacobian, ["taken as diagonal", "EVERY score"]),
+    (att_sum_over_queries, ["wrong axis", "LAST axis"]),
+    (att_skips_softmax, ["skips the softmax"]),
+    (att_no_scale, ["1/sqrt(d)"]),
+    (att_p_not_transposed, ["transposed"]),
+    (att_library, ["library's own version"]),
+    (att_writes_dout, ["changed its input dout"]),
+])
+def test_attention_backward_names_the_mistake(fn, words):
+    expect_fail(C.attention_backward, fn, *words)
+
+
+# ---- causal_mask
+def mask_good(Tq, Tk):
+    return np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + (Tk - Tq)
+
+
+def mask_strict(Tq, Tk):
+    return np.arange(Tk)[None, :] < np.arange(Tq)[:, None] + (Tk - Tq)
+
+
+def mask_future(Tq, Tk):
+    return np.arange(Tk)[None, :] >= np.arange(Tq)[:, None] + (Tk - Tq)
+
+
+def mask_top_left(Tq, Tk):
+    return np.tril(np.ones((Tq, Tk), dtype=bool))
+
+
+def mask_floats(Tq, Tk):
+    return mask_good(Tq, Tk).astype(np.float32)
+
+
+def mask_library(Tq, Tk):
+    from dlcourse.attention import causal_mask
+    return causal_mask(Tq, Tk)
+
+
+def test_causal_mask_passes_the_right_answer(capsys):
+    C.causal_mask(mask_good)
+    assert "all 5 cases pass" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, words", [
+    (mask_strict, ["OWN position"]),
+    (mask_future, ["AFTER the query"]),
+    (mask_top_left, ["LAST Tq positions"]),
+    (mask_floats, ["not bool"]),
+    (mask_library, ["library's own version"]),
+])
+def test_causal_mask_names_the_mistake(fn, words):
+    expect_fail(C.causal_mask, fn, *words)
+
+
+# ---- merge_softmax
+def merge_good(m1, l1, o1, m2, l2, o2):
+    m = np.maximum(m1, m2)
+    a1, a2 = np.exp(m1 - m), np.exp(m2 - m)
+    l = a1 * l1 + a2 * l2
+    return m, l, (a1 * l1 * o1 + a2 * l2 * o2) / l
+
+
+def merge_no_rescale(m1, l1, o1, m2, l2, o2):
+    return np.maximum(m1, m2), l1 + l2, (l1 * o1 + l2 * o2) / (l1 + l2)
+
+
+def merge_unnormalised(m1, l1, o1, m2, l2, o2):
+    m, l, _ = merge_good(m1, l1, o1, m2, l2, o2)
+    return m, l, np.exp(m1 - m) * l1 * o1 + np.exp(m2 - m) * l2 * o2
+
+
+def merge_upside_down(m1, l1, o1, m2, l2, o2):
+    m = np.maximum(m1, m2)
+    b1, b2 = np.exp(m - m1), np.exp(m - m2)
+    return m, b1 * l1 + b2 * l2, o1
+
+
+def merge_overflows(m1, l1, o1, m2, l2, o2):
+    m = np.maximum(m1, m2)
+    with np.errstate(all="ignore"):
+        l = (np.exp(m1) * l1 + np.exp(m2) * l2) / np.exp(m)
+    return m, l, o1
+
+
+def merge_with_softmax(m1, l1, o1, m2, l2, o2):
+    w = dl.softmax(np.concatenate([m1 + np.log(l1), m2 + np.log(l2)], axis=1))
+    m = np.maximum(m1, m2)
+    return m, l1, w[:, :1] * o1 + w[:, 1:] * o2
+
+
+def test_merge_softmax_passes_the_right_answer(capsys):
+    C.merge_softmax(merge_good)
+    assert "all" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, words", [
+    (merge_no_rescale, ["DIFFERENT maxima"]),
+    (merge_unnormalised, ["not normalised"]),
+    (merge_upside_down, ["upside down"]),
+    (merge_overflows, ["overflows"]),
+    (merge_with_softmax, ["library's own version"]),
+])
+def test_merge_softmax_names_the_mistake(fn, words):
+    expect_fail(C.merge_softmax, fn, *words)
+
+
+def test_the_merge_check_reference_is_attention_over_both_blocks():
+    """The check's expected (m, l, o) come from the softmax over the concatenated scores:
+    the merge of the two halves equals dl.attention on one query row."""
+    from dlcourse.check.attention import _partial
+    r = np.random.default_rng(0)
+    s, v = r.standard_normal((3, 7)), r.standard_normal((7, 2))
+    m, l, o = _partial(s, v)
+    got = merge_good(*_partial(s[:, :3], v[:3]), *_partial(s[:, 3:], v[3:]))
+    np.testing.assert_allclose(got[2], o)
+    np.testing.assert_allclose(got[1], l)
+    # the same o as dl.attention with scores s: q k^T / sqrt(d) = s for k = identity rows
+    q = s[None, None] * math.sqrt(7)
+    k, v7 = np.eye(7)[None, None], np.zeros((1, 1, 7, 7))
+    v7[0, 0, :, :2] = v
+    np.testing.assert_allclose(dl.attention(q, k, v7)[0, 0, :, :2], o, atol=1e-12)
+
+
+# ---- naive_attention_bytes
+def bytes_good(N, H, T, d, itemsize):
+    return N * H * (4 * T * T + 4 * T * d) * itemsize
+
+
+def bytes_elements(N, H, T, d, itemsize):
+    return N * H * (4 * T * T + 4 * T * d)
+
+
+def bytes_no_softmax(N, H, T, d, itemsize):
+    return N * H * (2 * T * T + 4 * T * d) * itemsize
+
+
+def bytes_one_head(N, H, T, d, itemsize):
+    return (4 * T * T + 4 * T * d) * itemsize
+
+
+def bytes_library(N, H, T, d, itemsize):
+    from dlcourse.flash_attention import attention_traffic
+    return attention_traffic(N, H, T, d, itemsize)["naive"]
+
+
+def test_naive_attention_bytes_passes_the_right_answer(capsys):
+    C.naive_attention_bytes(bytes_good)
+    assert "all 4 cases pass" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, words", [
+    (bytes_elements, ["counts elements"]),
+    (bytes_no_softmax, ["softmax step is missing"]),
+    (bytes_one_head, ["one head of one sample"]),
+    (bytes_library, ["library's own version"]),
+])
+def test_naive_attention_bytes_names_the_mistake(fn, words):
+    expect_fail(C.naive_attention_bytes, fn, *words)
