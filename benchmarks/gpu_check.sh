@@ -19,7 +19,7 @@
 #      then every .cu source built with the machine's nvcc            -> OUT/tests.xml
 #   3. benchmarks/gpu_suite.py (all five sections; --quick when BUDGET_S is short)
 #                                                                     -> OUT/<device>.json, .png
-#   4. the GPU lessons (05, 08a-08d, 10) executed on the GPU under nbval -> OUT/notebooks.xml
+#   4. the GPU lessons (05, 08a-08d, 10, 16) executed on the GPU under nbval -> OUT/notebooks.xml
 # Everything printed goes to OUT/check.log too, and OUT/summary.txt says where each second went.
 # DLCOURSE_GPU_CHECK_SKIP="gpu_suite notebooks" leaves those steps out (a short recheck; the
 # first word of a step's name: tests, nvcc, gpu_suite, notebooks).
@@ -117,7 +117,8 @@ run "gpu_suite${QUICK:+ (quick)}" 170 "$PY" benchmarks/gpu_suite.py --out "$OUT"
 # (--dist loadfile: nbval's items are a notebook's cells, which must run in order on one kernel.)
 run "notebooks" 200 "$PY" -m pytest $XDIST --dist loadfile -q -rfE --nbval-cell-timeout=150 \
     --junitxml="$OUT/notebooks.xml" notebooks/05_*.ipynb notebooks/08a_*.ipynb \
-    notebooks/08b_*.ipynb notebooks/08c_*.ipynb notebooks/08d_*.ipynb notebooks/10_*.ipynb
+    notebooks/08b_*.ipynb notebooks/08c_*.ipynb notebooks/08d_*.ipynb notebooks/10_*.ipynb \
+    notebooks/16_*.ipynb
 
 summary "total: $((SECONDS - START)) s of a budget of $BUDGET s"
 exit 0

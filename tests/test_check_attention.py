@@ -1,4 +1,4 @@
-"""The lesson 15 and 16 exercise checks (dlcourse/check/attention.py): a right answer passes,
+"""The lesson 15 and 16 exercise checks (dlcourse/check/self_attention.py): a right answer passes,
 and each common wrong answer gets the message that names its mistake.
 
 Each wrong answer is a small function named after its mistake, written as a learner would."""
@@ -189,7 +189,7 @@ def test_merge_softmax_names_the_mistake(fn, words):
 def test_the_merge_check_reference_is_attention_over_both_blocks():
     """The check's expected (m, l, o) come from the softmax over the concatenated scores:
     the merge of the two halves equals dl.attention on one query row."""
-    from dlcourse.check.attention import _partial
+    from dlcourse.check.self_attention import _partial
     r = np.random.default_rng(0)
     s, v = r.standard_normal((3, 7)), r.standard_normal((7, 2))
     m, l, o = _partial(s, v)

@@ -18,7 +18,7 @@ module                     lessons
 ``basics.py``              00-01: arrays on NumPy and CuPy, timing, the perceptron
 ``gradient_descent.py``    02: losses and their gradients
 ``backprop.py``            03: backpropagation
-``training.py``            04: training an MLP on digits
+``training.py``            04a-04b: the training loop, optimizers and regularization
 ``init_and_batching.py``   04c-05: initialization, GPU batching
 ``convolution.py``         06: convolution
 ``cnn.py``                 07: training a CNN
@@ -30,7 +30,7 @@ module                     lessons
 ``deploy.py``              12-12b: from a checkpoint to a service, protecting a model
 ``data_parallel.py``       13: data parallelism
 ``capstone.py``            14: autograd
-``attention.py``           15-16: attention by hand, FlashAttention
+``self_attention.py``      15-16: attention by hand, FlashAttention
 =========================  ===================================================================
 """
 from .basics import normalize_rows, perceptron_predict, perceptron_update, time_it  # 00-01
@@ -57,8 +57,8 @@ from .compression import (bf16_round, channel_l1_keep, loss_scale_step,  # lesso
 from .deploy import fold_batchnorm, load_signed, two_time_pad, validate_batch  # lessons 12, 12b
 from .data_parallel import fit_alpha_beta, ring_all_reduce  # lesson 13
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
-from .attention import (attention_backward, causal_mask, merge_softmax,  # lessons 15-16
-                        naive_attention_bytes)
+from .self_attention import (attention_backward, causal_mask, merge_softmax,  # lessons 15-16
+                             naive_attention_bytes)
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
@@ -99,6 +99,6 @@ __all__ = [
     "ring_all_reduce", "fit_alpha_beta",
     # lesson 14
     "unbroadcast", "tensor_mul", "topological_order",
-    # lessons 15-16 (attention.py)
+    # lessons 15-16 (self_attention.py)
     "attention_backward", "causal_mask", "merge_softmax", "naive_attention_bytes",
 ]

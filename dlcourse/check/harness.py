@@ -1,8 +1,9 @@
 """The machinery every exercise check shares (the per-lesson checks live beside it:
 ``basics.py`` for lessons 00-01, ``gradient_descent.py`` 02, ``backprop.py`` 03, ``training.py``
-04, ``init_and_batching.py`` 04c-05, ``convolution.py`` 06, ``cnn.py`` 07, ``residual.py`` 07b,
-``cuda.py`` 08a-08b, ``gpu_performance.py`` 08c-08d, ``playground.py`` 09, ``compression.py``
-10-11b, ``deploy.py`` 12, ``data_parallel.py`` 13, ``capstone.py`` 14).
+04a-04b, ``init_and_batching.py`` 04c-05, ``convolution.py`` 06, ``cnn.py`` 07, ``residual.py``
+07b, ``cuda.py`` 08a-08b, ``gpu_performance.py`` 08c-08d, ``playground.py`` 09,
+``compression.py`` 10-11b, ``deploy.py`` 12-12b, ``data_parallel.py`` 13, ``capstone.py`` 14,
+``self_attention.py`` 15-16).
 
 A check calls the learner's function through :func:`call`, compares what came back with the
 library's reference through the ``expect_*`` helpers, and raises :class:`ExerciseError` through

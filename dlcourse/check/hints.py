@@ -15,9 +15,9 @@ last level says where to look (which equation, which earlier cell).
 """
 from __future__ import annotations
 
-from . import (attention, backprop, basics, capstone, cnn, compression, convolution, cuda,
-               data_parallel, deploy, gpu_performance, gradient_descent, init_and_batching,
-               playground, residual, training)
+from . import (backprop, basics, capstone, cnn, compression, convolution, cuda, data_parallel,
+               deploy, gpu_performance, gradient_descent, init_and_batching, playground, residual,
+               self_attention, training)
 
 __all__ = ["hint", "solution", "HINTS", "Shown"]
 
@@ -37,7 +37,7 @@ HINTS: dict[str, list[str]] = {
     **basics.HINTS, **gradient_descent.HINTS, **backprop.HINTS, **training.HINTS,
     **init_and_batching.HINTS, **convolution.HINTS, **cnn.HINTS, **residual.HINTS, **cuda.HINTS,
     **gpu_performance.HINTS, **playground.HINTS, **compression.HINTS, **deploy.HINTS,
-    **data_parallel.HINTS, **capstone.HINTS, **attention.HINTS,
+    **data_parallel.HINTS, **capstone.HINTS, **self_attention.HINTS,
 }
 
 _shown: dict[str, int] = {}   # the deepest level shown so far in this session

@@ -1,4 +1,4 @@
-"""Derivation and shortcut cases of lessons 10-16, dlcourse/check/compression.py, deploy.py, data_parallel.py, capstone.py, attention.py (see __init__.py).
+"""Derivation and shortcut cases of lessons 10-16, dlcourse/check/compression.py, deploy.py, data_parallel.py, capstone.py, self_attention.py (see __init__.py).
 
 Not in DERIVED (they ask for a rule or an algorithm the lesson states, not a formula or a
 backward pass): loss_scale_step, magnitude_mask, channel_l1_keep, validate_batch,
