@@ -13,7 +13,7 @@ from .backend import (DeviceError, describe_device, device_info, device_of, get_
 from . import check, data, distributed, plots, recorded
 from .conv import Conv2d, MaxPool2d, col2im, im2col
 from .fusion import Conv2dReLU, LinearReLU, fuse, use_kernels
-from .threaded import use_threads             # lesson 07: the CPU training step on every core
+from .threaded import use_threads       # lesson 07: CPU passes split between threads (off)
 from .gradcheck import gradcheck
 from .layers import (BatchNorm2d, Dropout, Flatten, GlobalAvgPool2d, Identity, Layer, LayerNorm,
                      Linear, ReLU, Residual, Sequential, Sigmoid, Tanh)
@@ -38,6 +38,7 @@ from .attention import MultiHeadAttention, attention                  # lessons 
 from .flash_attention import flash_attention
 from .transformer import (GELU, Embedding, FeedForward, PositionalEmbedding, SequenceCrossEntropy,
                           Transformer, TransformerBlock)
+from .generate import generate                      # lesson 15: sampling, with a key/value cache
 
 from ._version import __version__
 
@@ -75,6 +76,7 @@ __all__ = [
     # attention and a small transformer (lessons 15-16)
     "attention", "flash_attention", "MultiHeadAttention", "Embedding", "PositionalEmbedding",
     "GELU", "FeedForward", "TransformerBlock", "Transformer", "SequenceCrossEntropy",
+    "generate",
 ]
 
 

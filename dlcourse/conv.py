@@ -263,7 +263,7 @@ class Conv2d(Layer):
 
     input_shape, input_ndim = "(N, C_in, H, W)", 4
     use_kernels = True   # on the GPU: im2col/col2im by the hand-written kernels
-    use_threads = True   # on the CPU: a large batch's passes on every core (threaded.py)
+    use_threads = False  # on the CPU: split a large batch's passes between cores (threaded.py)
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
                  padding=0, dtype=np.float32, seed=None):
@@ -286,9 +286,9 @@ class Conv2d(Layer):
     def forward(self, x):
         """x: (N, C, H, W) -> out: (N, F, OH, OW), channel-major in memory (a view of the
         (F, N*OH*OW) matrix)."""
-        threads = threads_for(x, self.use_threads)      # None unless a large CPU batch
+        threads = threads_for(x, self.use_threads)      # None unless asked for (threaded.py)
         if threads is not None:
-            return threads.conv_forward(self, x)        # the same numbers, on every core
+            return threads.conv_forward(self, x)        # the same numbers, split between cores
         z = self.matrix_forward(x)                              # (F, N*OH*OW)
         z += self.params["b"].reshape(-1, 1)
         return self.as_image(z, x.shape)
@@ -366,7 +366,7 @@ class MaxPool2d(Layer):
 
     input_shape, input_ndim = "(N, C, H, W)", 4
     use_kernels = True
-    use_threads = True   # on the CPU: a large batch split between the cores (threaded.py)
+    use_threads = False  # on the CPU: split a large batch between cores (threaded.py)
 
     def __init__(self, kernel_size, stride=None):
         super().__init__()
@@ -382,7 +382,7 @@ class MaxPool2d(Layer):
         k = kernels_for(x, self.use_kernels, same_per_axis=(self.stride,))
         if k is not None:
             return self._kernel_forward(k, x)
-        threads = threads_for(x, self.use_threads)      # None unless a large CPU batch
+        threads = threads_for(x, self.use_threads)      # None unless asked for (threaded.py)
         best, idx = self._max_and_where(x) if threads is None else threads.max_and_where(self, x)
         self.cache = PoolCache(x, idx)
         return best

@@ -64,8 +64,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from threadpoolctl import ThreadpoolController
-
 from ._validate import shape_str, whole_number
 from .backend import get_array_module
 from .conv import Conv2d, MaxPool2d, unfold
@@ -75,6 +73,7 @@ from .layers import (BatchNorm2d, Flatten, GlobalAvgPool2d, Identity, Linear, Re
                      Sequential)
 from .ops import matmul
 from .shapes import as_pair, output_size
+from .threaded import blas_controller, blas_threads   # shared with the training step's threads
 
 __all__ = ["infer", "blas_threads", "Buffers", "plan", "conv_step", "linear_step", "fold_batchnorm",
            "tiles", "unfold_pooled", "unfold_wide", "maxpool_forward", "maximum_of", "chunk_size",
@@ -86,7 +85,6 @@ __all__ = ["infer", "blas_threads", "Buffers", "plan", "conv_step", "linear_step
 CACHE_BYTES = 4 * 2**20
 
 _lock = threading.Lock()  # infer switches the model's mode, and a layer's forward keeps a cache
-_blas = None              # threadpoolctl's view of the BLAS library, made on first use
 _arena = []               # _arena[k]: the Buffers of worker k (CPU only)
 
 
@@ -133,16 +131,10 @@ def infer(model: Layer, x, batch_size: int | None = None, workers: int | None = 
         if workers == 1:
             run(0)
         else:                                           # a core per worker, one BLAS thread each
-            with _controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+            with (blas_controller().limit(limits=1, user_api="blas"),
+                  ThreadPoolExecutor(workers) as pool):
                 list(pool.map(run, range(workers)))
     return outs[0] if len(outs) == 1 else xp.concatenate(outs)
-
-
-def blas_threads() -> int:
-    """The threads NumPy's BLAS library may use now (threadpoolctl's reading; by default the
-    CPUs, fewer inside ``threadpool_limits``); 1 if threadpoolctl finds no BLAS."""
-    blas = _controller().select(user_api="blas").lib_controllers
-    return max([lib.num_threads for lib in blas] or [1])
 
 
 class Buffers:
@@ -179,13 +171,6 @@ class Buffers:
         out = self.empty(name, shape, dtype, xp)
         out[...] = 0
         return out
-
-
-def _controller() -> ThreadpoolController:
-    global _blas
-    if _blas is None:                   # finding the loaded libraries takes a moment: once
-        _blas = ThreadpoolController()
-    return _blas
 
 
 # ======================================================================================
