@@ -19,7 +19,7 @@
 The two throughput runs alternate for ``--rounds`` rounds (the best of each is printed too), and
 the all-reduce figures are the best of ``--repeats``: the machine may be shared, and others' work
 only ever makes a run slower. Each run times ``--steps`` steps after two warm-up steps. Short
-runs scatter more: on the 2-core VM of README's figures, three runs of 3 rounds x 20 steps gave
+runs scatter more: on the 2-core VM of docs/benchmarks.md's figures, three runs of 3 rounds x 20 steps gave
 70-82 % and five runs of 5 rounds x 50 steps 82-94 % (best run against best run) within the
 same half hour, so the
 defaults are 5 x 50 (about 20 s). The load average is read before and after; when others kept

@@ -308,7 +308,7 @@ def _load_data(name: str, flat: bool, progress: bool, path=None):
 
 
 # The character transformer (lesson 15): 117,000 parameters. On a 2-core CPU its validation
-# loss ends far below the unigram baseline in minutes (README: the figure measured).
+# loss ends far below the unigram baseline in minutes (docs/terminal.md: the figure measured).
 TEXT_DEFAULTS = {"epochs": 6, "batch_size": 32, "lr": 3e-3, "d_model": 64, "heads": 4,
                  "layers": 2, "context": 64}
 SAMPLE = {"prompt": "The ", "steps": 300, "temperature": 0.8}    # printed after training

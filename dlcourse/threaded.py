@@ -20,7 +20,7 @@ outputs, caches, gradients, dx and the parameters after optimizer steps). The on
 adds over the batch, the bias gradient, is split by channel instead: each channel's sum is
 still one sum.
 
-**Why it is off.** Measured on 2026-11-26 on the 2-core AMD EPYC VM of README's figures
+**Why it is off.** Measured on 2026-11-26 on the 2-core AMD EPYC VM of docs/benchmarks.md's figures
 (OpenBLAS 0.3.31, OPENBLAS_CORETYPE=Haswell, load average about 0.5): the course's CNN step at
 batch 64 took 7.4-8.3 ms with the passes on one core, 11.5-12.2 ms split (PyTorch: 4.5-5.2
 ms; five runs of each). Timing each part showed why: after every product OpenBLAS's second thread keeps spinning

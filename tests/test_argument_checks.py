@@ -74,7 +74,7 @@ def test_pruned_weights_stay_zero_in_a_hand_written_loop():
     model = dl.MLP([64, 32, 10], seed=0)
     dl.prune(model, 0.8)
     loss, opt = dl.SoftmaxCrossEntropy(), dl.Adam(model, lr=1e-2)
-    for xb, yb in dl.data.batches(X, y, 64, seed=0):          # the README's manual loop
+    for xb, yb in dl.data.batches(X, y, 64, seed=0):          # docs/library.md's manual loop
         loss.forward(model.forward(xb), yb)
         model.backward(loss.backward())
         opt.step()

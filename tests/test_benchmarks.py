@@ -1,4 +1,4 @@
-"""benchmarks/cpu_step.py judges its targets: the verdict that README's CPU figures rest on."""
+"""benchmarks/cpu_step.py judges its targets: the verdict that docs/benchmarks.md's CPU figures rest on."""
 import pytest
 
 
