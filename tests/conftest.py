@@ -88,6 +88,7 @@ LESSONS: dict[str, object] = {
     "test_deploy_refusals.py": ("12",),
     "test_derive.py": ALL,
     "test_distributed.py": ("13",),
+    "test_docs_links.py": TOOLING,
     "test_doctor.py": TOOLING,
     "test_errors.py": {"conv|kernel|stride|sizes": ("06",), "optimizer_settings": ("04b",),
                        "": ("03", "04a")},
