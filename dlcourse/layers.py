@@ -438,6 +438,20 @@ class Sequential(Container):
         return dout
 
 
+def unfused_layers(model, what: str, takes: str) -> list:
+    """``model.layers`` of a Sequential made of unfused layers, or the TypeError of ``what``
+    (``"quantize"``) saying what it takes (``takes``: ``"dl.MLP, dl.CNN, dl.Sequential"``)."""
+    layers = getattr(model, "layers", None)
+    if not isinstance(model, Sequential) or layers is None:
+        raise TypeError(f"{what} takes a Sequential model ({takes}), got "
+                        f"{type(model).__name__}.")
+    fused = [type(layer).__name__ for layer in layers if hasattr(layer, "layer")]
+    if fused:
+        raise TypeError(f"{what} takes the unfused model, but this one holds {fused[0]}: pass "
+                        f"the model dl.fuse was made from.")
+    return layers
+
+
 class Residual(Container):
     """A residual block (He et al., 2016): ``out = shortcut(x) + block(x)``.
 

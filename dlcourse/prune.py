@@ -346,15 +346,9 @@ def prune_channels(model, layer, keep: int):
         the new model computes what the old one did.
     """
     from .conv import Conv2d, MaxPool2d
-    from .layers import BatchNorm2d, Dropout, Flatten, Identity, Linear, ReLU, Sequential, Sigmoid, Tanh
-    layers = getattr(model, "layers", None)
-    if not isinstance(model, Sequential) or layers is None:
-        raise TypeError(f"prune_channels takes a Sequential model (dl.CNN, dl.Sequential), got "
-                        f"{type(model).__name__}.")
-    fused = [type(l).__name__ for l in layers if hasattr(l, "layer")]
-    if fused:
-        raise TypeError(f"prune_channels takes the unfused model, but this one holds {fused[0]}: "
-                        f"pass the model dl.fuse was made from.")
+    from .layers import (BatchNorm2d, Dropout, Flatten, Identity, Linear, ReLU, Sequential,
+                         Sigmoid, Tanh, unfused_layers)
+    layers = unfused_layers(model, "prune_channels", "dl.CNN, dl.Sequential")
     i = layer
     if isinstance(layer, str):
         i = int(layer.split(".")[0]) if layer.split(".")[0].isdigit() else None

@@ -42,7 +42,7 @@ from ._validate import whole_number
 from .backend import get_array_module, to_numpy
 from .conv import Conv2d, im2col, output_size
 from .layer_base import build_layer
-from .layers import Layer, Linear, Sequential, eval_mode
+from .layers import Layer, Linear, Sequential, eval_mode, unfused_layers
 from .shapes import as_pair
 
 __all__ = ["QMAX", "symmetric_scale", "quantize_array", "dequantize_array", "QuantLinear",
@@ -306,14 +306,7 @@ def quantize(model, X_calibration, per_channel: bool = True, batch_size: int = 2
         Conv2d, copies of the other layers. ``forward``, ``predict``, ``dl.evaluate``,
         ``dl.save`` and ``dl.load`` work on it; ``backward`` does not.
     """
-    layers = getattr(model, "layers", None)
-    if not isinstance(model, Sequential) or layers is None:
-        raise TypeError(f"quantize takes a Sequential model (dl.MLP, dl.CNN, dl.Sequential), "
-                        f"got {type(model).__name__}.")
-    fused = [type(l).__name__ for l in layers if hasattr(l, "layer")]
-    if fused:
-        raise TypeError(f"quantize takes the unfused model, but this one holds {fused[0]}: pass "
-                        f"the model dl.fuse was made from.")
+    layers = unfused_layers(model, "quantize", "dl.MLP, dl.CNN, dl.Sequential")
     nested = [(i, type(l).__name__) for i, l in enumerate(layers) if hasattr(l, "named_layers")]
     if nested:
         raise TypeError(f"quantize takes a flat Sequential (dl.MLP, dl.CNN), but layer "

@@ -9,16 +9,8 @@ import pytest
 
 import dlcourse as dl
 import dlcourse.check as C
-from dlcourse.check import ExerciseError
+from support.expect import expect_fail
 
-
-def expect_fail(check, fn, *words):
-    with pytest.raises(ExerciseError) as e:
-        check(fn)
-    msg = str(e.value)
-    print("\n---", fn.__name__, "->", msg)
-    for w in words:
-        assert w in msg, (w, msg)
 
 
 # ---- attention_backward

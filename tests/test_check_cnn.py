@@ -12,7 +12,6 @@ import pytest
 
 import dlcourse as dl
 import dlcourse.check as C
-from dlcourse.check import ExerciseError
 from dlcourse.check.convolution import maxpool_mistakes
 from dlcourse.conv import (
     conv2d_backward_naive,
@@ -20,15 +19,8 @@ from dlcourse.conv import (
     im2col,
     maxpool_backward_naive,
 )
+from support.expect import expect_fail
 
-
-def expect_fail(check, fn, *words):
-    with pytest.raises(ExerciseError) as e:
-        check(fn)
-    msg = str(e.value)
-    print('\n---", fn.__name__, "->', msg)
-    for w in words:
-        assert w in msg, (w, msg)
 
 
 def _own(f):

@@ -4,19 +4,9 @@ answer passes, and each common wrong answer gets the message that names its mist
 Each wrong answer is a small function named after its mistake, written as a learner would."""
 
 import numpy as np
-import pytest
 
 import dlcourse.check as C
-from dlcourse.check import ExerciseError
-
-
-def expect_fail(check, fn, *words):
-    with pytest.raises(ExerciseError) as e:
-        check(fn)
-    msg = str(e.value)
-    print("\n---", fn.__name__, "->", msg)
-    for w in words:
-        assert w in msg, (w, msg)
+from support.expect import expect_fail
 
 
 # ---- bank_conflicts

@@ -8,17 +8,9 @@ import pytest
 
 import dlcourse as dl
 import dlcourse.check as C
-from dlcourse.check import ExerciseError
 from dlcourse.check import residual as R
+from support.expect import expect_fail
 
-
-def expect_fail(check, fn, *words):
-    with pytest.raises(ExerciseError) as e:
-        check(fn)
-    msg = str(e.value)
-    print("\n---", fn.__name__, "->", msg)
-    for w in words:
-        assert w in msg, (w, msg)
 
 
 # ---- layernorm_backward
