@@ -230,7 +230,9 @@ def unfold_into(out, x, KH, KW, stride, padding):
     # entry [c, kh, kw, n, i, j] is x_pad[n, c, i*sh + kh, j*sw + kw]
     windows = np.lib.stride_tricks.as_strided(
         x_pad, shape=(C, KH, KW, n, OH, OW), strides=(sC, sH, sW, sN, sH * sh, sW * sw))
-    out.reshape(windows.shape, copy=False)[...] = windows
+    view = out.reshape(windows.shape)        # out is a contiguous block: a view, never a copy
+    assert np.shares_memory(view, out), "unfold_into: out must be one contiguous block"
+    view[...] = windows
 
 
 def fold_into(dcols, x_shape, KH, KW, stride, padding):
