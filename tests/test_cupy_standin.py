@@ -82,3 +82,16 @@ def test_the_backend_hands_out_the_standin(monkeypatch):
     assert backend.require_cupy() is cp and isinstance(backend.to_numpy(x), np.ndarray)
     from dlcourse import kernels
     assert kernels.kernels_for(x) is None          # the kernels are the emulator's to check
+
+
+def test_ufunc_methods_the_real_cupy_has_are_forwarded(monkeypatch):
+    """cupy.add.at (a scatter-add, Embedding's backward) exists in CuPy; the stand-in forwards
+    it, in place, on the stand-in's arrays."""
+    import numpy as np
+    from support import cupy_standin
+    cupy_standin.install(monkeypatch)
+    from dlcourse import backend
+    cp = backend.require_cupy()
+    out = cp.zeros(3)
+    cp.add.at(out, cp.asarray([0, 2, 0]), cp.asarray([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(cp.asnumpy(out), [4.0, 0.0, 2.0])

@@ -108,6 +108,11 @@ def _forward(qualname, real, impl, host_ok=False):
             args = _unwrap(args, qualname)
         return _wrap(impl(*args, **_unwrap(kwargs, qualname)))
     call.__qualname__ = call.__name__ = qualname.rpartition(".")[2]
+    if is_ufunc:        # the ufunc's methods the real one has (cupy.add.at: a scatter-add)
+        for method in ("at", "reduce", "accumulate", "reduceat", "outer"):
+            if hasattr(real, method):
+                setattr(call, method, _forward(f"{qualname}.{method}", getattr(real, method),
+                                               getattr(impl, method)))
     return call
 
 
