@@ -23,7 +23,8 @@ from .models import CNN, MLP, Perceptron, ResNet
 from .optim import SGD, Adagrad, Adam, AdamW, RMSprop, clip_grad_norm
 from .stats import layer_stats
 from .schedules import cosine_decay, linear_warmup, per_epoch, step_decay
-from .train import History, StopTraining, TrainingDiverged, confusion_matrix, evaluate, fit
+from .train import History, StopTraining, TrainingDiverged, evaluate, fit
+from .metrics import confusion_matrix
 from .checkpoint import CheckpointError, load, save
 from .precision import LossScaler, autocast
 from .prune import (choose_sparsities, prune, prune_channels, prune_gradually,

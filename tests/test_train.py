@@ -13,8 +13,8 @@ from dlcourse.layers import Linear
 from dlcourse.losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy
 from dlcourse.models import CNN, MLP, Perceptron
 from dlcourse.optim import SGD, Adam
-from dlcourse.train import (History, StopTraining, TrainingDiverged, confusion_matrix,
-                            evaluate, fit)
+from dlcourse.metrics import confusion_matrix
+from dlcourse.train import History, StopTraining, TrainingDiverged, evaluate, fit
 
 
 @pytest.fixture(scope="module")

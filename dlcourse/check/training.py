@@ -41,7 +41,7 @@ __all__ = [
 # the learner's function runs, with every alias of them in a dlcourse module (dl.SGD, ...).
 REFUSE: dict[str, list[str]] = {
     "iterate_minibatches": ["dlcourse.data.batching.batches"],
-    "accuracy": ["dlcourse.train.evaluate", "dlcourse.train.confusion_matrix",
+    "accuracy": ["dlcourse.train.evaluate", "dlcourse.metrics.confusion_matrix",
                  "dlcourse.train._correct"],
     "sgd_momentum_step": ["dlcourse.optim.SGD.step"],
     "dropout_forward": ["dlcourse.layers.Dropout.forward"],
