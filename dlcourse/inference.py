@@ -20,7 +20,8 @@ from .layers import Layer, Linear, Sequential
 from .losses import softmax
 
 __all__ = ["InputError", "input_shape", "as_batch", "read_inputs", "read_image",
-           "predict_proba", "check_parameters_finite", "fits", "IMAGE_SUFFIXES"]
+           "predict_proba", "classes_and_probabilities", "check_parameters_finite", "fits",
+           "IMAGE_SUFFIXES"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -211,10 +212,19 @@ def predict_proba(model: Layer, x, batch_size: int | None = None):
     after; ``batch_size``: samples per chunk, None lets infer choose). K outputs give a softmax
     over K classes; one output is a two-class model whose probability is its sigmoid.
     """
-    logits = to_numpy(infer(model, x, batch_size)).astype(np.float64)
+    return classes_and_probabilities(infer(model, x, batch_size))
+
+
+def classes_and_probabilities(logits):
+    """``(classes, probabilities)``: (N,) int64 and (N, K) float64 NumPy from (N, K) logits of
+    any engine. K outputs give a softmax over K classes; one output is a two-class model whose
+    probability is its sigmoid. Logits that overflow give NaN rows (the service answers 422)."""
+    logits = to_numpy(logits).astype(np.float64)
     if logits.shape[1] == 1:
-        p1 = 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        with np.errstate(over="ignore"):
+            p1 = 1.0 / (1.0 + np.exp(-logits[:, 0]))
         probs = np.stack([1.0 - p1, p1], axis=1)
     else:
-        probs = to_numpy(softmax(logits))
+        with np.errstate(over="ignore", invalid="ignore"):
+            probs = to_numpy(softmax(logits))
     return probs.argmax(axis=1).astype(np.int64), probs

@@ -32,10 +32,10 @@ import numpy as np
 from ..backend import to_numpy
 from ..export import ExportError, require, to_onnx
 from ..fast_inference import infer
-from ..losses import softmax
+from ..inference import classes_and_probabilities
 
 __all__ = ["ENGINES", "VERIFY_SAMPLES", "VERIFY_TOLERANCE", "Engine", "EngineError",
-           "classes_and_probabilities", "dlcourse_engine", "onnxruntime_engine",
+           "dlcourse_engine", "onnxruntime_engine",
            "onnxruntime_available", "exported_engine", "engine_for_checkpoint",
            "engine_for_onnx"]
 
@@ -46,21 +46,6 @@ VERIFY_TOLERANCE = 1e-4     # largest |difference| of the logits allowed (dlcour
 
 class EngineError(ValueError):
     """The chosen engine cannot serve this model (the message says why and what to do)."""
-
-
-def classes_and_probabilities(logits):
-    """``(classes, probabilities)``: (N,) int64 and (N, K) float64 NumPy from (N, K) logits.
-    K outputs give a softmax over K classes; one output is a two-class model whose
-    probability is its sigmoid (as :func:`dlcourse.inference.predict_proba`)."""
-    logits = to_numpy(logits).astype(np.float64)
-    if logits.shape[1] == 1:
-        with np.errstate(over="ignore"):
-            p1 = 1.0 / (1.0 + np.exp(-logits[:, 0]))
-        probs = np.stack([1.0 - p1, p1], axis=1)
-    else:
-        with np.errstate(over="ignore", invalid="ignore"):
-            probs = softmax(logits)
-    return probs.argmax(axis=1).astype(np.int64), probs
 
 
 @dataclass(frozen=True)
