@@ -13,14 +13,12 @@ Pruning sets the weights of smallest magnitude to zero and keeps them there::
 small weights lose more); ``scope="layer"`` prunes each layer to the same fraction. Biases,
 BatchNorm parameters and anything that is not a Linear or Conv2d weight are left alone.
 
-The mask lives on the layer, ``layer.masks["W"]`` (True where a weight is kept). When the model
-it trains holds a mask, ``dl.fit`` adds :class:`KeepPruned` to its loop: after every optimizer
-step, :func:`keep_pruned` multiplies each weight by its mask. (Prune before calling ``fit``:
-``fit`` looks for masks once, when it starts.)
-The masks travel with the model: ``dl.save`` stores them (:func:`masks_of`) and ``dl.load``
-puts them back (:func:`set_masks`), so a loaded pruned model stays pruned when it is fine-tuned;
-and every optimizer's ``step`` keeps the pruned weights at zero, in ``dl.fit`` or in a loop of
-your own.
+The mask lives on the layer, ``layer.masks["W"]`` (True where a weight is kept). After every
+optimizer step, in ``dl.fit`` or in a loop of your own, :func:`keep_pruned` multiplies each
+pruned weight by its mask, so it stays exactly zero (``optim.py`` calls it for a model that
+holds masks). The masks travel with the model: ``dl.save`` stores them (:func:`masks_of`) and
+``dl.load`` puts them back (:func:`set_masks`), so a loaded pruned model stays pruned when it
+is fine-tuned.
 
 One cut of 80 % can cost a small model more than fine-tuning wins back. Practitioners prune
 gradually (Zhu & Gupta 2017, "To prune, or not to prune"): a few cuts on the cubic schedule
@@ -50,7 +48,7 @@ from .layer_base import every_layer
 
 __all__ = ["prune", "prune_gradually", "pruning_schedule", "sparsity", "keep_pruned",
            "masks_of", "set_masks",
-           "KeepPruned", "prunable", "prune_sensitivity", "choose_sparsities", "channels_to_keep",
+           "prunable", "prune_sensitivity", "choose_sparsities", "channels_to_keep",
            "prune_channels"]
 
 
@@ -161,7 +159,7 @@ def prune_gradually(model, sparsity: float, fine_tune, steps: int = 4, scope: st
 
 
 def keep_pruned(model) -> None:
-    """Multiply every pruned weight by its mask (``dl.fit`` calls it after each step), so a
+    """Multiply every pruned weight by its mask (every optimizer's step calls it), so a
     pruned weight stays exactly zero. Nothing happens for a model that was never pruned."""
     for layer in every_layer(model):
         masks = getattr(layer, "masks", None)
@@ -196,17 +194,6 @@ def set_masks(model, masks: dict) -> None:
             raise ValueError(f"the mask for {name} has shape {mask.shape} and dtype {mask.dtype}; "
                              f"the weight has shape {tuple(W.shape)} (a bool mask is expected).")
         layer.masks = {"W": to_device(mask, device_of(W))}
-
-
-class KeepPruned:
-    """The step this lesson adds to ``dl.fit``'s loop when the model was pruned::
-
-        optimizer.step()
-        keep_pruned(model)          # KeepPruned().after_step(model)
-    """
-
-    def after_step(self, model) -> None:
-        keep_pruned(model)
 
 
 def sparsity(model) -> dict:

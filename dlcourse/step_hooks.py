@@ -9,20 +9,17 @@ of :class:`StepHooks` by name, and the hook does nothing unless that lesson's ar
         model.backward(hooks.scale(loss.backward()))    # lesson 10: the loss scale
     value, n = hooks.average_gradients(value, len(xb))  # lesson 13: over every rank's batch
     if hooks.should_step(model):                        # lesson 10: skip an fp16 overflow
-        optimizer.step()
-        hooks.after_step(model)                         # lesson 11b: pruned weights stay zero
+        optimizer.step()                                # (lesson 11b: it keeps pruned zeros)
 
 Each hook is an object made by its lesson's module (``precision.Policy``,
-``prune.KeepPruned``, ``distributed.DataParallel``), imported only when fit's arguments (or a
-pruned model) ask for it: a plain ``fit`` imports none of them. The loop is notebook
-``04a_mlp_on_digits``'s; the hooks come with ``10_number_formats_and_mixed_precision``,
-``11b_pruning`` and ``13_data_parallel``.
+``distributed.DataParallel``), imported only when fit's arguments ask for it: a plain ``fit``
+imports none of them. The loop is notebook ``04a_mlp_on_digits``'s; the hooks come with
+``10_number_formats_and_mixed_precision`` and ``13_data_parallel``. Lesson ``11b_pruning``
+needs no hook: every optimizer's ``step`` keeps a pruned model's zeros (``optim.py``).
 """
 from __future__ import annotations
 
 import contextlib
-
-from .layer_base import every_layer
 
 __all__ = ["StepHooks", "OneProcess"]
 
@@ -55,7 +52,6 @@ class StepHooks:
     ``scale(dout) -> dout``           the loss's gradient, before backward (lesson 10)
     ``average_gradients(loss, n)``    -> the global batch's (loss, n) (lesson 13)
     ``should_step(model) -> bool``    False skips this update (lesson 10: fp16 overflowed)
-    ``after_step(model)``             after ``optimizer.step()`` (lesson 11b: keep pruned)
     ``record(history)``               after each epoch (lesson 10: the loss scaler's state)
     """
 
@@ -73,9 +69,6 @@ class StepHooks:
             from .distributed import DataParallel                     # lesson 13
             data_parallel = DataParallel(comm, model, seed)
             steps.append(data_parallel)
-        if _pruned(model):
-            from .prune import KeepPruned                             # lesson 11b
-            steps.append(KeepPruned())
         return cls(steps, data_parallel)
 
     def _each(self, name):
@@ -101,16 +94,6 @@ class StepHooks:
     def should_step(self, model) -> bool:
         return all([should_step(model) for should_step in self._each("should_step")])
 
-    def after_step(self, model):
-        for after_step in self._each("after_step"):
-            after_step(model)
-
     def record(self, history):
         for record in self._each("record"):
             record(history)
-
-
-def _pruned(model) -> bool:
-    """Whether ``dl.prune`` (lesson 11b) left a mask, ``layer.masks``, on a layer of the model
-    (a Sequential's layer, or the one inside a fused layer)."""
-    return any(getattr(layer, "masks", None) for layer in every_layer(model))

@@ -29,8 +29,9 @@ optimizer step).
 
 Later lessons put steps around this loop, each made by its own module and imported only
 when it is asked for (``dlcourse/step_hooks.py`` lists where each acts): lesson 10's
-``precision=`` (``dlcourse/precision.py``), lesson 11b's pruned weights kept at zero
-(``dlcourse/prune.py``), lesson 13's ``comm=`` (``dlcourse/distributed.py``).
+``precision=`` (``dlcourse/precision.py``) and lesson 13's ``comm=``
+(``dlcourse/distributed.py``). Lesson 11b's pruned weights stay zero through every optimizer's
+``step`` (``dlcourse/optim.py``), here or in a loop of your own.
 """
 from __future__ import annotations
 
@@ -447,8 +448,9 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             over the global batch, validation on rank 0; every rank passes the same X and y
             (``dlcourse/distributed.py``: BatchNorm, dropout). ``None``: one process.
 
-    A model pruned with ``dl.prune`` (lesson 11b) keeps its pruned weights at zero. What
-    lessons 10, 11 and 13 add to the loop are the ``hooks`` it calls (``dlcourse/step_hooks.py``).
+    A model pruned with ``dl.prune`` (lesson 11b) keeps its pruned weights at zero (the
+    optimizer's step does it). What lessons 10 and 13 add to the loop are the ``hooks`` it calls
+    (``dlcourse/step_hooks.py``).
 
     Returns:
         A :class:`History`. After Ctrl-C, the history so far with ``interrupted=True``.
@@ -480,7 +482,6 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
                     if hooks.should_step(model):
                         run.clip_gradients()                      # clip_norm=: lesson 04b
                         optimizer.step()                                  # updates model.params
-                        hooks.after_step(model)
                 run.record(value, n, out, yb, on_step)    # history, progress bar, on_step
             hooks.record(run.history)
             run.end_epoch(validation, callback)
