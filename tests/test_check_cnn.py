@@ -1364,21 +1364,7 @@ def test_launches_of_the_cnn_step_are_what_lesson_08d_prints(emulated_kernels, m
     rng = np.random.default_rng(0)
     for what, (make, shape) in models.items():
         x = emulator.device_array(rng.standard_normal(shape, dtype=np.float32))
-        labels = rng.integers(0, 10, shape[0])
-        counted = []
-        for fused_update in (True, False):
-            model = make().map_arrays(lambda a: a.view(emulator.EmuArray))
-            loss, opt = dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.01, momentum=0.9)
-            dl.use_kernels(opt, fused_update)
-
-            def step():
-                loss.forward(model.forward(x), labels)
-                model.backward(loss.backward(), input_grad=False)
-                opt.step()
-            step()                           # the first step makes the momentum buffers
-            before = emulator.EmuArray.launches
-            step()
-            counted.append(emulator.EmuArray.launches - before)
+        counted = emulator.step_launches(make, x, rng.integers(0, 10, shape[0]))
         names = [type(layer).__name__ for layer in make().layers]
         from dlcourse.check.gpu_performance import GPU_LAUNCHES, _step_launches
         assert [_step_launches(names, GPU_LAUNCHES, 2, u) for u in (1, 4)] == counted, what

@@ -40,7 +40,8 @@ from dlcourse.kernels import reference as R
 from dlcourse.shapes import output_size
 from support.cuda_emulator import (FAKE_CUPY, GXX, SUFFIX, EmuArray, all_sources, channel_major,
                                    compile_kernels, device_array, elements, empty,
-                                   emulated_kernel, guarded, launch, tolerance, with_defines)
+                                   emulated_kernel, guarded, launch, step_launches, tolerance,
+                                   with_defines)
 from test_fusion import MODELS, OPTIMIZERS, check_kernels_in_training
 from test_kernels import CONV_CASES, MATMUL_BUILDS, POOL_CASES
 
@@ -515,7 +516,7 @@ def test_emulated_loss_kernel_names_a_bad_label(emulated_gpu):
         np.testing.assert_allclose(loss.backward()[-1], [-2 / 12, 1 / 12, 1 / 12])
 
 
-def test_lesson_08c_counts_the_launches_of_a_training_step_right(emulated_gpu):
+def test_lesson_08d_counts_the_launches_of_a_training_step_right(emulated_gpu):
     """Lesson 08d (section 4) reads off the code how many kernels one training step of the MLP
     784-512-512-10 launches on the GPU, with SGD's fused update and with the update as array
     code; nbval checks that output. Count them here: with the arrays standing in for CuPy ones,
@@ -531,20 +532,7 @@ def test_lesson_08c_counts_the_launches_of_a_training_step_right(emulated_gpu):
     assert len(stated) == 1, "the lesson states the counts once"
     rng = np.random.default_rng(0)
     x, labels = device_array(rng.standard_normal((8, 12), dtype=np.float32)), rng.integers(0, 10, 8)
-    counted = []
-    for fused_update in (True, False):
-        model = dl.MLP([12, 16, 16, 10], seed=0).map_arrays(lambda a: a.view(EmuArray))
-        loss, opt = dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.01, momentum=0.9)
-        dl.use_kernels(opt, fused_update)
-
-        def step():
-            loss.forward(model.forward(x), labels)
-            model.backward(loss.backward(), input_grad=False)
-            opt.step()
-        step()                               # the first step makes the momentum buffers
-        before = EmuArray.launches
-        step()
-        counted.append(EmuArray.launches - before)
+    counted = step_launches(lambda: dl.MLP([12, 16, 16, 10], seed=0), x, labels)
     assert counted == [int(n) for n in stated[0]]
 
 

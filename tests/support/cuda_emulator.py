@@ -418,6 +418,29 @@ def device_array(a):
     return guarded(a).view(EmuArray)
 
 
+def step_launches(make_model, x, labels) -> list:
+    """[with SGD's fused update, with the update as array code]: the launches one training step
+    (forward, softmax cross-entropy, backward without the input's gradient, SGD with momentum)
+    of ``make_model()`` makes on ``x`` (an EmuArray), counted on its second step (the first
+    makes the momentum buffers). Needs the emulated kernels plugged in (``emulated_gpu``)."""
+    import dlcourse as dl
+    counted = []
+    for fused_update in (True, False):
+        model = make_model().map_arrays(lambda a: a.view(EmuArray))
+        loss, opt = dl.SoftmaxCrossEntropy(), dl.SGD(model, lr=0.01, momentum=0.9)
+        dl.use_kernels(opt, fused_update)
+
+        def step():
+            loss.forward(model.forward(x), labels)
+            model.backward(loss.backward(), input_grad=False)
+            opt.step()
+        step()
+        before = EmuArray.launches
+        step()
+        counted.append(EmuArray.launches - before)
+    return counted
+
+
 FAKE_CUPY = types.SimpleNamespace(
     float32=np.float32,
     int32=np.int32,
