@@ -3,12 +3,10 @@ command never writes onto its own input or over a file of another kind, the serv
 answers 500, answers only its own host names, says why it cannot start, and every message names
 the real problem. Real processes and real HTTP on loopback."""
 import http.client
-import importlib.util
 import json
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,9 +14,7 @@ import pytest
 import dlcourse as dl
 from dlcourse import cli
 from dlcourse.inference import InputError, as_batch, read_inputs
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from support.serve_tools import serve_load
 
 def dlcourse(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "dlcourse", *map(str, args)],
@@ -27,11 +23,7 @@ def dlcourse(*args, timeout=120):
 
 @pytest.fixture(scope="module")
 def tools():
-    spec = importlib.util.spec_from_file_location("serve_load_for_refusals",
-                                                  ROOT / "benchmarks" / "serve_load.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return serve_load()
 
 
 @pytest.fixture(scope="module")

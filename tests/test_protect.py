@@ -14,6 +14,7 @@ import pytest
 
 import dlcourse as dl
 from dlcourse import protect
+from support.serve_tools import serve_load
 
 pytest.importorskip("cryptography", reason="signing and encryption need the cryptography "
                                            "package: pip install -e '.[protect]'")
@@ -182,13 +183,7 @@ def test_the_command_line_signs_encrypts_and_refuses_a_key_given_as_an_argument(
 
 def test_a_signed_model_is_served_over_http_and_a_forged_one_refused_at_start(tmp_path):
     pytest.importorskip("fastapi", reason="the service needs FastAPI: pip install -e '.[serve]'")
-    import importlib.util
-    from pathlib import Path
-    spec = importlib.util.spec_from_file_location(
-        "serve_load_for_protect", Path(__file__).resolve().parents[1] / "benchmarks" /
-        "serve_load.py")
-    tools = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tools)
+    tools = serve_load()
     private, public = protect.keygen(tmp_path / "k")
     path = tools.digits_model(tmp_path / "mlp.npz")
     protect.write_signature(path, path.read_bytes(), private)

@@ -71,6 +71,8 @@ def test_the_readme_first_steps_run_as_written_top_to_bottom(tmp_path):
     import shlex
     import signal
     import time
+
+    from dlcourse.serve.loadtest import free_port
     pytest.importorskip("onnxruntime", reason="the README's export line needs the serve extra")
     lines = _first_steps()
     assert [shlex.split(line)[:2] for line in lines] == [
@@ -83,7 +85,7 @@ def test_the_readme_first_steps_run_as_written_top_to_bottom(tmp_path):
             assert r.returncode == 0, (line, r.stdout[-2000:], r.stderr[-2000:])
             continue
         if not _port_free(8000):        # the README's default port, taken on this machine
-            args += ["--port", str(_free_port())]
+            args += ["--port", str(free_port())]
         proc = subprocess.Popen([sys.executable, "-m", "dlcourse", *args], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
@@ -101,10 +103,3 @@ def test_the_readme_first_steps_run_as_written_top_to_bottom(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
     assert (tmp_path / "cnn.npz").is_file() and (tmp_path / "cnn.onnx").is_file()
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -15,6 +15,7 @@ import pytest
 
 import dlcourse as dl
 from dlcourse.inference import predict_proba
+from support.serve_tools import serve_load
 from test_browser import ARTIFACTS, CHROMIUM_ARGS, browser_tools  # noqa: F401 (the fixture)
 
 pytest.importorskip("fastapi", reason="the service needs FastAPI: pip install -e '.[serve]'")
@@ -24,13 +25,7 @@ pytest.importorskip("uvicorn", reason="the service needs uvicorn: pip install -e
 @pytest.fixture(scope="module")
 def load_tools(request):
     """benchmarks/serve_load.py (the load test and the server start/stop it uses)."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
-    spec = importlib.util.spec_from_file_location("serve_load_for_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return serve_load()
 
 
 @pytest.fixture(scope="module")
