@@ -40,6 +40,7 @@ from .flash_attention import flash_attention
 from .transformer import (GELU, Embedding, FeedForward, PositionalEmbedding, SequenceCrossEntropy,
                           Transformer, TransformerBlock)
 from .generate import generate                      # lesson 15: sampling, with a key/value cache
+from .transformer_functions import PluggedTransformer, train_language_model   # lesson 15b
 
 from ._version import __version__
 
@@ -77,7 +78,7 @@ __all__ = [
     # attention and a small transformer (lessons 15-16)
     "attention", "flash_attention", "MultiHeadAttention", "Embedding", "PositionalEmbedding",
     "GELU", "FeedForward", "TransformerBlock", "Transformer", "SequenceCrossEntropy",
-    "generate",
+    "generate", "PluggedTransformer", "train_language_model",
 ]
 
 

@@ -12,8 +12,15 @@ __all__ = ["did_you_mean"]
 
 def did_you_mean(word: str, choices, n: int = 3) -> str:
     """``" Did you mean 'conv2d_backward'?"`` naming the closest few of ``choices`` (at most
-    ``n``), or ``""`` when none is close."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=n, cutoff=0.6)
+    ``n``), or ``""`` when none is close. Case does not count (``MNIST`` -> ``'mnist'``), and a
+    choice that differs only in case comes first."""
+    choices = [str(c) for c in choices]
+    by_lower = {}
+    for c in choices:
+        by_lower.setdefault(c.lower(), c)
+    word = str(word)
+    close = [by_lower[c] for c in difflib.get_close_matches(word.lower(), list(by_lower), n=n,
+                                                            cutoff=0.6)]
     if not close:
         return ""
     named = [repr(c) for c in close]

@@ -23,12 +23,17 @@ Backward, given dout = dL/d(out) (N, H, Tq, d)::
 The softmax of one row has the Jacobian diag(p) - p p^T (Tk × Tk per row, N·H·Tq of them);
 applied to a row of dP it is p * (dP - p·dP): one product per entry and one sum per row.
 
-**Masks.** ``mask``: a boolean array broadcastable to (N, H, Tq, Tk), True where a query may
-look at a key (PyTorch's ``scaled_dot_product_attention`` convention). ``causal=True`` lets
+**Masks**, in the two conventions of PyTorch's ``scaled_dot_product_attention``: a boolean
+``mask``, True where a query may look at a key, or a float ``mask`` added to the scores (0
+keeps a key, -inf drops it; other values shift the score). Either is an array of shape
+(N, H, Tq, Tk) or one that broadcasts to it without adding axes: (Tq, Tk), (N, 1, Tq, Tk),
+(N, 1, 1, Tk), ... Anything else (a list, integers, a fifth axis) is refused. ``causal=True`` lets
 query i see keys j <= i + (Tk - Tq): the usual lower triangle when Tq == Tk, and, when the
 queries are the last Tq of Tk positions (generation with a key/value cache), each still sees
 itself and everything before it (FlashAttention-2's "bottom-right" alignment). A query row
-whose keys are all masked gets weights 0, so its output is 0 (not NaN) and so is its gradient.
+whose keys are all masked gets weights 0, so its output is 0 (not NaN) and so is its gradient
+(PyTorch gives NaN there); with no keys at all (Tk = 0) every row is such a row, and the output
+is zeros, as ``flash_attention``'s.
 
 API (``import dlcourse as dl``):
 
@@ -55,7 +60,7 @@ from .layer_base import Layer, checked
 from .ops import matmul
 
 __all__ = ["attention", "attention_forward", "attention_backward", "causal_mask", "check_qkv",
-           "masked_softmax", "MultiHeadAttention"]
+           "check_mask", "masked_softmax", "MultiHeadAttention"]
 
 
 # ==== The attention function ==========================================================
@@ -68,6 +73,8 @@ def masked_softmax(S, keep=None):
     """Softmax over the last axis of S with the entries where ``keep`` is False left out
     (weight 0); a row with nothing kept is all zeros. S: (..., Tk); keep broadcasts to S."""
     xp = get_array_module(S)
+    if S.shape[-1] == 0:                           # no keys at all: every row has nothing kept
+        return xp.zeros_like(S)
     if keep is not None:
         S = xp.where(keep, S, -xp.inf)
     m = S.max(axis=-1, keepdims=True)
@@ -78,13 +85,18 @@ def masked_softmax(S, keep=None):
     return P
 
 
-def _keep(mask, causal, Tq, Tk, xp):
-    """The boolean mask actually applied (None: every key for every query)."""
-    keep = None if mask is None else xp.asarray(mask, dtype=bool)
+def _mask_terms(mask, causal, Tq, Tk, xp, dtype):
+    """(keep, bias): the boolean mask applied (None: every key for every query) and the float
+    mask added to the scores (None: nothing added), from ``mask`` (checked by check_qkv)."""
+    keep = bias = None
+    if mask is not None and mask.dtype == bool:
+        keep = xp.asarray(mask)
+    elif mask is not None:
+        bias = xp.asarray(mask, dtype=dtype)
     if causal:
         tri = causal_mask(Tq, Tk, xp)
         keep = tri if keep is None else keep & tri
-    return keep
+    return keep, bias
 
 
 def check_qkv(q, k, v, mask):
@@ -100,26 +112,55 @@ def check_qkv(q, k, v, mask):
                          f"{shape_str(v.shape)} do not fit: k and v must have one shape "
                          f"(N, heads, Tk, d), and q (N, heads, Tq, d) the same N, heads and d.")
     if mask is not None:
-        N, H, Tq, _ = q.shape
-        want = (N, H, Tq, k.shape[2])
-        try:
-            np.broadcast_shapes(tuple(mask.shape), want)
-        except ValueError:
-            raise ValueError(f"attention: mask of shape {shape_str(mask.shape)} does not broadcast "
-                             f"to (N, heads, Tq, Tk) = {shape_str(want)}.") from None
+        check_mask(mask, (*q.shape[:3], k.shape[2]))
+
+
+def check_mask(mask, want):
+    """Refuse a mask that is not a bool or float array broadcasting to ``want`` = (N, H, Tq, Tk)
+    without adding axes, or a float mask holding NaN or +inf (see the module's Masks)."""
+    conventions = ("a bool array, True = attend, or a float array added to the scores, 0 = "
+                   "keep, -inf = drop (PyTorch's scaled_dot_product_attention)")
+    if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
+        raise TypeError(f"attention(mask=...) takes {conventions}; got a "
+                        f"{type(mask).__name__}. Make it an array first: mask = "
+                        f"np.array(mask, dtype=bool).")
+    if mask.dtype != bool and not np.issubdtype(mask.dtype, np.floating):
+        raise TypeError(f"attention(mask=...) takes {conventions}; got dtype {mask.dtype}. For "
+                        f"1 = attend, 0 = not: mask.astype(bool).")
+    shape = tuple(mask.shape)
+    try:
+        fits = len(shape) <= 4 and np.broadcast_shapes(shape, want) == tuple(want)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"attention: mask of shape {shape_str(shape)} does not broadcast to "
+                         f"(N, heads, Tq, Tk) = {shape_str(want)} without adding axes: give "
+                         f"(Tq, Tk), (N, 1, Tq, Tk) or (N, heads, Tq, Tk), each axis its size "
+                         f"or 1.")
+    if mask.dtype != bool:
+        xp = get_array_module(mask)
+        if bool(xp.isnan(mask).any()) or bool((mask == np.inf).any()):
+            raise ValueError("attention(mask=...): a float mask is added to the scores (0 = "
+                             "keep, -inf = drop), and this one holds NaN or +inf, which would "
+                             "make the output NaN. Use -inf (or a bool mask) for the keys to "
+                             "drop.")
 
 
 def attention_forward(q, k, v, mask=None, causal=False):
     """out = softmax(q @ k^T / sqrt(d), masked) @ v, and the cache backward needs.
 
-    q: (N, H, Tq, d), k and v: (N, H, Tk, d); mask: booleans broadcastable to (N, H, Tq, Tk),
-    True = keep; causal: see the module. Returns (out (N, H, Tq, d), cache = (q, k, v, P))."""
+    q: (N, H, Tq, d), k and v: (N, H, Tk, d); mask: broadcasts to (N, H, Tq, Tk), bool (True =
+    attend) or float (added to the scores); causal: see the module. Returns (out (N, H, Tq, d),
+    cache = (q, k, v, P))."""
     check_qkv(q, k, v, mask)
     xp = get_array_module(q)
     Tq, Tk, d = q.shape[2], k.shape[2], q.shape[3]
     scale = q.dtype.type(1.0 / math.sqrt(d))
+    keep, bias = _mask_terms(mask, causal, Tq, Tk, xp, q.dtype)
     S = (q @ k.swapaxes(-1, -2)) * scale                   # (N, H, Tq, Tk)
-    P = masked_softmax(S, _keep(mask, causal, Tq, Tk, xp))
+    if bias is not None:
+        S = S + bias                                       # a float mask: added to the scores
+    P = masked_softmax(S, keep)
     out = P @ v                                            # (N, H, Tq, d)
     return out, (q, k, v, P)
 
@@ -155,13 +196,16 @@ class MultiHeadAttention(Layer):
 
     params: ``Wq``, ``Wk``, ``Wv``, ``Wo`` (D, D), stored (in, out) as Linear's W, and
     ``bq``, ``bk``, ``bv``, ``bo`` (D,). Weights start as normals of std 1/sqrt(D).
-    ``forward(x, mask=None)``: mask as in :func:`attention` (True = keep), besides ``causal``.
+    ``bias=False``: no biases (the projections are x @ W alone, as in LLaMA; lesson 15b's
+    ``mha_forward`` takes the four matrices only).
+    ``forward(x, mask=None)``: mask as in :func:`attention` (bool: True = attend; float: added
+    to the scores), broadcasting to (N, heads, T, T), besides ``causal``.
     """
 
     input_shape, input_ndim = "(N, T, d_model)", 3
 
     def __init__(self, d_model: int, heads: int, causal: bool = False, dtype=np.float32,
-                 seed=None):
+                 seed=None, bias: bool = True):
         super().__init__()
         self.d_model = D = whole_number(d_model, "MultiHeadAttention(d_model=...)")
         self.heads = H = whole_number(heads, "MultiHeadAttention(heads=...)")
@@ -169,13 +213,14 @@ class MultiHeadAttention(Layer):
             raise ValueError(f"MultiHeadAttention(d_model={D}, heads={H}): d_model must be a "
                              f"multiple of heads, each head gets d_model / heads numbers. E.g. "
                              f"heads={max(h for h in range(1, H + 1) if D % h == 0)}.")
-        self.causal = bool(causal)
+        self.causal, self.bias = bool(causal), bool(bias)
         dtype = float_dtype(dtype)
         gen = rng(seed)
         self.params = {}
         for name in ("q", "k", "v", "o"):
             self.params[f"W{name}"] = (gen.standard_normal((D, D)) / math.sqrt(D)).astype(dtype)
-            self.params[f"b{name}"] = np.zeros(D, dtype=dtype)
+            if self.bias:
+                self.params[f"b{name}"] = np.zeros(D, dtype=dtype)
 
     # -- the heads as a reshape -------------------------------------------------------------
     def split_heads(self, y):
@@ -189,8 +234,9 @@ class MultiHeadAttention(Layer):
         return a.transpose(0, 2, 1, 3).reshape(N, T, H * d)
 
     def project(self, x2, name):
-        """x2 (M, D) @ W<name> + b<name>."""
-        return matmul(x2, self.params[f"W{name}"]) + self.params[f"b{name}"]
+        """x2 (M, D) @ W<name> + b<name> (no bias: x2 @ W<name>)."""
+        y = matmul(x2, self.params[f"W{name}"])
+        return y + self.params[f"b{name}"] if self.bias else y
 
     @checked
     def forward(self, x, mask=None):
@@ -208,13 +254,15 @@ class MultiHeadAttention(Layer):
         N, T, D = dout.shape
         p = self.params
         dout2 = dout.reshape(N * T, D)
-        grads = {"Wo": matmul(a2.T, dout2), "bo": dout2.sum(axis=0)}
+        grads = {"Wo": matmul(a2.T, dout2), **({"bo": dout2.sum(axis=0)} if self.bias else {})}
         da = self.split_heads(matmul(dout2, p["Wo"].T).reshape(N, T, D))
         dq, dk, dv = attention_backward(da, att_cache)
         dx2 = 0
         for name, dy in (("q", dq), ("k", dk), ("v", dv)):
             dy2 = self.merge_heads(dy).reshape(N * T, D)
-            grads[f"W{name}"], grads[f"b{name}"] = matmul(x2.T, dy2), dy2.sum(axis=0)
+            grads[f"W{name}"] = matmul(x2.T, dy2)
+            if self.bias:
+                grads[f"b{name}"] = dy2.sum(axis=0)
             dx2 = dx2 + matmul(dy2, p[f"W{name}"].T)
         self.grads = grads
         return dx2.reshape(N, T, D)
@@ -244,4 +292,5 @@ class MultiHeadAttention(Layer):
                              f"(x is (N, T, d_model): samples, positions, features).")
 
     def get_config(self):
-        return {"d_model": self.d_model, "heads": self.heads, "causal": self.causal}
+        return {"d_model": self.d_model, "heads": self.heads, "causal": self.causal,
+                **({} if self.bias else {"bias": False})}

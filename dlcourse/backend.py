@@ -58,8 +58,9 @@ CPU_NOTICE = ("dlcourse: running on the CPU (NumPy), as the whole course can. Fo
 
 _FIXES = {
     "missing": ("CuPy is not installed. For the GPU path install the CuPy build that "
-                "matches your CUDA driver, with the CUDA libraries: pip install 'dlcourse[gpu]' "
-                "(CUDA 12, cupy-cuda12x[ctk]) or pip install 'cupy-cuda13x[ctk]' (CUDA 13)."),
+                "matches your CUDA driver, with the CUDA libraries: python -m pip install -e "
+                "\".[gpu]\" in the course folder (CUDA 12, cupy-cuda12x[ctk]), or pip install "
+                "'cupy-cuda13x[ctk]' (CUDA 13)."),
     "libraries": ("CuPy is installed but a CUDA library it needs is missing ({err}). CuPy's "
                   "wheels do not bring the CUDA libraries: reinstall it with them, pip install "
                   "'cupy-cuda12x[ctk]' (or 'cupy-cuda13x[ctk]' for a CUDA 13 driver), or "

@@ -52,7 +52,7 @@ from ._io import atomic_write, check_writable
 from .backend import to_numpy
 
 __all__ = ["save", "load", "load_bytes", "check_can_save", "CheckpointError", "FORMAT_VERSION",
-           "MAX_CHECKPOINT_BYTES"]
+           "MAX_CHECKPOINT_BYTES", "StaleSignatureWarning"]
 
 FORMAT_NAME = "dlcourse-checkpoint"
 FORMAT_VERSION = 4                 # 4: may hold pruning masks; without them a file is 3
@@ -190,9 +190,11 @@ def save(model, path, *, sign_with=None, encrypt_with=None) -> Path:
         meta["dataset"] = model.dataset
 
     path = _save_target(path)
+    signed_before = _signed_digest(path) if sign_with is None else None
     if sign_with is None and encrypt_with is None:
         with atomic_write(path) as f:  # readers see the old file or the new one, never half
             _write_zip(f, _pack(meta, arrays))
+        _warn_if_signature_stale(path, signed_before)
         return path
     from . import protect
     buffer = io.BytesIO()
@@ -206,7 +208,34 @@ def save(model, path, *, sign_with=None, encrypt_with=None) -> Path:
     if signature is not None:      # after the file: a crash between leaves it unverifiable
         with atomic_write(protect.signature_path(path)) as f:
             f.write(signature)
+    _warn_if_signature_stale(path, signed_before)
     return path
+
+
+def _signed_digest(path: Path) -> str | None:
+    """The SHA-256 of the file at ``path`` when a signature (``path.sig``) lies beside it."""
+    from .protect import signature_path
+    if not (signature_path(path).exists() and path.is_file()):
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _warn_if_signature_stale(path: Path, signed_before: str | None) -> None:
+    """Warn when ``path`` was saved over bytes its ``.sig`` signed and now differs from them:
+    the signature no longer matches (a load with ``public_key`` will refuse the file)."""
+    if signed_before is None or hashlib.sha256(path.read_bytes()).hexdigest() == signed_before:
+        return
+    import warnings
+    from .protect import PRIVATE_NAME, signature_path
+    warnings.warn(f"{path} was saved again, and {signature_path(path).name} beside it signed "
+                  f"its previous bytes: that signature no longer matches, so a load with a "
+                  f"public key (dlcourse serve/predict --public-key) will refuse the model. "
+                  f"Sign it again: dlcourse sign {path} --key {PRIVATE_NAME} (or dl.save(..., "
+                  f"sign_with=KEY)).", StaleSignatureWarning, stacklevel=3)
+
+
+class StaleSignatureWarning(UserWarning):
+    """A model was saved over a signed file: its ``.sig`` no longer matches it."""
 
 
 def _write_zip(f, entries: dict) -> None:

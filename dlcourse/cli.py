@@ -12,6 +12,9 @@
     loss beside the unigram and bigram baselines, then a sample; ``generate`` continues a prompt.
 ``dlcourse start`` / ``student-notebooks OUTDIR`` / ``reset LESSON EXERCISE`` / ``solution EXERCISE``
     The learner's own copy of the notebooks (``workspace.py``).
+``dlcourse progress``
+    The learner's own record, lesson by lesson: exercises passed and tried, hints and
+    solutions seen (``check/learner_record.py``; it never leaves the machine).
 ``dlcourse predict MODEL.npz INPUT``, ``dlcourse export MODEL.npz OUT.onnx``,
 ``dlcourse serve MODEL.npz``
     Use a saved model: classes and probabilities for inputs, an ONNX file, an HTTP service
@@ -178,7 +181,8 @@ Defaults not given on the command line depend on the model and dataset:
   2-D sets   mlp: 100 epochs, batch 32, adam lr 1e-2, hidden 64,64
   mnist, fashion-mnist, cifar10: 5 epochs, batch 64, adam lr 1e-3
   text       transformer: 6 epochs, batch 32, adam lr 3e-3, d-model 64, 4 heads, 2 layers,
-             context 64 (about a minute on a 2-core CPU)
+             context 64 (56 s on a 2-core AMD EPYC at a load average of 1.6-5.8:
+             docs/terminal.md)
   --optimizer sgd: lr 0.05 with momentum 0.9; adagrad: lr 0.02; rmsprop and adamw
   (weight decay 0.01): the lr of adam.
 The learning rate decays from --lr to 0 along a cosine over the epochs.
@@ -240,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(usage_error=train.error)   # for the checks done after parsing (main)
 
     add_workspace_commands(commands)   # start, student-notebooks, reset, solution
+    _add_progress_command(commands)    # progress: the learner's own record
     _add_deploy_commands(commands)     # predict, export, serve
     _add_generate_command(commands)    # generate (lesson 15)
     return parser
@@ -371,6 +376,14 @@ def _blas_threads(threads):
         yield
 
 
+def _stderr_is_terminal() -> bool:
+    """Whether the progress bar (on stderr) would be seen redrawn on a terminal."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):     # replaced, or closed
+        return False
+
+
 def _binary_subset(split):
     """Keep classes 0 and 1 only (the perceptron's two-class task on a 10-class set)."""
     X, y = split
@@ -408,6 +421,9 @@ def _train(args) -> int:
                 problem += ". Choose a path in a folder you can write to."
             raise CLIError(f"--save {args.save}: {problem}") from None
     settings = _defaults(args)
+    # A bar redraws itself with hundreds of "\r" updates: in a file or a pipe, one line per
+    # epoch says the same. (--no-progress asks for the lines on a terminal too.)
+    args.no_progress = args.no_progress or not _stderr_is_terminal()
     if (args.ranks or 1) > 1 and not distributed.under_mpiexec():   # lesson 13
         return distributed.relaunch(args.ranks, ["-m", "dlcourse", *args.argv], "--ranks")
     comm = distributed.init()
@@ -465,12 +481,28 @@ def _train(args) -> int:
                              (X_train, y_train), (X_val, y_val), (X_test, y_test), comm)
 
 
+def _save(model, path):
+    """dl.save, its warning (a signature beside the file that no longer matches) said in one
+    line on stderr."""
+    import warnings
+    from .checkpoint import StaleSignatureWarning, save
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StaleSignatureWarning)
+        path = save(model, path)
+    for warning in caught:
+        if issubclass(warning.category, StaleSignatureWarning):
+            print(f"{PROG} train: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename,
+                                 warning.lineno)
+    return path
+
+
 def _fit_and_test(args, settings, model, what, device, train, val, test, comm=None) -> int:
     """Train the MLP or CNN, report each epoch, save it if asked, print the test accuracy.
 
     Returns 0, or 130 after Ctrl-C (what was trained is still saved when --save was given)."""
     from . import backend
-    from .checkpoint import save
     from .losses import SoftmaxCrossEntropy
     from . import optim
     from .schedules import cosine_decay, per_epoch
@@ -512,7 +544,7 @@ def _fit_and_test(args, settings, model, what, device, train, val, test, comm=No
     print(f"trained {history.epochs} epochs in {seconds:.1f} s{note}")
     if args.save and (comm is None or comm.is_main):
         model.dataset = args.dataset       # kept in the checkpoint: predict --samples reads it
-        path = save(model, args.save)
+        path = _save(model, args.save)
         print(f"saved the model{' trained so far' if history.interrupted else ''} to {path}")
     if history.interrupted:
         print(f"{PROG} train: interrupted after {history.epochs} of {epochs} epochs (Ctrl-C), so "
@@ -527,7 +559,6 @@ def _train_text(args, settings, device) -> int:
     """The character transformer on the Python documentation: train, report the validation
     loss beside the counting baselines, print a sample, save if asked."""
     from . import backend
-    from .checkpoint import save
     from .data import char_baselines, load_text, text_windows
     from .generate import generate
     from .optim import Adam, AdamW, Adagrad, RMSprop, SGD
@@ -575,7 +606,7 @@ def _train_text(args, settings, device) -> int:
     note = " (interrupted)" if history.interrupted else ""
     print(f"trained {history.epochs} epochs in {time.perf_counter() - start:.1f} s{note}")
     if args.save:
-        print(f"saved the model to {save(model, args.save)}")
+        print(f"saved the model to {_save(model, args.save)}")
     if history.interrupted or not history.val_loss:
         print(f"{PROG} train: interrupted (Ctrl-C), so no validation loss.", file=sys.stderr)
         return 130
@@ -666,6 +697,9 @@ def _add_deploy_commands(commands) -> None:
                          help="instead of INPUT: N test samples of the data set the model was "
                               "trained on (its checkpoint says which; the digits for a model "
                               "that takes 8x8 digits), shown with their true classes")
+    predict.add_argument("--text", metavar="PROMPT",
+                         help="instead of INPUT, for a language model (the character "
+                              "transformer): the text whose next character it predicts")
     predict.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
     predict.add_argument("--top", type=_positive_int, default=3,
                          help="probabilities shown per input, largest first (default: 3)")
@@ -755,23 +789,53 @@ def _keygen(args) -> int:
     for path in keygen(args.dir, aes=args.aes):
         print(f"wrote {path}" + (" (private: keep it so, mode 0600)"
                                  if path.suffix in (".key", ".aeskey") else " (public)"))
+    _warn_if_committable(Path(args.dir).expanduser())
     return 0
+
+
+def _warn_if_committable(folder: Path) -> None:
+    """Warn when ``folder`` lies in a git work tree and git does not ignore it: a private key
+    there is one `git add .` away from being published."""
+    import subprocess
+    folder = folder.resolve()
+    root = next((p for p in (folder, *folder.parents) if (p / ".git").exists()), None)
+    if root is None:
+        return
+    try:
+        ignored = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", str(folder)],
+                                 capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):      # no git: say it anyway
+        ignored = False
+    if not ignored:
+        print(f"{PROG} keygen: warning: {folder} is inside the git work tree {root}, and git "
+              f"does not ignore it: the private key could be committed. Add "
+              f"{folder.relative_to(root).as_posix() or '.'}/ to {root / '.gitignore'}, or keep "
+              f"keys outside the checkout.", file=sys.stderr)
 
 
 def _sign(args) -> int:
     from .protect import write_signature
     try:
-        data = open(args.model, "rb").read()
+        data = Path(args.model).read_bytes()            # (closes the file: no ResourceWarning)
     except FileNotFoundError:
         raise FileNotFoundError(f"No model at {args.model}.") from None
     print(f"wrote {write_signature(args.model, data, args.key)}")
     return 0
 
 
+def _say_verified(args) -> None:
+    """After a load with --public-key (which refuses any other file): say whose signature."""
+    if args.public_key is not None:
+        from .protect import public_key_id, signature_path
+        print(f"signature verified: key id {public_key_id(args.public_key)} "
+              f"({signature_path(args.model).name})")
+
+
 def _load_for_inference(args):
     from .checkpoint import load
     from .inference import InputError, check_parameters_finite, fits, input_shape
     model = load(args.model, key=args.key, public_key=args.public_key)
+    _say_verified(args)
     try:
         check_parameters_finite(model, args.model)
         if not args.input_shape:
@@ -801,12 +865,22 @@ def _test_samples(model, shape, n: int):
 
 
 def _predict(args) -> int:
-    from .inference import InputError, as_batch, predict_proba, read_inputs
-    if (args.input is None) == (args.samples is None):
-        raise CLIError("give either INPUT (a file of inputs) or --samples N (N test samples of "
-                       "the model's data set), not both and not neither: e.g. `dlcourse "
-                       "predict cnn.npz --samples 5`.")
+    from .inference import InputError, as_batch, predict_proba, read_inputs, tokens_of
+    if sum(given is not None for given in (args.input, args.samples, args.text)) != 1:
+        raise CLIError("give either INPUT (a file of inputs), --samples N (N test samples of "
+                       "the model's data set) or --text PROMPT (for a language model), one of "
+                       "them: e.g. `dlcourse predict cnn.npz --samples 5`.")
     model, shape = _load_for_inference(args)
+    try:
+        tokens = tokens_of(model, shape)
+    except InputError as err:
+        raise CLIError(str(err)) from None
+    if tokens is not None:
+        return _predict_next(args, model, tokens)
+    if args.text is not None:
+        raise CLIError(f"--text is for a language model (the character transformer); "
+                       f"{args.model} is a {type(model).__name__} that classifies inputs of "
+                       f"shape {list(shape)}: give INPUT (an .npy) or --samples N.")
     truth, where = None, args.input
     try:
         if args.samples is not None:
@@ -830,11 +904,47 @@ def _predict(args) -> int:
     return 0
 
 
+def _predict_next(args, model, tokens) -> int:
+    """predict on a language model: the distribution of the next token after each prompt
+    (--text, a .txt file, or an .npy of token ids (N, T) or (T,))."""
+    from .inference import InputError, next_token_logits, read_inputs, classes_and_probabilities
+    from .fast_inference import infer
+    if args.samples is not None:
+        raise CLIError(f"{args.model} is a language model: it has no labelled test samples to "
+                       f"classify. Give a prompt, `{PROG} predict {args.model} --text \"The "
+                       f"\"` (the next character's probabilities), or continue it with "
+                       f"`{PROG} generate {args.model} --prompt \"The \"`.")
+    try:
+        if args.text is not None:
+            prompts = [args.text]
+        elif Path(args.input).suffix.lower() == ".txt":
+            prompts = [Path(args.input).read_text(encoding="utf-8")]
+        else:
+            prompts = read_inputs(args.input, (tokens.width,))
+        rows = tokens.batch(prompts)
+    except InputError as err:
+        raise CLIError(f"{'--text' if args.text is not None else args.input}: {err}") from None
+    logits = next_token_logits(infer(model, np.where(rows < 0, 0, rows)), rows)
+    _, probs = classes_and_probabilities(logits)
+    top = min(args.top, probs.shape[1])
+    name = (lambda k: repr(tokens.chars[k])) if tokens.chars else str
+    print(f"{len(rows)} prompt(s) for a language model (vocabulary {tokens.vocab}, context "
+          f"{tokens.width}): the {top} likeliest next "
+          f"{'characters' if tokens.chars else 'token ids'}")
+    for i, (row, p) in enumerate(zip(rows, probs)):
+        ids = row[row >= 0]
+        shown = repr("".join(tokens.chars[k] for k in ids)) if tokens.chars else str(ids.tolist())
+        best = np.argsort(-p, kind="stable")[:top]
+        print(f"{i}: {shown[-40:]} -> " + "  ".join(f"{name(k)}: {p[k]:.4f}" for k in best))
+    return 0
+
+
 def _export(args) -> int:
     """Export, check against onnxruntime, and only then write OUT (atomically): a failed
     export or a mismatch leaves no file behind, and an existing OUT stays as it was."""
     from ._io import atomic_write
     from .export import ExportError, require, to_onnx
+    from .inference import random_inputs
     out = check_output("OUT", args.out, inputs=[args.model], expect="onnx", force=args.force)
     if not out.parent.is_dir():
         raise CLIError(f"cannot write {out}: the folder {out.parent} does not exist.")
@@ -844,7 +954,7 @@ def _export(args) -> int:
         ort = require("onnxruntime")
     except (ExportError, ImportError) as err:
         raise CLIError(str(err)) from None
-    x = np.random.default_rng(0).random((8,) + shape, dtype=np.float32)
+    x = random_inputs(model, shape, 8)      # token ids (int64) for a language model
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     onnx_out = session.run(None, {session.get_inputs()[0].name: x})[0]
     model.eval()
@@ -854,7 +964,8 @@ def _export(args) -> int:
                        f"1e-4) on the exported model: nothing was written.")
     with atomic_write(out) as f:
         f.write(data)
-    print(f"wrote {out}: input [N, {', '.join(map(str, shape))}]; onnxruntime matches "
+    kind = " int64 token ids" if x.dtype.kind == "i" else ""
+    print(f"wrote {out}: input [N, {', '.join(map(str, shape))}]{kind}; onnxruntime matches "
           f"dlcourse to {diff:.1e} on 8 random inputs")
     return 0
 
@@ -878,6 +989,28 @@ def _serve(args) -> int:
 EXPECTED_ERRORS = {"CLIError", "DeviceError", "DownloadError", "ChecksumError", "DataFormatError",
                    "FileNotFoundError", "CheckpointError", "MemoryError", "WorkspaceError",
                    "ProtectionError"}
+
+
+# ======================================================================================
+# dlcourse progress
+# ======================================================================================
+def _add_progress_command(commands) -> None:
+    progress = commands.add_parser(
+        "progress", help="your own record: exercises passed and tried, hints and solutions seen",
+        description="Show, lesson by lesson, which exercises pass, which you tried, and which "
+                    "hints and solutions you saw: your record in the workspace (never uploaded).")
+    progress.add_argument("--dir", metavar="DIR",
+                          help="the workspace folder (default: the one you are in, "
+                               "$DLCOURSE_WORKSPACE, else ~/dlcourse-workspace)")
+    progress.set_defaults(run=_progress)
+
+
+def _progress(args) -> int:
+    from .check.learner_record import report
+    from .student import lesson_exercises
+    from .workspace import record_folder
+    print(report(lesson_exercises(), record_folder(args.dir)))
+    return 0
 
 
 def main(argv=None) -> int:

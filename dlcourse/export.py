@@ -55,6 +55,7 @@ from ._io import atomic_write
 from .backend import to_device, to_numpy
 from .conv import Conv2d, MaxPool2d
 from .fusion import Conv2dReLU, LinearReLU
+from .inference import InputError, check_parameters_finite
 from .layers import (BatchNorm2d, Dropout, Flatten, GlobalAvgPool2d, Identity, Layer, LayerNorm,
                      Linear, ReLU, Residual, Sequential, Sigmoid, Tanh)
 from .shapes import as_pair
@@ -62,11 +63,12 @@ from .attention import MultiHeadAttention
 from .transformer import GELU, GELU_A, GELU_C, Embedding, FeedForward, PositionalEmbedding, Transformer
 
 __all__ = ["export_onnx", "register_exporter", "EXPORTERS", "ExportError", "OnnxGraph",
-           "OPSET", "IR_VERSION", "INPUT_NAME", "OUTPUT_NAME", "require"]
+           "OPSET", "IR_VERSION", "INPUT_NAME", "OUTPUT_NAME", "CHARS_KEY", "require"]
 
 OPSET = 17          # the ONNX operator set the nodes follow
 IR_VERSION = 9      # the file format version: onnxruntime >= 1.15 reads it
 INPUT_NAME, OUTPUT_NAME = "input", "logits"
+CHARS_KEY = "dlcourse.chars"   # metadata: the characters a language model's ids stand for
 
 
 class ExportError(ValueError):
@@ -353,6 +355,10 @@ def to_onnx(model: Layer, input_shape):
     onnx = require("onnx")
     helper = onnx.helper
     shape = _input_shape(input_shape)
+    try:                   # a NaN weight would give an ONNX file that answers NaN to everything
+        check_parameters_finite(model)
+    except InputError as err:
+        raise ExportError(str(err)) from None
     # Run the model once on a sample first: a shape that does not fit fails here, with the
     # layer's own error message, instead of in some other tool later.
     was_training = model.training
@@ -382,6 +388,8 @@ def to_onnx(model: Layer, input_shape):
     proto = helper.make_model(graph, producer_name="dlcourse", producer_version=__version__,
                               opset_imports=[helper.make_opsetid("", OPSET)])
     proto.ir_version = IR_VERSION
+    if isinstance(getattr(model, "chars", None), str):   # so a service can read text prompts
+        helper.set_model_props(proto, {CHARS_KEY: model.chars})
     onnx.checker.check_model(proto, full_check=True)     # types and shapes inferred and checked
     return proto
 
@@ -400,8 +408,9 @@ def export_onnx(model: Layer, path, input_shape) -> Path:
             axis is dynamic.
 
     Raises:
-        ExportError: a layer has no ONNX pattern (it is named), or the model does not take
-            samples of ``input_shape``.
+        ExportError: a layer has no ONNX pattern (it is named), the model does not take
+            samples of ``input_shape``, or its parameters hold NaN or infinity (nothing is
+            written).
         ImportError: the ``onnx`` package is not installed (``pip install -e ".[serve]"``).
     """
     proto = to_onnx(model, input_shape)

@@ -24,16 +24,25 @@ paths follow the same rule, so they stay comparable token by token.
 
 The draws use a NumPy generator on the host (``seed``), whatever the model's device: the
 (N, V) probabilities are copied there, a few hundred numbers per step.
+
+**What it refuses.** A model that is not a causal language model: one without ``max_len`` (an
+MLP, a CNN), or a Transformer built with ``causal=False``, whose positions see the ones after
+them, which do not exist yet while generating (and the cache, which only ever holds the past,
+would then change its tokens). Prompt ids that are not whole numbers (1.7 is not a token; 1.0
+is 1). A text prompt is taken by a model that carries its characters (``chars``), and then the
+result is text too.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._validate import number, whole_number
+from ._validate import model_class_error, number, whole_number
+from .attention import MultiHeadAttention
 from .backend import get_array_module, to_numpy
-from .layer_base import eval_mode
+from .data.text import Characters
+from .layer_base import eval_mode, every_layer
 
-__all__ = ["generate", "sample_next"]
+__all__ = ["generate", "sample_next", "check_language_model"]
 
 
 def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, gen=None):
@@ -65,6 +74,67 @@ def _device_ids(model, ids):
     return xp.asarray(ids)
 
 
+def check_language_model(model, cache: bool = True) -> None:
+    """Refuse a model :func:`generate` cannot continue a prompt with (see the module)."""
+    if isinstance(model, type):
+        raise model_class_error(model, "generate")
+    name = type(model).__name__
+    if getattr(model, "max_len", None) is None or not callable(getattr(model, "forward", None)):
+        raise TypeError(f"generate continues a prompt with a causal language model (token ids "
+                        f"(N, T) -> logits (N, T, vocab), knowing max_len positions), such as "
+                        f"dl.Transformer(vocab, d_model, heads, layers, max_len); got {name}, "
+                        f"which is not one. Train a Transformer on text (dlcourse train --model "
+                        f"transformer --dataset text) and generate with that.")
+    open_ = [layer for layer in every_layer(model)
+             if isinstance(layer, MultiHeadAttention) and not layer.causal]
+    if open_:
+        raise ValueError(f"generate draws each token from the ones before it, but this {name} "
+                         f"is not causal ({len(open_)} attention layer(s) built with "
+                         f"causal=False): its positions look at later ones, which do not exist "
+                         f"yet while generating, and the key/value cache would change its "
+                         f"tokens. Build it with causal=True (the default) and train it again.")
+    if cache and not callable(getattr(model, "step", None)):
+        raise TypeError(f"generate(cache=True) runs the model's step(ids, past) with a key/value "
+                        f"cache, and this {name} has no step method: pass cache=False.")
+
+
+def _prompt_ids(model, prompt):
+    """(ids as int64 (N, T0) on the host, whether the prompt was 1-D, the vocabulary when the
+    prompt was text (else None))."""
+    vocab = None
+    if isinstance(prompt, str):
+        chars = getattr(model, "chars", None)
+        if not chars:
+            raise TypeError(f"generate got the text prompt {prompt!r:.40}, but this "
+                            f"{type(model).__name__} carries no characters (chars=None), so it "
+                            f"cannot read text: give token ids (encode the text with the "
+                            f"vocabulary it was trained on: ids = text_data.encode(prompt)), or "
+                            f"build it with chars=text_data.vocab.chars.")
+        vocab = Characters(chars)
+        try:
+            prompt = vocab.encode(prompt)
+        except ValueError as err:
+            raise ValueError(f"generate(prompt={prompt!r:.40}): {err}") from None
+    ids = np.asarray(to_numpy(prompt))
+    if ids.dtype.kind not in "iuf":
+        raise TypeError(f"generate expects a prompt of integer token ids (N, T0) or (T0,)"
+                        f"{' or text' if getattr(model, 'chars', None) else ''}, got dtype "
+                        f"{ids.dtype}: convert with np.asarray(ids, dtype=np.int64).")
+    if ids.dtype.kind == "f":
+        whole = np.isfinite(ids) & (ids == np.round(ids))
+        if not whole.all():
+            bad = float(ids[~whole].ravel()[0])
+            raise ValueError(f"generate expects integer token ids, got {bad!r} in the prompt "
+                             f"(dtype {ids.dtype}): an id is the row of a token in the "
+                             f"embedding table, never a fraction. Give the ids themselves "
+                             f"(astype(np.int64) only if the values are whole).")
+    seq = np.array(ids, dtype=np.int64, ndmin=2)                       # (N, T0), host
+    if seq.ndim != 2 or seq.shape[1] == 0:
+        raise ValueError(f"generate expects a prompt of ids (N, T0) or (T0,) with T0 >= 1, got "
+                         f"shape {ids.shape}: begin with at least one token.")
+    return seq, ids.ndim == 1, vocab
+
+
 def generate(model, prompt, steps: int, *, temperature: float = 1.0, top_k: int | None = None,
              seed: int | None = None, cache: bool = True):
     """Continue ``prompt`` by ``steps`` ids drawn from a causal ``model``.
@@ -72,18 +142,16 @@ def generate(model, prompt, steps: int, *, temperature: float = 1.0, top_k: int 
     model: token ids (N, T) -> logits (N, T, V) with ``max_len`` (such as ``dl.Transformer``);
     ``cache=True`` needs its ``step(ids, past) -> (logits, past)`` too.
     prompt: int ids (N, T0) or (T0,), at least one id per row. Returns int64 (N, T0 + steps)
-    (or (T0 + steps,) for a 1-D prompt), on the host: the prompt, then the new ids.
+    (or (T0 + steps,) for a 1-D prompt), on the host: the prompt, then the new ids. A model
+    that carries its characters (``chars``) also takes a str, and then returns a str.
     temperature, top_k: as :func:`sample_next`; seed: the draws' generator (same seed, same
     model, same prompt: same ids, with the cache or without). The model runs in evaluation mode.
     """
     steps = whole_number(steps, "generate(steps=...)", minimum=0)
     if top_k is not None:
         top_k = whole_number(top_k, "generate(top_k=...)")
-    one = np.ndim(to_numpy(prompt)) == 1
-    seq = np.array(to_numpy(prompt), dtype=np.int64, ndmin=2)          # (N, T0), host
-    if seq.ndim != 2 or seq.shape[1] == 0:
-        raise ValueError(f"generate expects a prompt of ids (N, T0) or (T0,) with T0 >= 1, got "
-                         f"shape {np.shape(prompt)}: begin with at least one token.")
+    check_language_model(model, cache)
+    seq, one, vocab = _prompt_ids(model, prompt)                       # (N, T0), host
     gen = np.random.default_rng(seed)
     max_len = model.max_len
     start, past, seen = 0, None, 0       # window start; the cache holds seq[:, start:start+seen]
@@ -98,4 +166,6 @@ def generate(model, prompt, steps: int, *, temperature: float = 1.0, top_k: int 
                 logits = model.forward(_device_ids(model, seq[:, start:]))
             new = sample_next(logits[:, -1], temperature, top_k, gen)
             seq = np.concatenate([seq, new[:, None]], axis=1)
+    if vocab is not None:
+        return vocab.decode(seq[0])
     return seq[0] if one else seq

@@ -43,6 +43,7 @@ class History:
     precision: str = "fp32"                               # lesson 10: fit(precision=...)
     loss_scaler: dict | None = None                       # its state_dict() after each epoch
     loss_scale: list = field(default_factory=list)        # the loss scale at every step
+    bucket_timeline: list = field(default_factory=list)   # lesson 13b: fit(overlap=True)
 
     @property
     def epochs(self) -> int:

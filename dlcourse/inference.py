@@ -5,10 +5,17 @@ class probabilities it gives (the forward pass itself is :func:`dlcourse.infer`)
     shape = input_shape(model)                 # one sample's shape: (64,) or (1, 8, 8)
     x = as_batch(read_inputs("x.npy", shape), shape)
     classes, probs = predict_proba(model, x)   # (N,), (N, K)
+
+A language model (``dl.Transformer``, lesson 15) takes token ids, not numbers to classify:
+``tokens_of(model)`` says what it reads (its vocabulary, its characters, its context), and
+``tokens.batch(["The ", [5, 7]])`` turns prompts (text or ids) into the int64 rows its
+engines take; the answer for each prompt is the distribution of the next token.
 """
 from __future__ import annotations
 
 from pathlib import Path
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,7 +28,7 @@ from .losses import softmax
 
 __all__ = ["InputError", "input_shape", "as_batch", "read_inputs", "read_image",
            "predict_proba", "classes_and_probabilities", "check_parameters_finite", "fits",
-           "IMAGE_SUFFIXES"]
+           "IMAGE_SUFFIXES", "Tokens", "tokens_of", "random_inputs", "next_token_logits", "PAD"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -48,6 +55,8 @@ def input_shape(model: Layer) -> tuple[int, ...]:
         return (int(config["sizes"][0]),)
     if "image_size" in config and "in_channels" in config:       # CNN
         return (int(config["in_channels"]), *map(int, config["image_size"]))
+    if "vocab" in config and "max_len" in config:                # Transformer: (T,) token ids
+        return (int(config["max_len"]),)
     first = model.layers[0] if isinstance(model, Sequential) and model.layers else model
     first = getattr(first, "layer", first)                       # a fused layer's Linear/Conv2d
     if isinstance(first, Linear):
@@ -82,7 +91,8 @@ def fits(model: Layer, shape) -> str:
     was_training = model.training
     model.eval()
     try:
-        infer(model, to_device(np.zeros((1,) + tuple(shape), np.float32), model.device))
+        dtype = getattr(model, "input_dtype", None) or np.float32   # token ids: int64
+        infer(model, to_device(np.zeros((1,) + tuple(shape), dtype), model.device))
         return ""
     except (ValueError, TypeError) as err:
         return " ".join(str(err).split())
@@ -228,3 +238,105 @@ def classes_and_probabilities(logits):
         with np.errstate(over="ignore", invalid="ignore"):
             probs = to_numpy(softmax(logits))
     return probs.argmax(axis=1).astype(np.int64), probs
+
+
+# ======================================================================================
+# Language models: prompts (text or token ids) in, the next token's distribution out
+# ======================================================================================
+PAD = -1      # fills a token row after its prompt (the engines read each row's last real id)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """What a language model reads: ids in ``[0, vocab)``, the characters they stand for
+    (``chars[i]`` is id i; None when the model does not carry them) and ``width``, the
+    positions one row holds (the model's context: a longer prompt keeps its last ``width``)."""
+    vocab: int
+    chars: str | None
+    width: int
+
+    def expected(self) -> str:
+        text = "text made of the model's characters, or " if self.chars else ""
+        return (f"each prompt {text}a list of token ids, whole numbers in [0, {self.vocab - 1}] "
+                f"(the last {self.width} are read)")
+
+    def batch(self, prompts) -> np.ndarray:
+        """``prompts`` (a list of texts or of id lists, an int array (N, T), or one text) as
+        int64 rows (N, width): each prompt's last ``width`` ids, then :data:`PAD`. InputError
+        when a prompt is empty, not text or whole numbers, or outside the vocabulary."""
+        if isinstance(prompts, str) or (isinstance(prompts, np.ndarray) and prompts.ndim == 1):
+            prompts = [prompts]
+        if isinstance(prompts, np.ndarray):
+            prompts = list(prompts)
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise InputError(f"give a non-empty list of prompts, {self.expected()}; got "
+                             f"{type(prompts).__name__ if not isinstance(prompts, (list, tuple)) else 'an empty list'}.")
+        rows = np.full((len(prompts), self.width), PAD, np.int64)
+        for i, prompt in enumerate(prompts):
+            ids = self._ids(prompt, i)[-self.width:]
+            rows[i, :len(ids)] = ids
+        return rows
+
+    def _ids(self, prompt, i: int) -> np.ndarray:
+        where = f"prompt {i}"
+        if isinstance(prompt, str):
+            if self.chars is None:
+                raise InputError(f"{where} is text, but this model does not carry its "
+                                 f"characters: give token ids in [0, {self.vocab - 1}].")
+            unknown = sorted({c for c in prompt if c not in self.chars})
+            if unknown:
+                raise InputError(f"{where} has characters the model never saw: "
+                                 f"{''.join(unknown)!r}. Use characters of its training text.")
+            ids = np.array([self.chars.index(c) for c in prompt], np.int64)
+        else:
+            try:
+                a = np.asarray(prompt)
+            except (ValueError, TypeError, OverflowError):      # ragged, mixed
+                a = np.asarray(None)
+            whole = a.dtype.kind in "iu" or (a.dtype.kind == "f" and bool(
+                np.isfinite(a).all() and (a == np.round(a)).all()))
+            if a.ndim != 1 or not whole:
+                raise InputError(f"{where} must be text or a flat list of whole numbers (token "
+                                 f"ids), got {prompt!r:.60}.")
+            if a.size and (a.min() < 0 or a.max() >= self.vocab):
+                raise InputError(f"{where}: token ids must be in [0, {self.vocab - 1}] for a "
+                                 f"vocabulary of {self.vocab}, got values from {a.min():g} to "
+                                 f"{a.max():g}.")
+            ids = a.astype(np.int64)
+        if not ids.size:
+            raise InputError(f"{where} is empty: give at least one character (or token id).")
+        return ids
+
+
+def tokens_of(model, shape=None) -> Tokens | None:
+    """What ``model`` reads when it is a language model (int token ids in, one row of logits
+    per position out: ``dl.Transformer``), else None. ``shape``: one sample's shape, (T,)."""
+    dtype = getattr(model, "input_dtype", None)
+    if dtype is None or np.dtype(dtype).kind not in "iu":
+        return None
+    config = model.get_config()
+    if not config.get("causal", True):
+        raise InputError(f"this {type(model).__name__} is not causal (causal=False): each "
+                         f"position sees the ones after it, so it does not predict a next "
+                         f"token. Serve or predict with a causal language model.")
+    width = int((shape or input_shape(model))[0])
+    return Tokens(int(config["vocab"]), getattr(model, "chars", None) or None, width)
+
+
+def random_inputs(model, shape, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` random samples ``model`` takes: floats in [0, 1), or token ids for a language
+    model (to compare two engines, or an export with its model)."""
+    gen = np.random.default_rng(seed)
+    dtype = getattr(model, "input_dtype", None)
+    if dtype is not None and np.dtype(dtype).kind in "iu":
+        return gen.integers(0, int(model.get_config()["vocab"]), (n,) + tuple(shape), np.int64)
+    return gen.random((n,) + tuple(shape), dtype=np.float32)
+
+
+def next_token_logits(logits, rows) -> np.ndarray:
+    """(N, vocab) from a language model's (N, T, vocab) logits on ``rows`` (N, T) padded with
+    :data:`PAD`: the logits at each row's last real id. A causal model's position t sees
+    positions 0..t only, so the padding after a prompt changes nothing before it."""
+    logits, rows = to_numpy(logits), np.asarray(rows)
+    last = (rows != PAD).sum(axis=1) - 1
+    return logits[np.arange(len(rows)), last]

@@ -27,6 +27,9 @@ Keys: a file (raw 32 bytes for AES, as keygen writes it, or 64 hexadecimal digit
 Ed25519 keys) that only its owner can read (a key readable by group or others is refused: run
 ``chmod 600``), or, for the AES key, the environment variable ``DLCOURSE_MODEL_KEY`` (64
 hexadecimal digits). Never a command-line argument: other users see those in process lists.
+A key of the other kind (the public key given as the AES key) is named as such. ``keygen``
+checks every file it would write before writing any, so a pair is written whole or not at all.
+A ``.sig`` is read only when it is a regular file, and at most :data:`MAX_SIGNATURE_BYTES` of it.
 The optional extra ``protect`` installs ``cryptography``: ``pip install -e ".[protect]"``.
 """
 from __future__ import annotations
@@ -42,12 +45,14 @@ from pathlib import Path
 from ._io import atomic_write
 
 __all__ = ["ProtectionError", "keygen", "read_aes_key", "encrypt", "decrypt", "is_encrypted",
-           "sign_bytes", "verify_bytes", "signature_path", "ENV_KEY"]
+           "sign_bytes", "verify_bytes", "read_signature_file", "signature_path", "public_key_id",
+           "ENV_KEY"]
 
 ENV_KEY = "DLCOURSE_MODEL_KEY"
 MAGIC = b"DLCOURSE-ENCRYPTED\n"          # the first line of an encrypted checkpoint
 FORMAT, VERSION, CIPHER = "dlcourse-encrypted", 1, "AES-256-GCM"
 SIGNATURE_FORMAT = "dlcourse-signature"
+MAX_SIGNATURE_BYTES = 4096            # a .sig is ~230 bytes; anything larger is not one
 PRIVATE_NAME, PUBLIC_NAME, AES_NAME = "model_signing.key", "model_signing.pub", "model.aeskey"
 
 
@@ -87,30 +92,55 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
         raise ProtectionError(f"{path} exists: keygen never overwrites a key (models signed or "
                               f"encrypted with it would be lost). Move it away first, or "
                               f"choose another folder.") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(path, mode)               # whatever the umask said
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)           # whatever the umask said
+    except BaseException:
+        os.unlink(path)                # never half a key
+        raise
 
 
 def keygen(folder, aes: bool = False) -> list[Path]:
     """Write a new Ed25519 key pair into ``folder`` (``model_signing.key``, mode 0600, and
     ``model_signing.pub``), or with ``aes=True`` a 32-byte AES key (``model.aeskey``, 0600).
-    Refuses to overwrite. Returns the files written."""
+    Refuses to overwrite. All or nothing: every target is checked before anything is written,
+    and a failure while writing removes what this call wrote. Returns the files written."""
     _, _, serialization, ed25519, _ = _crypto()
     folder = Path(folder).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
+    names = [AES_NAME] if aes else [PRIVATE_NAME, PUBLIC_NAME]
+    there = [folder / name for name in names if os.path.lexists(folder / name)]
+    if there:
+        raise ProtectionError(f"{' and '.join(map(str, there))} "
+                              f"{'exists' if len(there) == 1 else 'exist'}: keygen never "
+                              f"overwrites a key (models signed or encrypted with it would be "
+                              f"lost), and writes {' and '.join(names)} together or not at "
+                              f"all. Move {'it' if len(there) == 1 else 'them'} away first, or "
+                              f"choose another folder. Nothing was written.")
+    if folder.exists() and not folder.is_dir():
+        raise ProtectionError(f"{folder} is a file, not a folder: give keygen a folder to write "
+                              f"{' and '.join(names)} into. Nothing was written.")
     if aes:
-        path = folder / AES_NAME
-        _write_new(path, os.urandom(32), 0o600)
-        return [path]
-    private = ed25519.Ed25519PrivateKey.generate()
-    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    pub = private.public_key().public_bytes(serialization.Encoding.PEM,
-                                            serialization.PublicFormat.SubjectPublicKeyInfo)
-    _write_new(folder / PRIVATE_NAME, pem, 0o600)
-    _write_new(folder / PUBLIC_NAME, pub, 0o644)
-    return [folder / PRIVATE_NAME, folder / PUBLIC_NAME]
+        files = [(folder / AES_NAME, os.urandom(32), 0o600)]
+    else:
+        private = ed25519.Ed25519PrivateKey.generate()
+        pem = private.private_bytes(serialization.Encoding.PEM,
+                                    serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+        pub = private.public_key().public_bytes(serialization.Encoding.PEM,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo)
+        files = [(folder / PRIVATE_NAME, pem, 0o600), (folder / PUBLIC_NAME, pub, 0o644)]
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    try:
+        for path, data, mode in files:
+            _write_new(path, data, mode)
+            written.append(path)
+    except BaseException:              # a key pair is written whole or not at all
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return written
 
 
 def _looks_like_a_key(text: str) -> bool:
@@ -130,11 +160,36 @@ def _secret_file(path, what: str) -> bytes:
     except FileNotFoundError:
         raise FileNotFoundError(f"No {what} at {path}: give the file `dlcourse keygen` wrote.") \
             from None
+    data = path.read_bytes()
+    _refuse_other_kind(data, path, what)
     if os.name == "posix" and stat.S_IMODE(info.st_mode) & 0o077:
         raise ProtectionError(f"{path} is readable by others (mode "
                               f"{stat.S_IMODE(info.st_mode):04o}): a {what} must be private. "
                               f"Run: chmod 600 {path}")
-    return path.read_bytes()
+    return data
+
+
+def _refuse_other_kind(data: bytes, path, what: str) -> None:
+    """Refuse a key file of another kind than ``what`` ("key": the AES key, or "private
+    key"): an Ed25519 key given where the AES key goes, or the public key for the private."""
+    head = data[:64]
+    public, private = b"-----BEGIN PUBLIC KEY-----" in head, b"PRIVATE KEY-----" in head
+    if what == "key" and public:
+        raise ProtectionError(f"{path} is an Ed25519 public key (the {PUBLIC_NAME} that checks "
+                              f"signatures), not an AES key: a checkpoint is decrypted with the "
+                              f"AES key `dlcourse keygen DIR --aes` wrote ({AES_NAME}). Give "
+                              f"that as --key (key=...); the public key goes to --public-key "
+                              f"(public_key=...).")
+    if what == "key" and private:
+        raise ProtectionError(f"{path} is an Ed25519 private key (the {PRIVATE_NAME} that "
+                              f"signs), not an AES key: a checkpoint is decrypted with the AES "
+                              f"key `dlcourse keygen DIR --aes` wrote ({AES_NAME}). Give that as "
+                              f"--key (key=...); the private key signs (dlcourse sign --key, "
+                              f"sign_with=...).")
+    if what == "private key" and public:
+        raise ProtectionError(f"{path} is an Ed25519 public key, which only checks signatures: "
+                              f"signing needs the private key `dlcourse keygen` wrote beside it "
+                              f"({PRIVATE_NAME}).")
 
 
 def _aes_from_text(data: bytes, where: str) -> bytes:
@@ -158,7 +213,14 @@ def read_aes_key(key=None) -> bytes:
         if not text:
             raise ProtectionError(f"this checkpoint is encrypted: give its key (dl.load(path, "
                                   f"key='model.aeskey'), --key FILE) or set {ENV_KEY}.")
-        return _aes_from_text(text.encode(), f"${ENV_KEY}")
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):   # (never raw bytes: it is text)
+            n = len(text.strip())
+            raise ProtectionError(f"${ENV_KEY} must be 64 hexadecimal digits (the 32-byte AES "
+                                  f"key written in hex), got {n} character(s)"
+                                  f"{'' if n != 64 else ' that are not all hexadecimal digits'}. "
+                                  f"Set it from the key file: export {ENV_KEY}=$(python -c "
+                                  f"\"print(open('keys/{AES_NAME}', 'rb').read().hex())\").")
+        return bytes.fromhex(text.strip())
     return _aes_from_text(_secret_file(key, "key"), str(key))
 
 
@@ -235,13 +297,18 @@ def decrypt(data: bytes, key, name="the checkpoint") -> bytes:
         raise ProtectionError(f"{name} was encrypted as {header.get('cipher')} version "
                               f"{header.get('version')}; this dlcourse reads {CIPHER} version "
                               f"{VERSION}: upgrade dlcourse.")
+    nonce = header.get("nonce")
+    if not (isinstance(nonce, str) and re.fullmatch(r"[0-9a-fA-F]{24}", nonce)):
+        raise ProtectionError(f"{name} is damaged: its encryption header's nonce is {nonce!r:.40} "
+                              f"({type(nonce).__name__}), not the 24 hexadecimal digits dlcourse "
+                              f"writes. Copy or save it again.")
     raw = read_aes_key(key)
     if header.get("key_id") != key_id(raw):
         raise ProtectionError(f"wrong key for {name}: it was encrypted with the key whose id is "
                               f"{header.get('key_id')}, and the key given has id {key_id(raw)}.")
     head = data[:end + 1]
     try:
-        return AESGCM(raw).decrypt(bytes.fromhex(header["nonce"]), data[end + 1:], head)
+        return AESGCM(raw).decrypt(bytes.fromhex(nonce), data[end + 1:], head)
     except (InvalidTag, ValueError, KeyError):
         raise ProtectionError(f"{name} is damaged or was altered: the key is the right one, but "
                               f"the encrypted bytes do not verify (AES-GCM tag). Copy or save "
@@ -275,6 +342,31 @@ def write_signature(path, data: bytes, private_key) -> Path:
     return sig
 
 
+def public_key_id(path) -> str:
+    """The key id of the public key file at ``path``: the id a ``.sig`` it verifies names."""
+    return key_id(_raw_public(_public_key(path)))
+
+
+def read_signature_file(sig: Path) -> bytes:
+    """The bytes of the signature file ``sig``, read only when it is a regular file of at most
+    :data:`MAX_SIGNATURE_BYTES` (a FIFO, a device such as /dev/zero, or a huge file is refused
+    without reading it). FileNotFoundError when there is none."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused, unread)
+    fd = os.open(sig, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as f:                         # closes fd, whatever happens
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProtectionError(f"{sig} is not a regular file (a FIFO, a device or a folder): "
+                                  f"a signature is the small file `dlcourse sign` writes. "
+                                  f"Refusing it without reading it; remove it and sign again.")
+        text = f.read(MAX_SIGNATURE_BYTES + 1)
+    if len(text) > MAX_SIGNATURE_BYTES:
+        raise ProtectionError(f"{sig} holds more than {MAX_SIGNATURE_BYTES} bytes, and a "
+                              f"signature is about 230: this is not one (another file under "
+                              f"that name?). Refusing it; remove it and sign again (dlcourse "
+                              f"sign).")
+    return text
+
+
 def verify_bytes(data: bytes, path, public_key) -> None:
     """Raise ProtectionError unless ``path.sig`` is a valid signature of ``data`` (the bytes
     read from ``path``) by ``public_key``."""
@@ -282,11 +374,13 @@ def verify_bytes(data: bytes, path, public_key) -> None:
     key = _public_key(public_key)
     sig = signature_path(path)
     try:
-        record = json.loads(sig.read_bytes()[:65536])
+        text = read_signature_file(sig)
     except FileNotFoundError:
         raise ProtectionError(f"{path} is not signed (no {sig.name} beside it), and a public key "
                               f"was given: refusing an unsigned model. Sign it with `dlcourse "
                               f"sign {Path(path).name} --key {PRIVATE_NAME}`.") from None
+    try:
+        record = json.loads(text)
     except ValueError:
         record = None
     if not (isinstance(record, dict) and record.get("format") == SIGNATURE_FORMAT
@@ -300,4 +394,6 @@ def verify_bytes(data: bytes, path, public_key) -> None:
         key.verify(base64.b64decode(record["signature"], validate=True), data)
     except (InvalidSignature, ValueError):
         raise ProtectionError(f"{path} does not match its signature: the file was changed after "
-                              f"it was signed (or the signature was). Refusing it.") from None
+                              f"it was signed (or the signature was). Refusing it. If you saved "
+                              f"or changed it yourself, sign it again: `dlcourse sign "
+                              f"{path} --key {PRIVATE_NAME}`.") from None

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validate import number
 from .backend import device_of, get_array_module, to_device, to_numpy
 from .layer_base import every_layer
 
@@ -230,6 +231,11 @@ def prune_sensitivity(model, X, y, sparsities=(0.0, 0.3, 0.5, 0.7, 0.9), batch_s
                          f"{type(model).__name__}.")
     X = to_device(X, device_of(first.params["W"])).astype(first.params["W"].dtype, copy=False)
     y = to_numpy(y)
+    if y.ndim != 1 or len(y) != len(X):
+        flat = " as a flat array: y.ravel()" if y.size == len(X) else ""
+        raise ValueError(f"prune_sensitivity(model, X, y) needs one label per sample of X: X "
+                         f"has {len(X)} samples, y has shape {tuple(y.shape)}. Pass the labels "
+                         f"of the same samples (X_val, y_val){flat}.")
 
     def accuracy():
         return float((to_numpy(model.predict(X, batch_size=batch_size)) == y).mean())
@@ -259,6 +265,8 @@ def choose_sparsities(table: dict, max_drop: float = 0.01) -> dict:
     small sparsity, a robust one a large one. ``{"0.W": 0.3, "3.W": 0.7, "7.W": 0.9}``; a layer
     that loses more than ``max_drop`` at every sparsity of the table gets 0. Pass the result to
     ``dl.prune(model, chosen)``."""
+    max_drop = number(max_drop, "choose_sparsities(max_drop=...)", "max_drop=0.01 (one "
+                      "percentage point of accuracy)", low=0.0, high=1.0, high_open=False)
     chosen = {}
     for name, row in table.items():
         if 0.0 not in row:

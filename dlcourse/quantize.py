@@ -55,7 +55,8 @@ QMAX = 127       # symmetric int8: -127..127 (-128 unused, so the range is symme
 def symmetric_scale(x, axis=None):
     """The scale that maps the largest |x| to 127: ``max|x| / 127`` over all of x
     (``axis=None``: one number) or over every axis but ``axis`` (one per entry of that axis).
-    An all-zero slice gets scale 1 (anything works; its values quantize to 0)."""
+    An all-zero slice gets scale 1 (anything works; its values quantize to 0). NaN or infinity
+    in x is refused (the scale would be inf, or NaN taken for 0)."""
     xp = get_array_module(x)
     if axis is None:
         amax = xp.abs(x).max()
@@ -63,6 +64,11 @@ def symmetric_scale(x, axis=None):
         others = tuple(a for a in range(x.ndim) if a != axis % x.ndim)
         amax = xp.abs(x).max(axis=others)
     amax = xp.asarray(amax, dtype=np.float32)
+    if not bool(xp.isfinite(amax).all()):
+        raise ValueError(f"symmetric_scale: {_not_finite(x)} of the {x.size} values of x are "
+                         f"NaN or infinite, so no scale fits them (an inf scale quantizes "
+                         f"everything to 0). Find where they come from (a diverged training "
+                         f"run?) and quantize finite numbers only.")
     return xp.where(amax > 0, amax / np.float32(QMAX), np.float32(1.0)).astype(np.float32)
 
 
@@ -84,12 +90,30 @@ def dequantize_array(q, scale):
 def asymmetric_params(x, qmin: int = -128, qmax: int = 127):
     """``(scale, zero_point)`` that spread the range of x, widened to hold 0, over qmin..qmax:
     ``scale = (max - min) / (qmax - qmin)`` (a Python float) and the integer ``zero_point`` that
-    stands for 0 (so 0 is exact). An all-zero x gets scale 1."""
-    lo = min(float(to_numpy(x.min())), 0.0)
-    hi = max(float(to_numpy(x.max())), 0.0)
+    stands for 0 (so 0 is exact). An all-zero x gets scale 1; NaN or infinity in x is
+    refused (the range would be infinite or undefined)."""
+    if getattr(x, "size", 1) == 0:
+        raise ValueError("asymmetric_params needs at least one value to take the range of; x "
+                         "is empty.")
+    lo, hi = float(to_numpy(x.min())), float(to_numpy(x.max()))
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        scale = "NaN" if np.isnan(hi - lo) else "inf"
+        raise ValueError(f"asymmetric_params: the range of x is [{lo}, {hi}]: "
+                         f"{_not_finite(x)} of its {x.size} values are NaN or infinite, and "
+                         f"a scale from that range would be {scale} "
+                         f"(everything would quantize to the zero point). Quantize finite "
+                         f"numbers only: find where they come from, or drop them "
+                         f"(x[np.isfinite(x)]).")
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale = (hi - lo) / (qmax - qmin) if hi > lo else 1.0
     zero_point = int(np.clip(np.rint(qmin - lo / scale), qmin, qmax))
     return scale, zero_point
+
+
+def _not_finite(x) -> int:
+    """How many values of x are NaN or infinite."""
+    xp = get_array_module(x)
+    return int((~xp.isfinite(x)).sum())
 
 
 def quantize_affine(x, scale, zero_point, qmin: int = -128, qmax: int = 127):

@@ -40,6 +40,9 @@ class OneProcess:
     def total(self, value):
         return value
 
+    def sharded(self, optimizer):
+        return optimizer
+
     def share(self, result):
         return result
 
@@ -59,15 +62,28 @@ class StepHooks:
         self.steps, self.data_parallel = list(steps), data_parallel or OneProcess(None)
 
     @classmethod
-    def for_fit(cls, model, precision, loss_scaler, comm, seed) -> StepHooks:
-        """The steps fit's arguments ask for, each module imported only then."""
+    def for_fit(cls, model, precision, loss_scaler, comm, seed, parallel=None) -> StepHooks:
+        """The steps fit's arguments ask for, each module imported only then. ``parallel``:
+        lesson 13b's ``{"overlap", "bucket_mb", "zero"}``, given only with ``comm``."""
+        parallel = parallel or {}
+        defaults = {"overlap": False, "bucket_mb": None, "zero": 0}
+        given = {k: v for k, v in parallel.items()
+                 if not (v is defaults[k] or (type(v) is int and v == defaults[k]))}
+        if given and comm is None:
+            given = ", ".join(f"{k}={v!r}" for k, v in given.items())
+            raise ValueError(f"fit({given}) changes how the ranks share the gradients: it "
+                             f"needs comm=dl.distributed.init() (under mpiexec -n N).")
+        if parallel.get("zero") and precision != "fp32":
+            raise ValueError("fit(zero=1) with precision=... is not built here: the loss "
+                             "scaler reads every gradient, and with ZeRO-1 a rank holds one "
+                             "shard of them. Use precision='fp32'.")
         steps, data_parallel = [], OneProcess(seed)
         if precision != "fp32" or (loss_scaler is not None and loss_scaler is not False):
             from .precision import Policy                             # lesson 10
             steps.append(Policy(precision, loss_scaler))
         if comm is not None:
             from .distributed import DataParallel                     # lesson 13
-            data_parallel = DataParallel(comm, model, seed)
+            data_parallel = DataParallel(comm, model, seed, **parallel)
             steps.append(data_parallel)
         return cls(steps, data_parallel)
 
@@ -97,3 +113,8 @@ class StepHooks:
     def record(self, history):
         for record in self._each("record"):
             record(history)
+
+    def close(self):
+        """After fit, however it ended (lesson 13b: the model's own backward back)."""
+        for close in self._each("close"):
+            close()

@@ -22,8 +22,10 @@ the gradient passes where the input was positive".
 All outputs and execution counts are cleared; the notebook metadata is kept. In a markdown
 cell, a block between the same markers becomes "YOUR ANSWER HERE" (nbgrader's placeholder).
 
-The ``# HINT:`` line is the first-level hint: what to compute, the shapes and the idea, never
-code (a test keeps it so). Deeper levels come on request: ``dl.check.hint(name)``.
+The ``# HINT:`` line is the first-level hint, on the learner's screen from the start: a question
+or a pointer (what to work out, the shapes, where the lesson sets it up), never the answer in
+words nor code (tests keep it so, against the exercise's ``ANSWER_TOKENS``). Deeper levels come on
+request: ``dl.check.hint(name)``.
 
 nbgrader reads the same markers. :func:`tag_nbgrader` writes each notebook's nbgrader cell
 metadata from them (a solution cell, graded by the locked check cell after it), deterministically,
@@ -50,13 +52,14 @@ from typing import NamedTuple
 
 from ._io import atomic_write
 from ._suggest import did_you_mean
+from .notebook_file import read_notebook
 
 __all__ = ["write_student_notebooks", "make_student_notebook", "student_source",
            "SolutionMarkerError", "BEGIN", "END", "HINT", "GENERIC_HINT",
            "Exercise", "exercises", "tag_nbgrader", "tag_notebooks", "notebooks_dir",
            "find_exercise", "first_hint", "solution_text", "sync_notebooks", "MANIFEST",
            "BEGIN_DERIVATION", "END_DERIVATION", "derivation_name", "derivations",
-           "derivation_text", "RAISE_WIDTH"]
+           "derivation_text", "RAISE_WIDTH", "lesson_exercises"]
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -366,11 +369,10 @@ def notebooks_dir() -> Path:
 
 def find_exercise(name: str, folder=None):
     """``(notebook path, notebook node, Exercise)`` of the exercise called ``name``."""
-    nbformat = _nbformat()
     folder = Path(folder) if folder is not None else notebooks_dir()
     names = []
     for path in sorted(folder.glob("*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
+        nb = read_notebook(path)
         for ex in exercises(nb):
             if ex.name == name:
                 return path, nb, ex
@@ -383,6 +385,35 @@ def find_exercise(name: str, folder=None):
 def first_hint(name: str, folder=None) -> str | None:
     """The first-level hint of exercise ``name`` (its ``# HINT:`` line)."""
     return find_exercise(name, folder)[2].hint
+
+
+def lesson_exercises(folder=None) -> list[tuple[str, list[str]]]:
+    """``[(lesson, [exercise, ...]), ...]`` for every notebook in ``folder`` (default: the course
+    notebooks), in course order. Read with ``json`` alone (no nbformat), once while the
+    notebooks are unchanged: ``dl.check.progress()`` asks for it often."""
+    folder = Path(folder) if folder is not None else notebooks_dir()
+    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.ipynb")))
+    return [(lesson, list(names)) for lesson, names in _lesson_exercises(str(folder), stamp)]
+
+
+@functools.lru_cache(maxsize=4)
+def _lesson_exercises(folder: str, stamp) -> tuple:
+    found = []
+    for name, _ in stamp:
+        raw = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
+        cells = [_Cell(c.get("cell_type", ""), "".join(c.get("source", "")))
+                 for c in raw.get("cells", [])]
+        found.append((name[:-len(".ipynb")], tuple(ex.name for ex in exercises(_Notebook(cells)))))
+    return tuple(found)
+
+
+class _Cell(NamedTuple):          # the two fields exercises() reads, from a notebook's JSON
+    cell_type: str
+    source: str
+
+
+class _Notebook(NamedTuple):
+    cells: list
 
 
 def derivations(nb) -> dict[str, str]:
@@ -405,10 +436,9 @@ def derivation_text(name: str, folder=None) -> str | None:
 @functools.lru_cache(maxsize=4)
 def _all_derivations(folder: str, stamp) -> dict[str, str]:
     """Every derivation of the notebooks in ``folder`` (read once while they are unchanged)."""
-    nbformat = _nbformat()
     found = {}
     for name, _ in stamp:
-        found.update(derivations(nbformat.read(Path(folder) / name, as_version=4)))
+        found.update(derivations(read_notebook(Path(folder) / name)))
     return found
 
 

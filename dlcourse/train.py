@@ -409,7 +409,8 @@ def _keep_going(result) -> bool:
 def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation=None, seed: int | None = None, progress: bool = True,
         callback=None, on_step=None, lr_schedule=None, clip_norm=None, precision: str = "fp32",
-        loss_scaler=None, comm=None) -> History:
+        loss_scaler=None, comm=None, overlap: bool = False, bucket_mb=None,
+        zero: int = 0) -> History:
     """Train ``model`` on ``(X, y)`` with mini-batch gradient descent; return a :class:`History`.
 
     Lesson 04a's loop (the module's docstring), run ``epochs`` times over shuffled batches.
@@ -447,6 +448,10 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
             ``dl.distributed.init()``: ``batch_size`` samples per rank, gradients averaged
             over the global batch, validation on rank 0; every rank passes the same X and y
             (``dlcourse/distributed.py``: BatchNorm, dropout). ``None``: one process.
+        overlap, bucket_mb, zero: lesson 13b, with ``comm``: ``overlap=True`` starts each
+            bucket's all-reduce (about ``bucket_mb`` MB; 0: one per layer) during backward,
+            its timeline in ``history.bucket_timeline`` (``dlcourse/overlap.py``); ``zero=1``
+            shards the optimizer's state over the ranks (``dlcourse/zero.py``).
 
     A model pruned with ``dl.prune`` (lesson 11b) keeps its pruned weights at zero (the
     optimizer's step does it). What lessons 10 and 13 add to the loop are the ``hooks`` it calls
@@ -466,7 +471,12 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
     clip_norm = _check_clip_norm(clip_norm)
     seed = None if seed is None else whole_number(seed, "fit(seed=...)", minimum=0)
     model.sample_shape = tuple(X.shape[1:])     # kept by dl.save: predict and serve read it
-    hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed)  # none in lesson 04a
+    if zero and clip_norm is not None:
+        raise ValueError("fit(zero=1) with clip_norm=... is not built here: the global norm "
+                         "needs every gradient, and with ZeRO-1 a rank holds one shard of them.")
+    hooks = StepHooks.for_fit(model, precision, loss_scaler, comm, seed,  # none in lesson 04a
+                              {"overlap": overlap, "bucket_mb": bucket_mb, "zero": zero})
+    optimizer = hooks.data_parallel.sharded(optimizer)     # zero=1: its state sharded (13b)
     run = _Run(model, loss, optimizer, X, y, epochs, batch_size, progress, lr_schedule,
                hooks.data_parallel, clip_norm)
     try:
@@ -495,6 +505,7 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         raise
     finally:
         run.close()
+        hooks.close()
     return run.history
 
 

@@ -236,12 +236,13 @@ class TransformerBlock(Sequential):
     LayerNorm), ``0.block.1.*`` (attention), ``1.block.0.*``, ``1.block.1.fc1.*``, ... ."""
 
     def __init__(self, d_model: int, heads: int, causal: bool = True, mlp_ratio=4,
-                 dtype=np.float32, seed=None):
+                 dtype=np.float32, seed=None, attention_bias: bool = True):
         self.d_model = whole_number(d_model, "TransformerBlock(d_model=...)")
         self.mlp_ratio = number(mlp_ratio, "TransformerBlock(mlp_ratio=...)", "mlp_ratio=4", 0.0,
                                 None, low_open=True)
         gen = rng(seed) if seed is not None else None
-        attn = MultiHeadAttention(self.d_model, heads, causal, dtype=dtype, seed=_child_seed(gen))
+        attn = MultiHeadAttention(self.d_model, heads, causal, dtype=dtype, seed=_child_seed(gen),
+                                  bias=attention_bias)
         mlp = FeedForward(self.d_model, max(1, round(self.mlp_ratio * self.d_model)), dtype=dtype,
                           seed=_child_seed(gen))
         super().__init__(Residual(Sequential(LayerNorm(self.d_model, dtype=dtype), attn)),
@@ -261,7 +262,8 @@ class TransformerBlock(Sequential):
 
     def get_config(self):
         return {"d_model": self.d_model, "heads": self.attention.heads,
-                "causal": self.attention.causal, "mlp_ratio": self.mlp_ratio}
+                "causal": self.attention.causal, "mlp_ratio": self.mlp_ratio,
+                **({} if self.attention.bias else {"attention_bias": False})}
 
 
 # ==== The model =======================================================================
@@ -285,7 +287,8 @@ class Transformer(Container):
     input_dtype = np.dtype(np.int64)     # token ids (dl.export_onnx writes an int64 input)
 
     def __init__(self, vocab: int, d_model: int, heads: int, layers: int, max_len: int,
-                 causal: bool = True, mlp_ratio=4, dtype=np.float32, seed=None, chars=None):
+                 causal: bool = True, mlp_ratio=4, dtype=np.float32, seed=None, chars=None,
+                 attention_bias: bool = True):
         self.vocab = whole_number(vocab, "Transformer(vocab=...)")
         if chars is not None and (not isinstance(chars, str) or len(chars) != self.vocab):
             raise ValueError(f"Transformer(chars=...) names the character of each of the "
@@ -300,7 +303,8 @@ class Transformer(Container):
         self.embedding = Embedding(self.vocab, D, dtype=dtype, seed=_child_seed(gen))
         self.position = PositionalEmbedding(self.max_len, D, dtype=dtype, seed=_child_seed(gen))
         self.blocks = Sequential(*[TransformerBlock(D, heads, causal, mlp_ratio, dtype=dtype,
-                                                    seed=_child_seed(gen))
+                                                    seed=_child_seed(gen),
+                                                    attention_bias=attention_bias)
                                    for _ in range(self.n_layers)])
         self.norm = LayerNorm(D, dtype=dtype)
         self.head = Linear(D, self.vocab, dtype=dtype, seed=_child_seed(gen), init="xavier")
@@ -357,6 +361,7 @@ class Transformer(Container):
                 "heads": block.attention.heads if block else 1, "layers": self.n_layers,
                 "max_len": self.max_len, "causal": block.attention.causal if block else True,
                 "mlp_ratio": block.mlp_ratio if block else 4,
+                **({} if not block or block.attention.bias else {"attention_bias": False}),
                 **({"chars": self.chars} if self.chars is not None else {})}
 
 

@@ -12,7 +12,10 @@ stopping ``dlcourse start`` (Ctrl-C, SIGTERM, SIGHUP) stops the lab too.
 
 ``dlcourse reset 06 conv2d_backward`` (or ``reset 6 ...``) puts one exercise back to its
 starting state;
-``dlcourse solution conv2d_backward`` prints the reference solution (only when asked for).
+``dlcourse solution conv2d_backward`` prints the reference solution once the learner has run
+the exercise's check on an answer of their own and read its last hint (their record in the
+workspace, ``check/learner_record.py``; an instructor can turn solutions off), and says what is
+still to do otherwise; ``dlcourse progress`` shows that record, lesson by lesson.
 """
 from __future__ import annotations
 
@@ -20,18 +23,20 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from ._io import atomic_write
 from ._suggest import did_you_mean
-from .student import (RENAMED, exercises, find_exercise, make_student_notebook,
-                      notebooks_dir, solution_text, sync_notebooks)
+from .lab_lock import LOCK_NAME, LabAlreadyOpen, LabLock, lab_address, running_lab
+from .notebook_file import read_notebook, write_notebook
+from .student import (RENAMED, exercises, find_exercise, lesson_exercises,
+                      make_student_notebook, notebooks_dir, solution_text, sync_notebooks)
 
-__all__ = ["WorkspaceError", "default_workspace", "reset_exercise", "jupyter_command",
-           "lab_environment", "run_lab", "add_commands"]
+__all__ = ["WorkspaceError", "default_workspace", "record_folder", "reset_exercise",
+           "jupyter_command", "lab_environment", "run_lab", "add_commands"]
 
 ENV = "DLCOURSE_WORKSPACE"
 
@@ -43,6 +48,20 @@ class WorkspaceError(Exception):
 def default_workspace() -> Path:
     """``$DLCOURSE_WORKSPACE``, else ``~/dlcourse-workspace``."""
     return Path(os.environ.get(ENV) or Path.home() / "dlcourse-workspace").expanduser()
+
+
+def record_folder(folder=None) -> Path | None:
+    """Where the learner's record (checks run, hints and solutions seen) is read: ``folder``
+    (``--dir``), else the workspace the current folder is in (or ``$DLCOURSE_WORKSPACE``), else
+    the default workspace if it exists; None when there is none."""
+    from .check.learner_record import workspace
+    if folder:
+        return Path(folder).expanduser()
+    found = workspace()
+    if found is not None:
+        return found
+    default = default_workspace()
+    return default if default.is_dir() else None
 
 
 def _source(path) -> Path:
@@ -94,6 +113,8 @@ def _lesson_notebook(folder: Path, lesson: str) -> Path:
     lessons = [p for p in sorted(folder.glob("[0-9]*.ipynb"))
                if ".updated" not in p.name]          # NN_x.updated.ipynb: a copy, not a lesson
     matches = [p for p in lessons if p.stem == key or p.stem.split("_")[0] == key]
+    if len(matches) > 1:        # a retired lesson the learner kept beside the current one
+        matches = [p for p in matches if p.stem not in RENAMED] or matches
     if len(matches) != 1:
         found = ", ".join(p.stem.split("_")[0] for p in lessons) or "none"
         names = [p.stem for p in lessons] + [p.stem.split("_")[0] for p in lessons]
@@ -103,14 +124,35 @@ def _lesson_notebook(folder: Path, lesson: str) -> Path:
     return matches[0]
 
 
+def _refuse_moved_lesson(lesson: str, name: str, source: Path) -> None:
+    """A WorkspaceError when ``lesson`` names a lesson the course split or renamed
+    (:data:`RENAMED`) and no current lesson: it says which lessons took its content, and which
+    of them holds exercise ``name``."""
+    key = _lesson_key(lesson)
+    current = [p.stem for p in source.glob("[0-9]*.ipynb")]
+    if any(stem == key or stem.split("_")[0] == key for stem in current):
+        return
+    old = next((stem for stem in RENAMED if stem == key or stem.split("_")[0] == key), None)
+    if old is None:
+        return
+    holds = [stem for stem, names in lesson_exercises(source)
+             if stem in RENAMED[old] and name in names]
+    split = "split" if len(RENAMED[old]) > 1 else "renamed"
+    where = (f"{name} is in {holds[0]}: dlcourse reset {holds[0].split('_')[0]} {name}"
+             if holds else f"reset the exercise in the lesson that holds it now: dlcourse reset "
+                           f"{RENAMED[old][0].split('_')[0]} EXERCISE")
+    raise WorkspaceError(f"lesson {lesson!r} ({old}) was {split}{_now_in(old)}; {where}.")
+
+
 def reset_exercise(workspace, lesson: str, name: str, source=None) -> Path:
     """Put exercise ``name`` of ``lesson`` (``"06"`` or ``"06_convolution"``) in the workspace
     back to its starting state (its student version); the rest of the notebook stays as the
-    learner left it. Returns the notebook's path."""
-    import nbformat
+    learner left it. Returns the notebook's path. Read and written as JSON (no nbformat: its
+    import alone takes seconds), the learner's other cells exactly as they were."""
     workspace, source = Path(workspace), _source(source)
+    _refuse_moved_lesson(lesson, name, source)
     target = _lesson_notebook(workspace, lesson)
-    course = nbformat.read(source / target.name, as_version=4)
+    course = read_notebook(source / target.name)
     fresh = make_student_notebook(course, target.name)
     by_name = {ex.name: ex for ex in exercises(course)}
     if name not in by_name:
@@ -118,7 +160,7 @@ def reset_exercise(workspace, lesson: str, name: str, source=None) -> Path:
                              + (did_you_mean(name, by_name)
                                 or f" Its exercises: {', '.join(by_name) or 'none'}."))
     start = fresh.cells[by_name[name].cell]
-    nb = nbformat.read(target, as_version=4)
+    nb = read_notebook(target)
     cells = [i for i, c in enumerate(nb.cells)
              if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == name]
     if not cells:   # the learner removed the metadata: find the cell by its first line
@@ -132,8 +174,7 @@ def reset_exercise(workspace, lesson: str, name: str, source=None) -> Path:
     cell.source = start.source
     if cell.cell_type == "code":
         cell.outputs, cell.execution_count = [], None
-    with atomic_write(target, "w", encoding="utf-8") as f:
-        f.write(nbformat.writes(nb) + "\n")
+    write_notebook(nb, target)
     return target
 
 
@@ -185,15 +226,18 @@ def lab_environment(config_dir, environ=None, nbgrader: bool = False) -> dict[st
 FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
-def run_lab(cmd, cwd=None, env=None, stop_timeout: float = 30) -> int:
+def run_lab(cmd, cwd=None, env=None, stop_timeout: float = 30, on_start=None) -> int:
     """Run ``cmd`` (JupyterLab) and wait for it; return its exit status.
 
     SIGTERM and SIGHUP sent to this process are passed on to the lab, which shuts down its
     kernels and exits, and are waited for: stopping ``dlcourse start`` never leaves the lab
     serving the port. Ctrl-C (KeyboardInterrupt) stops the lab the same way (SIGTERM, then
-    SIGKILL after ``stop_timeout`` seconds) before it is raised again.
+    SIGKILL after ``stop_timeout`` seconds) before it is raised again. ``on_start(pid)`` is
+    told the lab's process id once it runs.
     """
     child = subprocess.Popen(cmd, cwd=cwd, env=env)
+    if on_start is not None:
+        on_start(child.pid)
 
     def forward(signum, frame):
         child.send_signal(signum)
@@ -222,6 +266,8 @@ def run_lab(cmd, cwd=None, env=None, stop_timeout: float = 30) -> int:
 def _start(args) -> int:
     workspace = Path(args.dir).expanduser() if args.dir else default_workspace()
     source = _source(args.source)
+    if not args.no_lab and (running := running_lab(workspace)) is not None:
+        return _already_open(workspace, running, browser=not args.no_browser)
     print(f"dlcourse: your workspace is {workspace.resolve()} (the course notebooks: {source})")
     _report(_sync(source, workspace), workspace.resolve())
     if args.no_lab:
@@ -235,9 +281,37 @@ def _start(args) -> int:
     shown = [part for part in cmd[2:] if "jpserver_extensions" not in part]
     print("dlcourse: starting JupyterLab (Ctrl-C to stop): " + " ".join(shown)
           + ("" if args.nbgrader else " (nbgrader's extensions off)"), flush=True)
-    with tempfile.TemporaryDirectory(prefix="dlcourse-lab-") as config_dir:
-        return run_lab(cmd, cwd=workspace,
-                       env=lab_environment(config_dir, nbgrader=args.nbgrader))
+    try:
+        lock = LabLock(workspace, args.port).acquire()
+    except LabAlreadyOpen as err:       # another start got there since the check above
+        return _already_open(workspace, err.record, browser=not args.no_browser)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlcourse-lab-") as config_dir:
+            env = lab_environment(config_dir, nbgrader=args.nbgrader)
+            env[ENV] = str(workspace.resolve())   # the kernels keep the learner's record here
+            return run_lab(cmd, cwd=workspace, on_start=lock.lab_started, env=env)
+    finally:
+        lock.release()
+
+
+def _already_open(workspace: Path, record: dict, browser: bool) -> int:
+    """Say that a live ``dlcourse start`` has the workspace open, where, and offer to open
+    that lab in a browser; change nothing (a second lab would save over the first's)."""
+    address = lab_address(record)
+    where = f" on {record['host']}" if record.get("host") not in (None, socket.gethostname()) else ""
+    print(f"dlcourse: the course is already open on {workspace.resolve()}: JupyterLab at "
+          f"{address} (started by `dlcourse start`, process {record.get('pid')}{where}). A "
+          f"second lab on the same notebooks would save over the first's, so none was started "
+          f"and nothing in the workspace was changed. To restart it, stop that one first "
+          f"(Ctrl-C in its terminal); if it is not running, delete {workspace / LOCK_NAME}.")
+    if browser and sys.stdin.isatty():
+        answer = input("Open it in your browser? [Y/n] ").strip().lower()
+        if answer in ("", "y", "yes"):
+            import webbrowser
+            webbrowser.open(address)
+    else:
+        print(f"dlcourse: open {address} in your browser to go on where you were.")
+    return 0
 
 
 def _sync(source: Path, outdir: Path):
@@ -267,13 +341,22 @@ def _reset(args) -> int:
 
 
 def _solution(args) -> int:
+    from .check import hints, learner_record
     try:
         path, _, _ = find_exercise(args.exercise, _source(args.source))
     except KeyError as err:
         raise WorkspaceError(err.args[0]) from None
-    print(f"# Reference solution of {args.exercise} ({path.name}).\n"
-          f"# Try dl.check.hint({args.exercise!r}) first: writing it is the exercise.\n")
+    folder = record_folder(args.dir)
+    levels = 1 + len(hints.HINTS.get(args.exercise, []))
+    withheld = learner_record.solution_withheld(args.exercise, levels, folder)
+    if withheld:
+        where = (f"your record: {learner_record.record_path(folder)}" if folder else
+                 "no workspace found: pass --dir, the folder dlcourse start uses")
+        print(f"{withheld}\n({where})")     # not an error: what to do first, exit status 0
+        return 0
+    print(f"# Reference solution of {args.exercise} ({path.name}).\n")
     print(solution_text(args.exercise, _source(args.source)))
+    learner_record.record(args.exercise, "solution", folder=folder)
     return 0
 
 
@@ -292,8 +375,9 @@ def add_commands(commands) -> None:
          "there is kept; the new version goes beside it)."),
         ("reset", _reset, "put one exercise of your workspace back to its starting state",
          "Replace one exercise cell of a workspace notebook with its starting state."),
-        ("solution", _solution, "print the reference solution of one exercise (on purpose only)",
-         "Print the reference solution of one exercise from the instructor notebooks."),
+        ("solution", _solution, "print the reference solution of one exercise (after trying it)",
+         "Print the reference solution of one exercise from the instructor notebooks, once "
+         "your record shows a check run on your own answer and its last hint read."),
     ]
     parsers = {}
     for name, run, help_, description in table:
@@ -314,6 +398,7 @@ def add_commands(commands) -> None:
     parsers["reset"].add_argument("exercise", help=exercise)
     parsers["reset"].add_argument("--dir", metavar="DIR", help=where)
     parsers["solution"].add_argument("exercise", help=exercise)
+    parsers["solution"].add_argument("--dir", metavar="DIR", help=where)
     for parser in parsers.values():
         parser.add_argument("--source", metavar="DIR",
                             help="folder of the instructor notebooks (default: the repository's "

@@ -75,6 +75,63 @@ def test_a_fully_masked_row_gives_zeros_not_nan(device, to_dev):
         assert bool(get_xp(g).isfinite(g).all())
 
 
+def test_a_float_mask_of_zeros_and_minus_inf_equals_the_bool_mask(device, to_dev):
+    """PyTorch's two conventions: bool True = attend; float 0 = keep, -inf = drop (added)."""
+    q, k, v = to_dev(*randn(3, 2, 3, 5, 4))
+    additive = to_dev(np.where(MASK, 0.0, -np.inf))
+    want = attention_forward(q, k, v, to_dev(MASK), causal=True)[0]
+    got = attention_forward(q, k, v, additive, causal=True)[0]
+    np.testing.assert_allclose(dl.to_numpy(got), dl.to_numpy(want), atol=1e-12)
+    # and a finite float mask shifts the scores: the softmax of (q k^T / sqrt(d) + mask)
+    shift = randn(5, 5, seed=3)
+    S = dl.to_numpy(q @ k.swapaxes(-1, -2)) / 2 + shift
+    P = np.exp(S - S.max(-1, keepdims=True))
+    P /= P.sum(-1, keepdims=True)
+    got = dl.attention(q, k, v, mask=to_dev(shift))
+    np.testing.assert_allclose(dl.to_numpy(got), P @ dl.to_numpy(v), atol=1e-12)
+    layer = dl.MultiHeadAttention(8, 2, dtype=np.float64, seed=0).to(device)
+    x = to_dev(randn(2, 5, 8))
+    np.testing.assert_allclose(dl.to_numpy(layer.forward(x, additive)),
+                               dl.to_numpy(layer.forward(x, to_dev(MASK))), atol=1e-12)
+
+
+def test_a_float_mask_passes_the_gradient_check(device, to_dev):
+    x = to_dev(randn(3, 2, 3, 5, 4))
+    mask = to_dev(np.where(MASK, randn(2, 1, 5, 5, seed=4), -np.inf))
+    assert dl.gradcheck(AttentionOf(mask, causal=True), x) < TOL
+
+
+@pytest.mark.parametrize("mask, error, words", [
+    (np.ones((1, 2, 1, 5, 5), bool), ValueError, r"\(1, 2, 1, 5, 5\) does not broadcast.*"
+                                                 r"without adding axes"),
+    (np.ones((5, 4), bool), ValueError, r"\(5, 4\) does not broadcast to .* \(2, 3, 5, 5\)"),
+    ([[True] * 5] * 5, TypeError, r"got a list\. .*np\.array\(mask, dtype=bool\)"),
+    (np.ones((5, 5), np.int64), TypeError, r"dtype int64\. .*mask\.astype\(bool\)"),
+    (np.full((5, 5), np.nan), ValueError, "NaN or \\+inf"),
+], ids=["an extra axis", "wrong Tk", "a nested list", "integers", "NaN"])
+def test_masks_that_are_not_pytorchs_conventions_are_refused(device, to_dev, mask, error, words):
+    q, k, v = to_dev(*randn(3, 2, 3, 5, 4))
+    if isinstance(mask, np.ndarray):
+        mask = to_dev(mask)
+    with pytest.raises(error, match=words):
+        dl.attention(q, k, v, mask=mask)
+    layer = dl.MultiHeadAttention(6, 3).to(device)
+    with pytest.raises(error, match=words):
+        layer.forward(to_dev(randn(2, 5, 6).astype(np.float32)), mask)
+
+
+def test_no_keys_at_all_gives_zeros_as_flash_attention_does(device, to_dev):
+    q = to_dev(randn(2, 3, 4, 5))
+    k = v = to_dev(np.zeros((2, 3, 0, 5)))
+    out, cache = attention_forward(q, k, v)
+    flash = dl.flash_attention(q, k, v)
+    assert out.shape == flash.shape == q.shape
+    assert float(abs(out).max()) == 0 and float(abs(flash).max()) == 0
+    dq, dk, dv = attention_backward(get_xp(q).ones_like(q), cache)
+    assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
+    assert float(abs(dq).max()) == 0
+
+
 @pytest.mark.parametrize("layer, shape", [
     (lambda: dl.MultiHeadAttention(8, 2), (2, 5, 8)),
     (lambda: dl.MultiHeadAttention(12, 3, causal=True), (2, 4, 12)),
@@ -178,6 +235,25 @@ def test_attention_matches_pytorch_forward_and_backward(device, to_dev, Tq, Tk, 
         t_out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=t_mask, is_causal=causal)
     t_out.backward(torch.tensor(dout))
     out, cache = attention_forward(*to_dev(q, k, v), None if mask is None else to_dev(mask), causal)
+    np.testing.assert_allclose(dl.to_numpy(out), t_out.detach().numpy(), atol=1e-12)
+    for name, got, t in zip("qkv", attention_backward(to_dev(dout), cache), (tq, tk, tv)):
+        np.testing.assert_allclose(dl.to_numpy(got), t.grad.numpy(), atol=1e-12, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 5, 5), (5, 5), (2, 3, 1, 5)],
+                         ids=["N,1,Tq,Tk", "Tq,Tk", "N,H,1,Tk"])
+def test_a_float_mask_is_added_to_the_scores_as_pytorch_does(device, to_dev, shape):
+    torch = _torch()
+    F = torch.nn.functional
+    q, k, v = randn(3, 2, 3, 5, 4, seed=5)
+    dout = randn(2, 3, 5, 4, seed=6)
+    gen = np.random.default_rng(9)
+    mask = np.where(gen.random(shape) > 0.4, 0.0, -np.inf) + gen.standard_normal(shape)
+    mask[..., 0] = 0.0                              # PyTorch gives NaN for a row with no key
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    t_out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.tensor(mask))
+    t_out.backward(torch.tensor(dout))
+    out, cache = attention_forward(*to_dev(q, k, v), to_dev(mask))
     np.testing.assert_allclose(dl.to_numpy(out), t_out.detach().numpy(), atol=1e-12)
     for name, got, t in zip("qkv", attention_backward(to_dev(dout), cache), (tq, tk, tv)):
         np.testing.assert_allclose(dl.to_numpy(got), t.grad.numpy(), atol=1e-12, err_msg=f"d{name}")

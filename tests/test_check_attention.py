@@ -71,6 +71,66 @@ def test_attention_backward_passes_the_right_answer(capsys):
     assert "all" in capsys.readouterr().out
 
 
+def att_full_jacobian(dout, cache):
+    """Right values, but the rule broken: the (Tk, Tk) Jacobian of every row, all at once."""
+    q, k, v, p = cache
+    s = 1 / math.sqrt(q.shape[-1])
+    dp = dout @ v.swapaxes(-1, -2)
+    jac = p[..., :, None] * (np.eye(p.shape[-1]) - p[..., None, :])     # (N, H, Tq, Tk, Tk)
+    ds = np.einsum("nhqij,nhqi->nhqj", jac, dp)
+    return ds @ k * s, ds.swapaxes(-1, -2) @ q * s, p.swapaxes(-1, -2) @ dout
+
+
+def att_jacobian_row_by_row(dout, cache):
+    """Right values, the rule broken one row at a time: diag(p) - p p^T for each row."""
+    q, k, v, p = cache
+    s = 1 / math.sqrt(q.shape[-1])
+    dp = dout @ v.swapaxes(-1, -2)
+    ds = np.empty_like(p)
+    for row in np.ndindex(p.shape[:-1]):
+        ds[row] = (np.diag(p[row]) - np.outer(p[row], p[row])) @ dp[row]
+    return ds @ k * s, ds.swapaxes(-1, -2) @ q * s, p.swapaxes(-1, -2) @ dout
+
+
+def att_einsum(dout, cache):
+    """Right, written differently: einsum throughout."""
+    q, k, v, p = cache
+    s = 1 / math.sqrt(q.shape[-1])
+    dv = np.einsum("nhqk,nhqd->nhkd", p, dout)
+    dp = np.einsum("nhqd,nhkd->nhqk", dout, v)
+    ds = p * (dp - np.einsum("nhqk,nhqk->nhq", p, dp)[..., None])
+    return np.einsum("nhqk,nhkd->nhqd", ds, k) * s, np.einsum("nhqk,nhqd->nhkd", ds, q) * s, dv
+
+
+def att_loop_over_heads(dout, cache):
+    """Right, written differently: a loop over (sample, head), each row's sum by a product."""
+    q, k, v, p = cache
+    xp = dl.get_array_module(p)
+    dq, dk, dv = xp.zeros_like(q), xp.zeros_like(k), xp.zeros_like(v)
+    s = 1 / math.sqrt(q.shape[-1])
+    for n, h in np.ndindex(q.shape[:2]):
+        P, dP = p[n, h], dout[n, h] @ v[n, h].T
+        dS = P * (dP - ((P * dP) @ xp.ones(P.shape[1]))[:, None])
+        dq[n, h], dk[n, h], dv[n, h] = dS @ k[n, h] * s, dS.T @ q[n, h] * s, P.T @ dout[n, h]
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize("fn", [att_full_jacobian, att_jacobian_row_by_row])
+def test_attention_backward_refuses_a_tk_by_tk_matrix(fn):
+    """The lesson's rule, "without building the Tk x Tk matrix" (issue 37): right values with a
+    per-row Jacobian are refused, naming the rule."""
+    expect_fail(C.attention_backward, fn, "Tk x Tk matrix", "1024 x 1024",
+                "without building the Tk x Tk matrix")
+
+
+@pytest.mark.parametrize("fn", [att_good, att_einsum, att_loop_over_heads])
+def test_attention_backward_passes_answers_written_differently(fn, device, capsys):
+    """On NumPy, and with the CuPy case on the stand-in (or a GPU) too."""
+    C.attention_backward(fn)
+    where = "NumPy and CuPy" if device == "gpu" else "NumPy"
+    assert f"all {6 if device == 'gpu' else 5} cases pass ({where})" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("fn, words", [
     (att_diagonal_jacobian, ["taken as diagonal", "EVERY score"]),
     (att_sum_over_queries, ["wrong axis", "LAST axis"]),
@@ -129,9 +189,37 @@ def test_causal_mask_names_the_mistake(fn, words):
 # ---- merge_softmax
 def merge_good(m1, l1, o1, m2, l2, o2):
     m = np.maximum(m1, m2)
-    a1, a2 = np.exp(m1 - m), np.exp(m2 - m)
+    finite = np.where(np.isfinite(m), m, 0.0)      # a row masked in both blocks: m = -inf
+    a1, a2 = np.exp(m1 - finite), np.exp(m2 - finite)
+    l = a1 * l1 + a2 * l2
+    return m, l, (a1 * l1 * o1 + a2 * l2 * o2) / np.where(l > 0, l, 1.0)
+
+
+def merge_guarded_by_where(m1, l1, o1, m2, l2, o2):
+    """Right, written differently: the factor of a masked block set to 0 where it is one."""
+    m = np.maximum(m1, m2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a1 = np.where(np.isneginf(m1), 0.0, np.exp(m1 - m))
+        a2 = np.where(np.isneginf(m2), 0.0, np.exp(m2 - m))
+        l = a1 * l1 + a2 * l2
+        return m, l, np.where(l > 0, (a1 * l1 * o1 + a2 * l2 * o2) / l, 0.0)
+
+
+def merge_unguarded(m1, l1, o1, m2, l2, o2):
+    m = np.maximum(m1, m2)
+    with np.errstate(invalid="ignore"):
+        a1, a2 = np.exp(m1 - m), np.exp(m2 - m)
     l = a1 * l1 + a2 * l2
     return m, l, (a1 * l1 * o1 + a2 * l2 * o2) / l
+
+
+def merge_guards_l_only(m1, l1, o1, m2, l2, o2):
+    m = np.maximum(m1, m2)
+    finite = np.where(np.isfinite(m), m, 0.0)
+    a1, a2 = np.exp(m1 - finite), np.exp(m2 - finite)
+    l = a1 * l1 + a2 * l2
+    with np.errstate(invalid="ignore"):
+        return m, l, (a1 * l1 * o1 + a2 * l2 * o2) / l
 
 
 def merge_no_rescale(m1, l1, o1, m2, l2, o2):
@@ -164,7 +252,8 @@ def merge_with_softmax(m1, l1, o1, m2, l2, o2):
 
 def test_merge_softmax_passes_the_right_answer(capsys):
     C.merge_softmax(merge_good)
-    assert "all" in capsys.readouterr().out
+    C.merge_softmax(merge_guarded_by_where)
+    assert capsys.readouterr().out.count("all 5 cases pass") == 2
 
 
 @pytest.mark.parametrize("fn, words", [
@@ -172,6 +261,9 @@ def test_merge_softmax_passes_the_right_answer(capsys):
     (merge_unnormalised, ["not normalised"]),
     (merge_upside_down, ["upside down"]),
     (merge_overflows, ["overflows"]),
+    # two fully masked blocks (issue 37): an unguarded merge gives nan there
+    (merge_unguarded, ["entirely masked in BOTH blocks", "l is nan in row 1", "m = -inf, l = 0, o = 0"]),
+    (merge_guards_l_only, ["BOTH blocks", "o holds nan in row 1", "0 / 0"]),
     (merge_with_softmax, ["library's own version"]),
 ])
 def test_merge_softmax_names_the_mistake(fn, words):

@@ -154,8 +154,29 @@ def test_the_check_names_the_mistake(fn, words):
 
 @pytest.mark.parametrize("fn", [bf16_ml_dtypes, bf16_ml_dtypes_by_name, bf16_through_a_helper])
 def test_ml_dtypes_bfloat16_is_refused_and_given_back(fn):
-    expect_fail(fn, "ml_dtypes' bfloat16", "not you", "work on the bits")
+    expect_fail(fn, "ml_dtypes.bfloat16", "not you", "work on the bits")
     assert ml_dtypes.bfloat16(1.0) == 1.0          # the check puts ml_dtypes back as it was
+
+
+def bf16_torch(x):
+    import torch
+    return torch.from_numpy(x).to(torch.bfloat16).to(torch.float32).numpy()
+
+
+def bf16_torch_method(x):
+    import torch
+    return torch.tensor(x).bfloat16().float().numpy()
+
+
+@pytest.mark.parametrize("fn", [bf16_torch, bf16_torch_method])
+def test_torchs_bfloat16_cast_is_refused_under_its_own_name(fn):
+    """PyTorch's cast is named as PyTorch's, not as ml_dtypes' (issue 37)."""
+    pytest.importorskip("torch")
+    with pytest.raises(dl.check.ExerciseError) as info:
+        dl.check.bf16_round(fn)
+    text = str(info.value)
+    assert "it calls torch." in text and "testing torch, not you" in text, text
+    assert "ml_dtypes" not in text, text
 
 
 @pytest.mark.parametrize("fn, name", [(bf16_library, "dl.precision.round_bf16_bits"),

@@ -121,6 +121,35 @@ def test_layernorm_backward_passes_a_right_answer_and_names_each_mistake():
     expect_fail(C.layernorm_backward, ln_via_layernorm, "library's own version", "LayerNorm")
 
 
+def ln_sample_by_sample(dout, cache, gamma):
+    """Right values, the lesson's rule ("vectorized, over the whole batch") broken."""
+    x_hat, std = cache
+    dx = np.empty_like(dout)
+    for n in range(dout.shape[0]):
+        d = gamma * dout[n]
+        dx[n] = (d - d.mean() - x_hat[n] * (d * x_hat[n]).mean()) / std[n]
+    return dx, (dout * x_hat).sum(axis=0), dout.sum(axis=0)
+
+
+def ln_loop_over_features(dout, cache, gamma):
+    """Right, written differently: a loop over the D features (not the batch), einsum, float64."""
+    x_hat, std = cache
+    N, D = dout.shape
+    d = (gamma * dout).astype(np.float64)
+    s1, s2 = np.zeros((N, 1)), np.zeros((N, 1))
+    for j in range(D):
+        s1 += d[:, j:j + 1]
+        s2 += d[:, j:j + 1] * x_hat[:, j:j + 1]
+    return (d - s1 / D - x_hat * s2 / D) / std, np.einsum("nd,nd->d", dout, x_hat), dout.sum(0)
+
+
+def test_layernorm_backward_holds_the_lessons_rule_vectorized(capsys):
+    expect_fail(C.layernorm_backward, ln_sample_by_sample, "loops over the samples",
+                "vectorized, over the whole batch at once")
+    C.layernorm_backward(ln_loop_over_features)
+    assert "all 5 cases pass" in capsys.readouterr().out
+
+
 def test_layernorm_backward_names_dgamma_over_the_wrong_axis_where_the_shapes_agree():
     # the case with N == D: a sum over the features has gamma's shape, only its values tell
     x, gamma, dout, eps = R._layernorm_cases()[1]

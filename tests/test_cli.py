@@ -182,7 +182,8 @@ def test_train_saves_a_loadable_model(tmp_path, capsys):
     assert isinstance(model, MLP) and model.sizes == [2, 8, 2]
 
 
-def test_train_progress_bar_goes_to_stderr(capsys):
+def test_train_progress_bar_goes_to_stderr(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)   # a bar on a terminal only
     assert cli.main(["train", "--model", "mlp", "--dataset", "circles", "--epochs", "2",
                      "--device", "cpu"]) == 0
     captured = capsys.readouterr()

@@ -3,6 +3,7 @@ dl.LossScaler), int8 post-training quantization (dl.quantize) and integer-only r
 (11a), magnitude pruning (dl.prune), the sensitivity scan and channel pruning (11b)."""
 import functools
 import json
+import math
 import zipfile
 
 import ml_dtypes
@@ -435,6 +436,25 @@ def test_choose_sparsities_gives_each_layer_the_largest_within_the_drop():
         dl.choose_sparsities({"0.W": {0.5: 0.9}})
 
 
+def test_prune_sensitivity_and_choose_sparsities_name_what_is_wrong():
+    X, y = dl.data.load_digits("val")
+    model = dl.MLP([64, 16, 10], seed=0)
+    with pytest.raises(ValueError, match=r"one label per sample of X: X has 50 samples, y has "
+                                         r"shape \(49,\)"):
+        dl.prune_sensitivity(model, X[:50], y[:49])
+    with pytest.raises(ValueError, match=r"shape \(50, 1\).*y\.ravel\(\)"):
+        dl.prune_sensitivity(model, X[:50], y[:50, None])
+    table = {"0.W": {0.0: 0.90, 0.5: 0.89}}
+    for max_drop in (float("nan"), -0.01, 2.0):
+        with pytest.raises(ValueError, match=rf"choose_sparsities\(max_drop=\.\.\.\) must be a "
+                                             rf"finite number in \[0, 1\], got {max_drop!r}.*"
+                                             rf"max_drop=0\.01"):
+            dl.choose_sparsities(table, max_drop=max_drop)
+    with pytest.raises(TypeError, match="max_drop"):
+        dl.choose_sparsities(table, max_drop="0.01")
+    assert dl.choose_sparsities(table, max_drop=0) == {"0.W": 0.0}
+
+
 # ======================================================================================
 # Channel pruning (lesson 11b): the model really shrinks
 # ======================================================================================
@@ -552,6 +572,24 @@ def test_asymmetric_params_put_zero_on_an_integer_and_use_the_whole_range(xp, to
     assert asymmetric_params(np.zeros(3)) == (1.0, -128)
     s, z = asymmetric_params(np.array([0.0, 1.0]), qmin=0, qmax=255)
     assert z == 0 and quantize_affine(np.array([1.0]), s, z, 0, 255).dtype == np.uint8
+
+
+@pytest.mark.parametrize("bad, words", [(np.inf, r"\[-1\.0, inf\]: 1 of its 3 values.* inf"),
+                                        (-np.inf, r"\[-inf, 2\.0\]: 1 of its 3"),
+                                        (np.nan, r"\[nan, nan\]: 1 of its 3 .*NaN")],
+                         ids=["inf", "-inf", "nan"])
+def test_asymmetric_params_and_the_scale_refuse_non_finite_ranges(xp, to_dev, bad, words):
+    from dlcourse.quantize import asymmetric_params, symmetric_scale
+    x = np.array([-1.0, 2.0, bad], np.float32)
+    if bad == -np.inf:
+        x[0] = 2.0
+    with pytest.raises(ValueError, match=words + r".*x\[np\.isfinite\(x\)\]"):
+        asymmetric_params(to_dev(x))
+    with pytest.raises(ValueError, match="symmetric_scale: 1 of the 3 values of x are NaN or "
+                                         "infinite"):
+        symmetric_scale(to_dev(x))
+    with pytest.raises(ValueError, match="x is empty"):
+        asymmetric_params(to_dev(np.zeros(0, np.float32)))
 
 
 @pytest.mark.parametrize("M, M0, shift", [(0.5, 2 ** 30, 0), (0.75, 3 * 2 ** 29, 0),
@@ -762,6 +800,63 @@ def _requantize_float_out(acc, M, z_y):
     return np.clip(np.floor(M * acc.astype(np.float64) + 0.5) + z_y, -128, 127)
 
 
+def _requantize_int64_out(acc, M, z_y):
+    return _requantize_with(acc, M, z_y).astype(np.int64)
+
+
+def _requantize_float_unseen(acc, M, z_y):
+    """Float arithmetic on a plain copy of acc (the wrapper cannot see it): the case where M0's
+    31 bits decide the rounding catches it."""
+    a = np.asarray(acc, dtype=np.float64)
+    return np.clip(np.rint(M * a) + z_y, -128, 127).astype(np.int8)
+
+
+def _requantize_float_division(acc, M, z_y):
+    n = -math.frexp(M)[1]
+    M0 = round(M * 2 ** (31 + n))
+    return np.clip(np.rint(acc.astype(np.int64) * M0 / 2 ** (31 + n)) + z_y, -128,
+                   127).astype(np.int8)
+
+
+def _requantize_int32_cast(acc, M, z_y):
+    """int32 overflow where acc is cast to int32 first: the int64 retry cannot fix it."""
+    return _requantize_with(acc.astype(np.int32), M, z_y, wide=False)
+
+
+def _requantize_one_rounding(acc, M, z_y):
+    """Correct, written differently: frexp, one rounding of the whole product (ties up)."""
+    m, e = math.frexp(M)
+    M0, n = int(round(m * 2 ** 31)), -e
+    if M0 == 2 ** 31:
+        M0, n = M0 // 2, n - 1
+    p = np.int64(M0) * acc.astype(np.int64)
+    return np.clip(((p + (1 << (30 + n))) >> (31 + n)) + z_y, -128, 127).astype(np.int8)
+
+
+def _requantize_floor_division(acc, M, z_y):
+    """Correct, written differently: M0 cut (not rounded), // with the sign handled."""
+    n = 0
+    while M * 2 ** n < 0.5:
+        n += 1
+    M0, d = int(M * 2 ** (31 + n)), 2 ** (31 + n)
+    p = acc.astype("int64") * M0
+    out = np.where(p >= 0, (p + d // 2) // d, -((-p + d // 2) // d))
+    return np.minimum(np.maximum(out + z_y, -128), 127).astype(np.int8)
+
+
+def _requantize_python_ints(acc, M, z_y):
+    """Correct, written differently: a loop over Python integers."""
+    n = 0
+    while M * 2 ** n < 0.5:
+        n += 1
+    M0, d = round(M * 2 ** (31 + n)), 1 << (31 + n)
+    out = []
+    for a in acc.reshape(-1).tolist():
+        q = (abs(a * M0) + d // 2) // d
+        out.append(max(-128, min(127, (q if a >= 0 else -q) + z_y)))
+    return np.array(out, np.int8).reshape(acc.shape)
+
+
 def _requantize_by_library(acc, M, z_y):
     from dlcourse.quantize import requantize
     return requantize(acc, M, z_y)
@@ -773,6 +868,17 @@ def _keep_right(W, keep):
 
 def _keep_by_l2(W, keep):
     return np.sort(np.argsort(-np.sqrt((W.reshape(len(W), -1) ** 2).sum(axis=1)))[:keep])
+
+
+def _keep_by_largest(W, keep):
+    return np.sort(np.argsort(-np.abs(W).reshape(len(W), -1).max(axis=1))[:keep])
+
+
+def _keep_by_mean_in_a_loop(W, keep):
+    """Right, written differently: the mean |w| (the same order as the sum), one channel at a
+    time, float64 inside."""
+    scores = [float(np.mean(np.abs(W[f].astype(np.float64)))) for f in range(W.shape[0])]
+    return sorted(sorted(range(len(scores)), key=lambda f: -scores[f])[:keep])
 
 
 def _keep_signed(W, keep):
@@ -809,18 +915,25 @@ def _keep_by_library(W, keep):
     ("magnitude_mask", _mask_rounds_up, ["sparsity=0.42", "rounding up overshoots"]),
     ("loss_scale_step", _scale_fixed_interval, ["growth_interval=1", "it changes from case"]),
     # the library's own versions are refused
-    ("loss_scale_step", _scale_by_library, ["dl.precision.LossScaler.update", "library's own"]),
+    ("loss_scale_step", _scale_by_library, ["it calls dl.LossScaler", "library's own"]),
     ("quantize_symmetric", _quantize_by_library, ["dl.quantize.symmetric_scale", "library's own"]),
-    ("magnitude_mask", _mask_by_library, ["dl.prune.prune", "library's own"]),
+    ("magnitude_mask", _mask_by_library, ["it calls dl.Linear", "library's own"]),
     # lesson 11a: integer-only requantization; lesson 11b: the channels to keep
     ("requantize", _requantize_truncates, ["round, do not truncate", "expected -7, got -8"]),
     ("requantize", _requantize_no_zero_point, ["zero point z_y", "expected 17, got 12"]),
     ("requantize", _requantize_no_saturation, ["saturate", "wraps around", "expected 127, got -103"]),
     ("requantize", _requantize_int32, ["overflow", "int64"]),
-    ("requantize", _requantize_float_out, ["dtype float64, expected int8"]),
+    ("requantize", _requantize_float_out, ["integer arithmetic only", "float64"]),
+    ("requantize", _requantize_int64_out, ["dtype int64, expected int8"]),
+    # the rule "integer arithmetic only", and an overflow named as one (issue 37)
+    ("requantize", _requantize_float_division, ["np.divide", "integer arithmetic only"]),
+    ("requantize", _requantize_float_unseen, ["integer arithmetic only", "acc = 34",
+                                              "M0 keeps 31 bits"]),
+    ("requantize", _requantize_int32_cast, ["overflow", "np.multiply on int32", "int64"]),
     ("requantize", _not_implemented, ["not implemented yet: HINT: the rule"]),
     ("requantize", _requantize_by_library, ["dl.quantize.requantize", "library's own"]),
     ("channel_l1_keep", _keep_by_l2, ["ABSOLUTE values", "L2"]),
+    ("channel_l1_keep", _keep_by_largest, ["L-infinity", "not the largest one"]),   # issue 37
     ("channel_l1_keep", _keep_signed, ["take absolute values before summing"]),
     ("channel_l1_keep", _keep_smallest, ["LARGEST norm"]),
     ("channel_l1_keep", _keep_unsorted, ["increasing order"]),
@@ -846,8 +959,12 @@ def test_checks_pass_the_right_answers(capsys):
     dl.check.quantize_symmetric(quantize_symmetric)
     dl.check.magnitude_mask(magnitude_mask)
     dl.check.requantize(_requantize_right)
+    for written_differently in (_requantize_one_rounding, _requantize_floor_division,
+                                _requantize_python_ints):
+        dl.check.requantize(written_differently)
     dl.check.channel_l1_keep(_keep_right)
-    assert capsys.readouterr().out.count("\u2713") == 5
+    dl.check.channel_l1_keep(_keep_by_mean_in_a_loop)
+    assert capsys.readouterr().out.count("\u2713") == 9
 
 
 def test_a_cast_leaves_the_int8_weights_int8():

@@ -109,17 +109,33 @@ def test_inputs_that_overflow_the_model_get_a_422_not_a_500(server):
     assert status == 200
 
 
-def test_a_model_with_nan_weights_is_refused_by_serve_predict_and_export(tmp_path):
+@pytest.mark.parametrize("command, extra", [
+    ("serve", ("fastapi", "uvicorn")), ("predict", ()), ("export", ("onnx", "onnxruntime"))])
+def test_a_model_with_nan_weights_is_refused_by_serve_predict_and_export(tmp_path, command,
+                                                                        extra):
+    for module in extra:
+        pytest.importorskip(module, reason=f"{command} needs {module}: pip install -e '.[serve]'")
     model = dl.MLP([64, 8, 10], seed=0)
     model.layers[2].params["W"][0, 0] = np.nan
     path = dl.save(model, tmp_path / "nan.npz")
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((1, 64), np.float32))
-    for args in (["serve", path, "--port", "1"], ["predict", path, x],
-                 ["export", path, tmp_path / "nan.onnx"]):
-        r = dlcourse(*args)
-        assert r.returncode == 1 and "not finite" in r.stderr and "layer 2's W" in r.stderr, \
-            (args, r.stderr)
+    args = {"serve": ["serve", path, "--port", "1"], "predict": ["predict", path, x],
+            "export": ["export", path, tmp_path / "nan.onnx"]}[command]
+    r = dlcourse(*args)
+    assert r.returncode == 1 and "not finite" in r.stderr and "layer 2's W" in r.stderr, \
+        (args, r.stderr)
+    assert not (tmp_path / "nan.onnx").exists()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_export_onnx_refuses_non_finite_weights_as_dlcourse_export_does(tmp_path, bad):
+    pytest.importorskip("onnx", reason="export needs onnx: pip install -e '.[serve]'")
+    model = dl.MLP([64, 8, 10], seed=0)
+    model.layers[2].params["W"][0, 0] = bad
+    with pytest.raises(dl.export.ExportError, match=r"not finite numbers.*layer 2's W \(1 of 80 "
+                                                    r"values\).*Retrain it"):
+        dl.export_onnx(model, tmp_path / "nan.onnx", input_shape=(64,))
     assert not (tmp_path / "nan.onnx").exists()
 
 
@@ -144,6 +160,7 @@ def test_allowed_hosts_for_every_interface_is_any():
 
 # ---- 4. start-up errors --------------------------------------------------------------------
 def test_an_empty_host_is_refused(mlp):
+    pytest.importorskip("uvicorn", reason="the service needs uvicorn: pip install -e '.[serve]'")
     r = dlcourse("serve", mlp, "--host", "", "--port", "1")
     assert r.returncode == 1 and "--host is empty" in r.stderr
 

@@ -394,6 +394,77 @@ def test_ring_check_names_the_mistake(mistake, message):
         ring_all_reduce(fn)
 
 
+def test_ring_check_names_an_input_written_in_place():
+    """The message reads as a sentence (issue 37: it said "the caller's x (rank 0)", and the fix
+    "out = x (rank 0) * ..."), names the rank in the case, and says why x changed."""
+    from dlcourse.check import ExerciseError, ring_all_reduce
+
+    def ring_in_place(comm, x):
+        N, r = comm.world_size, comm.rank
+        chunks = np.array_split(x.reshape(-1), N)       # views of x: the adds write into x
+        for s in range(N - 1):
+            i = (r - s - 1) % N
+            incoming = np.empty_like(chunks[i])
+            comm.sendrecv(chunks[(r - s) % N], (r + 1) % N, incoming, (r - 1) % N)
+            chunks[i] += incoming
+        for s in range(N - 1):
+            i = (r - s) % N
+            incoming = np.empty_like(chunks[i])
+            comm.sendrecv(chunks[(r - s + 1) % N], (r + 1) % N, incoming, (r - 1) % N)
+            chunks[i][...] = incoming
+        return x.copy()
+    with pytest.raises(ExerciseError) as info:
+        ring_all_reduce(ring_in_place)
+    text = str(info.value)
+    assert "on each; rank 0" in text and "changed its input x in place" in text, text
+    assert "the caller's x is no longer what it passed" in text, text
+    assert "a view of x" in text and "(rank" not in text, text
+
+
+def _ring(comm, x, direction):
+    """The ring all-reduce, sending to rank + direction and receiving from rank - direction."""
+    N, r = comm.world_size, comm.rank
+    chunks = [c.copy() for c in np.array_split(x.reshape(-1), N)]
+    right, left = (r + direction) % N, (r - direction) % N
+    for s in range(N - 1):
+        send, recv = (r - direction * s) % N, (r - direction * (s + 1)) % N
+        incoming = np.empty_like(chunks[recv])
+        comm.sendrecv(chunks[send], right, incoming, left)
+        chunks[recv] += incoming
+    for s in range(N - 1):
+        send, recv = (r - direction * (s - 1)) % N, (r - direction * s) % N
+        incoming = np.empty_like(chunks[recv])
+        comm.sendrecv(chunks[send], right, incoming, left)
+        chunks[recv] = incoming
+    return np.concatenate(chunks).reshape(x.shape)
+
+
+def test_ring_check_holds_the_ring_and_accepts_it_either_way_round(capsys):
+    """The lesson's rule (each rank sends only to one neighbour and receives only from the other)
+    is checked: the same number of messages of the same size sent straight to every rank is
+    not a ring (issue 37). The ring the other way round is still a ring."""
+    from dlcourse.check import ExerciseError, ring_all_reduce
+
+    def direct_exchange(comm, x):
+        N, r = comm.world_size, comm.rank
+        chunks = [c.copy() for c in np.array_split(x.reshape(-1), N)]
+        for s in range(1, N):
+            incoming = np.empty_like(chunks[r])
+            comm.sendrecv(chunks[(r + s) % N], (r + s) % N, incoming, (r - s) % N)
+            chunks[r] += incoming
+        for s in range(1, N):
+            incoming = np.empty_like(chunks[(r - s) % N])
+            comm.sendrecv(chunks[r], (r + s) % N, incoming, (r - s) % N)
+            chunks[(r - s) % N] = incoming
+        return np.concatenate(chunks).reshape(x.shape)
+    with pytest.raises(ExerciseError, match=r"sent to rank 2 and received from rank 1: that is "
+                                            r"not a ring"):
+        ring_all_reduce(direct_exchange)
+    ring_all_reduce(lambda comm, x: _ring(comm, x, +1))
+    ring_all_reduce(lambda comm, x: _ring(comm, x, -1))
+    assert capsys.readouterr().out.count("all 5 cases pass") == 2
+
+
 def test_benchmark_fits_alpha_beta_of_a_ring(benchmark_script):
     bench = benchmark_script("data_parallel")
     nbytes = np.array([64, 4096, 65536, 524288, 2678824])

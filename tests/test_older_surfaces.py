@@ -221,6 +221,8 @@ def test_perceptron_refuses_data_that_is_not_finite(bad):
 ])
 def test_playground_refuses_a_fraction_where_a_slider_takes_whole_numbers(settings, words):
     # was: units=4.5 became 4 without a word (the integer slider rounds it down)
+    pytest.importorskip("ipywidgets", reason="the playground needs ipywidgets (the course "
+                                             "extra: pip install -e '.[course]')")
     with pytest.raises(ValueError, match=words):
         dl.widgets.playground(**settings)
     panel = dl.widgets.playground(units=8.0, epochs=np.int64(5))

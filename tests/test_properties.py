@@ -1,8 +1,12 @@
 """Property tests over shapes (hypothesis): the fast convolution and pooling equal the naive
 loops for any geometry that fits; output sizes follow the formula."""
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+import pytest
+
+pytest.importorskip("hypothesis", reason="property tests need hypothesis (the test extra: "
+                                         "pip install -e '.[test]')")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 import dlcourse as dl
 from dlcourse import conv

@@ -208,3 +208,160 @@ def test_older_checkpoints_still_load_when_nothing_is_asked(tmp_path):
     path.write_bytes(b"DLCOURSE-ENCRYPTED\n{not json")      # a damaged encrypted file
     with pytest.raises(ProtectionError, match="damaged"):
         dl.load(path, key=b"k" * 32)
+
+
+# ---- issue 40: key files whole or not at all, the signature read within bounds, messages --------
+@pytest.mark.parametrize("already", ["model_signing.pub", "model_signing.key"])
+def test_keygen_writes_a_key_pair_whole_or_not_at_all(tmp_path, already):
+    folder = tmp_path / "k"
+    folder.mkdir()
+    (folder / already).write_bytes(b"someone's key")
+    with pytest.raises(ProtectionError, match=rf"{already} exists.*together or not at all"):
+        protect.keygen(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [already]       # nothing written
+    assert (folder / already).read_bytes() == b"someone's key"
+    (folder / already).unlink()
+    private, public = protect.keygen(folder)                          # and it is not stuck
+    assert private.exists() and public.exists()
+
+
+def test_the_command_line_keygen_leaves_no_half_pair(tmp_path):
+    folder = tmp_path / "k"
+    folder.mkdir()
+    (folder / "model_signing.pub").write_bytes(b"old public key")
+    r = dlcourse("keygen", folder)
+    assert r.returncode == 1 and "Nothing was written" in r.stderr, r.stderr
+    assert not (folder / "model_signing.key").exists()
+
+
+def _signed(model, keys, tmp_path):
+    private, public, _ = keys
+    return dl.save(model, tmp_path / "m.npz", sign_with=private), public
+
+
+def test_a_huge_signature_file_is_refused_without_reading_it_whole(model, keys, tmp_path):
+    import tracemalloc
+    path, public = _signed(model, keys, tmp_path)
+    sig = protect.signature_path(path)
+    with open(sig, "r+b") as f:
+        f.truncate(64 * 2**20)                     # 64 MiB (sparse: no disk used)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtectionError, match=r"more than 4096 bytes.*not one"):
+            dl.load(path, public_key=public)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"verifying a 64 MiB .sig allocated {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and /dev/zero are POSIX's")
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_signature_that_is_not_a_regular_file_is_refused_without_reading(model, keys, tmp_path,
+                                                                           kind):
+    import threading
+    path, public = _signed(model, keys, tmp_path)
+    sig = protect.signature_path(path)
+    sig.unlink()
+    if kind == "fifo":
+        os.mkfifo(sig)
+    else:
+        sig.symlink_to("/dev/zero")
+    outcome = []
+
+    def verify():
+        try:
+            dl.load(path, public_key=public)
+        except ProtectionError as err:
+            outcome.append(str(err))
+    reader = threading.Thread(target=verify, daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    assert not reader.is_alive(), "the signature check waited on a FIFO (or read /dev/zero)"
+    assert outcome and "not a regular file" in outcome[0], outcome
+
+
+def test_a_nonce_of_the_wrong_type_says_the_file_is_damaged(model, keys, tmp_path):
+    _, _, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", encrypt_with=aes)
+    data = path.read_bytes()
+    end = data.index(b"\n", len(protect.MAGIC))
+    header = json.loads(data[len(protect.MAGIC):end])
+    for nonce in (5, None, "zz", ["00"]):
+        header["nonce"] = nonce
+        path.write_bytes(protect.MAGIC + json.dumps(header).encode() + data[end:])
+        with pytest.raises(ProtectionError, match=rf"damaged: its encryption header's nonce is "
+                                                  rf".*\({type(nonce).__name__}\)"):
+            dl.load(path, key=aes)
+
+
+@pytest.mark.parametrize("value, words", [("ab" * 16, r"got 32 character\(s\)"),
+                                          ("g" * 64, "not all hexadecimal digits")])
+def test_a_key_in_the_environment_must_be_64_hex_digits(model, keys, tmp_path, monkeypatch,
+                                                        value, words):
+    _, _, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", encrypt_with=aes)
+    monkeypatch.setenv(protect.ENV_KEY, value)
+    with pytest.raises(ProtectionError, match=rf"\$DLCOURSE_MODEL_KEY must be 64 hexadecimal "
+                                              rf"digits.*{words}") as err:
+        dl.load(path)
+    assert value not in str(err.value)                     # the key itself is never shown
+
+
+def test_a_signing_key_given_as_the_aes_key_is_named(model, keys, tmp_path):
+    private, public, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", encrypt_with=aes)
+    with pytest.raises(ProtectionError, match="an Ed25519 public key .*not an AES key") as err:
+        dl.load(path, key=public)                  # mode 0644: not "chmod 600"
+    assert "chmod" not in str(err.value)
+    with pytest.raises(ProtectionError, match="an Ed25519 private key .*not an AES key"):
+        dl.load(path, key=private)
+    with pytest.raises(ProtectionError, match="public key, which only checks signatures"):
+        dl.save(model, tmp_path / "n.npz", sign_with=public)
+
+
+def test_sign_closes_the_model_file(model, keys, tmp_path):
+    import gc
+    import warnings
+    from dlcourse import cli
+    path = dl.save(model, tmp_path / "m.npz")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main(["sign", str(path), "--key", str(keys[0])]) == 0
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+# ---- the load_signed exercise's check (lesson 12b)
+def _signed_loader(reread: str):
+    """A learner's load_signed: read, verify; then ``reread`` = "compare" reads the file again
+    and refuses when the bytes changed (safe), "load" verifies and loads from the path again
+    (the race the check's attacker wins)."""
+    import base64
+    from pathlib import Path
+
+    from cryptography.hazmat.primitives import serialization
+
+    def load_signed(path, public_key_file):
+        data = Path(path).read_bytes()
+        record = json.loads(Path(str(path) + ".sig").read_text())
+        key = serialization.load_pem_public_key(Path(public_key_file).read_bytes())
+        key.verify(base64.b64decode(record["signature"]), data)
+        if reread == "load":
+            return dl.checkpoint.load_bytes(path, Path(path).read_bytes())
+        if Path(path).read_bytes() != data:
+            raise ValueError(f"{path} changed while it was being loaded: refused")
+        return dl.checkpoint.load_bytes(path, data)
+    return load_signed
+
+
+def test_load_signed_accepts_read_verify_reread_compare_refuse(capsys):
+    """Secure (issue 37: it was refused as "raised for a correctly signed file"): when the file is
+    swapped after the first read, refusing it loads nothing forged."""
+    dl.check.load_signed(_signed_loader("compare"))
+    assert "all 5 cases pass" in capsys.readouterr().out
+
+
+def test_load_signed_refuses_verify_then_reopen():
+    with pytest.raises(dl.check.ExerciseError, match="it loaded the forged model"):
+        dl.check.load_signed(_signed_loader("load"))

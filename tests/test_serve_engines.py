@@ -6,6 +6,7 @@ gets its own error and nothing else changes."""
 import asyncio
 import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -145,6 +146,57 @@ def test_onnx_files_the_service_cannot_take_are_refused_at_start(mlp, tmp_path, 
         assert cli.main(args + ["--port", busy_port]) == 1
         err = capsys.readouterr().err
         assert words in err and "refusing to serve" in err, (args, err)
+
+
+def _onnx_file(path, nodes, outputs):
+    """An ONNX model of one float input (N, 4) with ``nodes`` and ``outputs`` [(name, elem
+    type, shape)], written to ``path``."""
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        nodes, "odd", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info(name, getattr(TensorProto, kind), shape)
+         for name, kind, shape in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+@needs_ort
+def test_an_onnx_file_whose_output_is_not_a_row_of_scores_per_input_is_refused(tmp_path, capsys,
+                                                                             busy_port):
+    from onnx import helper
+    cases = {
+        "one row for any batch": (
+            [helper.make_node("ReduceMean", ["input"], ["mean"], axes=[0], keepdims=1)],
+            [("mean", "FLOAT", [1, 4])], r"output 'mean' is float32 of shape \[1, 4\] for a "
+                                          r"batch of 3 inputs.*1 row\(s\) for 3 inputs"),
+        "int64 labels first": (
+            [helper.make_node("ArgMax", ["input"], ["label"], axis=1, keepdims=0),
+             helper.make_node("Softmax", ["input"], ["probabilities"], axis=1)],
+            [("label", "INT64", ["N"]), ("probabilities", "FLOAT", ["N", 4])],
+            r"first output 'label' \(of 2: 'label', 'probabilities'; the service reads the "
+            r"first\) is int64 of shape \[3\].*labels or ids, not scores"),
+        "1-D scores": (
+            [helper.make_node("ReduceMax", ["input"], ["top"], axes=[1], keepdims=0)],
+            [("top", "FLOAT", ["N"])], r"float32 of shape \[3\] .*a 1-D output"),
+        "one column": (
+            [helper.make_node("ReduceMax", ["input"], ["top"], axes=[1], keepdims=1)],
+            [("top", "FLOAT", ["N", 1])], r"shape \[3, 1\] .*one score per input"),
+    }
+    for name, (nodes, outputs, words) in cases.items():
+        path = _onnx_file(tmp_path / f"{name.replace(' ', '_')}.onnx", nodes, outputs)
+        assert cli.main(["serve", str(path), "--port", busy_port]) == 1, name
+        err = capsys.readouterr().err
+        assert "refusing to serve" in err and "float class scores of shape (N, classes)" in err, err
+        assert re.search(words, " ".join(err.split())), (name, err)
+    good = _onnx_file(tmp_path / "scores.onnx", [helper.make_node("Identity", ["input"], ["s"])],
+                      [("s", "FLOAT", ["N", 4])])
+    from dlcourse.serve.app import load_engine
+    engine, _ = load_engine(good)
+    assert engine.logits(np.ones((5, 4), np.float32)).shape == (5, 4)
 
 
 @needs_ort

@@ -124,6 +124,37 @@ def test_generate_refuses_what_it_cannot_do():
     assert dl.generate(model, np.array([1]), 0).tolist() == [1]
 
 
+@pytest.mark.parametrize("model, prompt, error, words", [
+    (lambda: dl.Transformer(11, 16, 2, 1, max_len=12, causal=False, seed=0), [1, 2], ValueError,
+     r"not causal .*causal=False.*Build it with causal=True"),
+    (lambda: dl.MLP([4, 8, 3], seed=0), [1, 2], TypeError,
+     r"causal language model .*dl\.Transformer.*got MLP, which is not one"),
+    (lambda: dl.Transformer, [1, 2], TypeError, "the class Transformer, not a model"),
+    (lambda: small_model(), np.array([1.7, 2.0]), ValueError,
+     r"integer token ids, got 1\.7 .*never a fraction"),
+    (lambda: small_model(), "def ", TypeError,
+     r"text prompt 'def '.*carries no characters.*chars="),
+    (lambda: dl.Transformer(4, 8, 2, 1, max_len=6, chars="abc ", seed=0), "abz", ValueError,
+     r"prompt='abz'.*not in the vocabulary"),
+    (lambda: small_model(), np.array(["a", "b"]), TypeError, r"integer token ids.*dtype <U1"),
+], ids=["non-causal", "an MLP", "a class", "1.7", "text without chars", "unknown character",
+        "strings"])
+def test_generate_refuses_what_is_not_a_causal_language_model_or_its_ids(model, prompt, error,
+                                                                          words):
+    with pytest.raises(error, match=words):
+        dl.generate(model(), prompt, 3, seed=0)
+
+
+def test_generate_takes_text_for_a_model_that_carries_its_characters(device):
+    model = dl.Transformer(4, 8, 2, 1, max_len=6, chars="abc ", seed=0).to(device)
+    text = dl.generate(model, "ab c", 9, seed=2)
+    ids = dl.generate(model, np.array([0, 1, 3, 2]), 9, seed=2)
+    assert isinstance(text, str) and text.startswith("ab c") and len(text) == 13
+    assert text == "".join("abc "[i] for i in ids)
+    assert dl.generate(model, np.array([0.0, 1.0]), 2, seed=2).tolist() == \
+        dl.generate(model, np.array([0, 1]), 2, seed=2).tolist()     # whole floats are ids
+
+
 # --------------------------------------------------------------------------------------
 # The command line, at a small size
 # --------------------------------------------------------------------------------------

@@ -322,7 +322,9 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
         with pytest.raises(AssertionError, match="(?s)" + message):
             check.early_stop(wrong)
 
-    check.mlp_parameter_count(widgets.count_parameters)   # the function itself, not a call to it
+    check.mlp_parameter_count(count_parameters)
+    with pytest.raises(AssertionError, match="the function passed is dl.widgets"):
+        check.mlp_parameter_count(widgets.count_parameters)    # the library's, as the answer
     with pytest.raises(AssertionError, match="library's own version"):
         check.mlp_parameter_count(lambda s: dl.MLP(s, seed=0).num_parameters())
     with pytest.raises(AssertionError, match="weights only"):
@@ -341,6 +343,11 @@ def test_exercise_checks_accept_solutions_and_explain_mistakes(capsys):
     assert "\u2713 early_stop: all 4 cases pass (NumPy)." in out and "all 4 cases pass" in out
 
 
+def count_parameters(sizes):
+    """A learner's count (the library's own, passed as the answer, is refused)."""
+    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
 def test_parameter_count_check_leaves_the_learners_random_generator_alone(capsys):
     from dlcourse import backend, check
     for sizes in ([2, 1], [2, 4, 2], [2, 8, 8, 3], [64, 32, 32, 10]):   # its closed form is dl.MLP's
@@ -348,7 +355,7 @@ def test_parameter_count_check_leaves_the_learners_random_generator_alone(capsys
     dl.manual_seed(0)
     untouched = backend.rng().random()
     dl.manual_seed(0)
-    check.mlp_parameter_count(widgets.count_parameters)
+    check.mlp_parameter_count(count_parameters)
     assert backend.rng().random() == untouched
     out = capsys.readouterr().out
     assert "\u2713 count_parameters: all 4 cases pass (NumPy)." in out

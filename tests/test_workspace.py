@@ -120,8 +120,38 @@ def test_reset_takes_3_for_03_never_an_updated_copy_and_suggests_names(source, t
     assert f"Did you mean '{LESSON}'?" in capsys.readouterr().err
 
 
-def test_solution_only_on_request(capsys):
-    assert main(["solution", "relu_backward"]) == 0
+@pytest.mark.parametrize("kept", [True, False], ids=["old notebook kept", "old one gone"])
+def test_reset_of_a_lesson_that_was_split_says_where_its_content_went(tmp_path, capsys, kept):
+    source = tmp_path / "course"
+    source.mkdir()
+    new = ("04a_mlp_on_digits", "04b_optimizers_and_regularization")
+    for name in new:
+        shutil.copy(NOTEBOOKS / f"{name}.ipynb", source)
+    ws = tmp_path / "ws"
+    sync_notebooks(source, ws)
+    if kept:                       # the learner's own 04 from before the split, kept as changed
+        shutil.copy(source / f"{new[1]}.ipynb", ws / "04_mlp_on_digits.ipynb")
+    exercise = dict(student.lesson_exercises(source))[new[1]][0]
+    args = ["--dir", str(ws), "--source", str(source)]
+    assert main(["reset", "04", exercise, *args]) == 1
+    err = capsys.readouterr().err
+    assert ("lesson '04' (04_mlp_on_digits) was split (its content is now in 04a_mlp_on_digits "
+            "and 04b_optimizers_and_regularization)") in err, err
+    assert f"{exercise} is in {new[1]}: dlcourse reset 04b {exercise}" in err, err
+    assert "No such file" not in err and "Traceback" not in err
+    assert main(["reset", "04", "nope", *args]) == 1
+    assert "dlcourse reset 04a EXERCISE" in capsys.readouterr().err
+    assert main(["reset", "04b", exercise, *args]) == 0     # the new name works
+
+
+def test_solution_only_on_request_and_after_trying(capsys, tmp_path, monkeypatch):
+    from dlcourse.check import learner_record
+    monkeypatch.delenv(learner_record.SOLUTIONS_ENV, raising=False)
+    assert main(["solution", "relu_backward", "--dir", str(tmp_path)]) == 0   # not tried yet:
+    assert "dx = dout" not in capsys.readouterr().out                          # no reference
+    learner_record.record("relu_backward", "fail", folder=tmp_path)          # issue 37
+    learner_record.record("relu_backward", "hint", level=3, folder=tmp_path)
+    assert main(["solution", "relu_backward", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "dx = dout * (x > 0)" in out and "03_backpropagation" in out
     assert main(["solution", "no_such_exercise"]) == 1

@@ -4,10 +4,14 @@ something is. For example ``dl.check.linear_backward(my_linear_backward)``.
 Each check raises :class:`ExerciseError` (an AssertionError) with a message that names the
 case that failed, what was expected and what your function gave, and prints a short
 confirmation when everything passes. Stuck? ``dl.check.hint("linear_backward")`` gives the
-next hint, one level at a time; ``dl.check.solution("linear_backward")`` shows the reference
-solution, only when you ask for it. Where a lesson holds a derivation back, the check shows it
-when your answer passes (``dl.check.derivation(name)`` shows it again). While a check runs your
-function, the library's own version of what you are building is refused.
+next hint, one level at a time (level 1 first, the text of your cell's ``raise``);
+``dl.check.solution("linear_backward")`` shows the reference solution once you have run the check
+on an answer of your own and read the last hint, and ``dl.check.progress()`` shows what you have
+done so far (your own record, kept in your workspace: ``learner_record.py``). Where a lesson
+holds a derivation back, the check shows it when your answer passes
+(``dl.check.derivation(name)`` shows it again). While a check runs your
+function, the library is closed, and so is every package but NumPy and CuPy (``seal.py``): a
+call into them fails the check, naming the call, except what the exercise opens.
 
 The machinery the checks share is ``harness.py``; the checks of each lesson sit beside it, one
 module per stretch of the course, each with a table of its checks and its ``HINTS``:
@@ -26,11 +30,14 @@ module                     lessons
 ``cuda.py``                08a-08b: GPU execution and memory, tiling and the roofline
 ``gpu_performance.py``     08c-08d: bank conflicts and occupancy, fusion and launches
 ``playground.py``          09: the playground
-``compression.py``         10-11b: number formats and mixed precision, quantization, pruning
+``compression.py``         10, 11b: number formats and mixed precision, pruning
+``quantization.py``        11a: int8 quantization, integer-only requantization
 ``deploy.py``              12-12b: from a checkpoint to a service, protecting a model
 ``data_parallel.py``       13: data parallelism
 ``capstone.py``            14: autograd
 ``self_attention.py``      15-16: attention by hand, FlashAttention
+``transformer_block.py``   15b: the transformer block and the language model
+``flash_tiled.py``         16b: FlashAttention's tiled forward and backward
 =========================  ===================================================================
 """
 from .basics import normalize_rows, perceptron_predict, perceptron_update, time_it  # 00-01
@@ -50,19 +57,23 @@ from .cuda import (arithmetic_intensity, global_index, grid_size,  # lessons 08a
 from .gpu_performance import (bank_conflicts, bias_relu_backward,  # lessons 08c-08d
                               launches_per_step, occupancy)
 from .harness import ExerciseError, derivation
-from .hints import hint, solution
+from .hints import hint, progress, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
-from .compression import (bf16_round, channel_l1_keep, loss_scale_step,  # lessons 10-11b
-                          magnitude_mask, quantize_symmetric, requantize)
+from .compression import (bf16_round, channel_l1_keep, loss_scale_step,  # lessons 10, 11b
+                          magnitude_mask)
+from .quantization import quantize_symmetric, requantize  # lesson 11a
 from .deploy import fold_batchnorm, load_signed, two_time_pad, validate_batch  # lessons 12, 12b
 from .data_parallel import fit_alpha_beta, ring_all_reduce  # lesson 13
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
 from .self_attention import (attention_backward, causal_mask, merge_softmax,  # lessons 15-16
                              naive_attention_bytes)
+from .transformer_block import (lm_loss, mha_forward, train_step,  # lesson 15b
+                                transformer_block_backward)
+from .flash_tiled import flash_backward, flash_forward_tiled  # lesson 16b
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
 __all__ = [
-    "ExerciseError", "hint", "solution", "derivation",
+    "ExerciseError", "hint", "solution", "derivation", "progress",
     # lessons 00-01 (basics.py)
     "normalize_rows", "perceptron_predict", "perceptron_update", "time_it",
     # lesson 02 (gradient_descent.py)
@@ -101,4 +112,8 @@ __all__ = [
     "unbroadcast", "tensor_mul", "topological_order",
     # lessons 15-16 (self_attention.py)
     "attention_backward", "causal_mask", "merge_softmax", "naive_attention_bytes",
+    # lesson 15b (transformer_block.py)
+    "mha_forward", "transformer_block_backward", "lm_loss", "train_step",
+    # lesson 16b (flash_tiled.py)
+    "flash_forward_tiled", "flash_backward",
 ]

@@ -35,12 +35,8 @@ __all__ = [
     "perceptron_predict", "perceptron_update",
 ]
 
-# The library's own versions of what each exercise builds: refused while the learner's function
-# runs (harness.call(..., refuse=...)), so that an answer that only calls the library does not
-# pass. (normalize_rows has no library version.)
-_PERCEPTRON = ["dlcourse.models.Perceptron.predict", "dlcourse.models.Perceptron.decision_function"]
-_PERCEPTRON_FIT = ["dlcourse.models.Perceptron.fit", *_PERCEPTRON]
-_TIME_IT = ["dlcourse.timing.timeit"]
+# While the learner's function runs the library is closed (harness.call; seal.py): an answer
+# that calls into it, or into any package but NumPy and CuPy, fails, naming the call.
 
 
 # ======================================================================================
@@ -68,8 +64,7 @@ def normalize_rows(fn):
         given = x.copy()
         got = to_array(call(fn, given, case=case,
                             on_error="the row lengths should form an (N, 1) column: which "
-                                     "axis do you sum over, and how do you keep it?",
-                            refuse=()),       # the library has no row normalizer to refuse
+                                     "axis do you sum over, and how do you keep it?"),
                        fn, case, "the result")
         expect_shape(got, x.shape, fn, case, "the result", "return an array shaped like x.")
         col = np.sqrt((x * x).sum(axis=1))
@@ -98,7 +93,7 @@ def normalize_rows(fn):
     if cp is not None:
         case = "the first case again, with x on the GPU (a CuPy array)"
         x = cases[0][1]
-        out = call(fn, cp.asarray(x), case=case, refuse=())
+        out = call(fn, cp.asarray(x), case=case)
         expect_on_gpu(out, fn, case, "the result")
         expect_close(to_array(out, fn, case, "the result"), _ref_normalize_rows(x), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
@@ -194,7 +189,7 @@ def time_it(fn):
         case = f"{case} (the call itself returns after {queue * 1e6:.0f} µs, as on a GPU)"
         device = _FakeDevice(work, queue)
         got = call(fn, device.run, repeat=repeat, warmup=warmup, clock=device.perf_counter,
-                   wait=device.synchronize, case=case, refuse=_TIME_IT,
+                   wait=device.synchronize, case=case,
                    on_error="time_it gets f, a function of no arguments, and the keywords "
                             "repeat, warmup, clock (a function that reads the time) and wait "
                             "(one that waits for the device).")
@@ -278,8 +273,7 @@ def perceptron_predict(fn):
         X_given, w_given = X.copy(), w.copy()
         got = to_array(call(fn, X_given, w_given, b, case=case,
                             on_error="X is (N, D) and w is (D,): one matrix-vector product gives "
-                                     "the N weighted sums, then add the bias.",
-                            refuse=_PERCEPTRON),
+                                     "the N weighted sums, then add the bias."),
                        fn, case, "the prediction")
         if got.ndim == 2 and got.shape == (len(X), 1):
             fail(fn, case, f"the prediction has shape {shape_text(got.shape)}; expected ({len(X)},).",
@@ -339,7 +333,7 @@ def perceptron_update(fn):
         at_zero = ("x @ w + b is exactly 0 here, which predicts class 0 (class 1 needs "
                    "x @ w + b > 0, strictly, not >= 0), so this is a mistake to learn from.")
         w_given, x_given = w.copy(), x.copy()
-        out = call(fn, w_given, b, x_given, y, lr, case=case, refuse=_PERCEPTRON_FIT)
+        out = call(fn, w_given, b, x_given, y, lr, case=case)
         w_got, b_got = expect_tuple(out, 2, fn, case, "w, b")
         w_got = to_array(w_got, fn, case, "the new w")
         b_got = to_array(b_got, fn, case, "the new b")
@@ -412,4 +406,13 @@ HINTS: dict[str, list[str]] = {
         ('pseudo-code: step = learning rate times ( ___ minus ___ ); new w = w plus step times '
          '___; new b = b plus ___. The update equations of section 3 say which is which'),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'time_it': ['np.median', 'statistics.median', 'sorted(times)', 'perf_counter()'],
+    'normalize_rows': ['keepdims=True', 'np.linalg.norm', 'xp.sqrt(', 'axis=1', 'axis=-1'],
+    'perceptron_predict': ['X @ w', 'X.dot(w)', 'astype(', '> 0', '(s > 0)'],
+    'perceptron_update': ['lr * (y - y_hat)', '(y - y_hat) * x', 'w + lr'],
 }

@@ -24,13 +24,18 @@ from __future__ import annotations
 
 from ..autograd import Tensor
 from .harness import (ExerciseError, call, expect_close, expect_on_gpu, expect_shape,
-                      expect_unchanged, fail, gpu, passed, refusing, rng, shape_text, to_array)
+                      expect_unchanged, fail, gpu, passed, check_wrapper, closed, rng, shape_text,
+                      to_array)
 
 __all__ = ["unbroadcast", "tensor_mul", "topological_order"]
 
-_REFUSE_UNBROADCAST = ["dlcourse.autograd.unbroadcast"]
-_REFUSE_MUL = ["dlcourse.autograd.Tensor.__mul__", "dlcourse.autograd.Tensor.__rmul__"]
-_REFUSE_ORDER = ["dlcourse.autograd.topological_order", "dlcourse.autograd.Tensor.backward"]
+# What the exercises open: a Tensor's constructor and attributes (what the learner builds and
+# reads), and, for tensor_mul, unbroadcast, the learner's own from the exercise before. The
+# Tensor's operations and backward stay closed.
+_TENSOR = ["dlcourse.autograd.Tensor.__init__", "dlcourse.autograd.Tensor.shape",
+           "dlcourse.autograd.Tensor.ndim", "dlcourse.autograd.Tensor.__repr__"]
+_MUL_OPENS = [*_TENSOR, "dlcourse.autograd.unbroadcast"]
+
 
 
 # ======================================================================================
@@ -86,7 +91,7 @@ def unbroadcast(fn):
     ]
     for case, grad, shape in cases:
         given = grad.copy()
-        got = to_array(call(fn, given, shape, case=case, refuse=_REFUSE_UNBROADCAST), fn, case,
+        got = to_array(call(fn, given, shape, case=case), fn, case,
                        "the result")
         expect_unchanged(fn, case, [("grad", grad, given)])
         expect_shape(got, shape, fn, case, "the result", _shape_fix(got.shape, grad.shape, shape))
@@ -98,7 +103,7 @@ def unbroadcast(fn):
     if cp is not None:
         case, grad, shape = cases[0]
         case = f"{case}, on the GPU (a CuPy array)"
-        out = call(fn, cp.asarray(grad), shape, case=case, refuse=_REFUSE_UNBROADCAST)
+        out = call(fn, cp.asarray(grad), shape, case=case)
         expect_on_gpu(out, fn, case, "the result")
         expect_close(to_array(out, fn, case, "the result"), _sum_to(grad, shape), fn, case,
                      "the result", rtol=1e-10, atol=1e-10)
@@ -120,11 +125,12 @@ def _backward(loss, fn, case, fix):
     """loss.backward(), turning an error inside the learner's grad_fn into a named mistake."""
     __tracebackhide__ = True
     try:
-        with refusing(_REFUSE_MUL, fn, case):      # the learner's grad_fn runs in here too
+        with closed(fn, case, opens=_MUL_OPENS):   # the learner's grad_fn runs in here too
             loss.backward()
     except ExerciseError:
         raise
     except NotImplementedError as err:             # the student version of grad_fn
+        @check_wrapper()
         def not_yet():                             # the usual "not implemented yet: <hint>"
             __tracebackhide__ = True
             raise err
@@ -176,7 +182,7 @@ def tensor_mul(fn):
     a, b, c = r.standard_normal(3), r.standard_normal(3), r.standard_normal(3)
     case = "a, b of shape (3,), loss = (tensor_mul(a, b) * c).sum(), so out.grad = c"
     a_t, b_t = Tensor(a.copy()), Tensor(b.copy())
-    out = _expect_tensor(call(fn, a_t, b_t, case=case, refuse=_REFUSE_MUL), fn, case)
+    out = _expect_tensor(call(fn, a_t, b_t, case=case, opens=_MUL_OPENS), fn, case)
     got = to_array(out.data, fn, case, "out.data")
     expect_shape(got, (3,), fn, case, "out.data")
     expect_close(got, a * b, fn, case, "out.data", rtol=1e-12, atol=1e-12, mistakes=[
@@ -184,7 +190,7 @@ def tensor_mul(fn):
 
     def plain(a_t, b_t):
         __tracebackhide__ = True
-        out = call(fn, a_t, b_t, case=case, refuse=_REFUSE_MUL)
+        out = call(fn, a_t, b_t, case=case, opens=_MUL_OPENS)
         return (out * c).sum() if isinstance(out, Tensor) else None, out
     swapped = ("each input's gradient uses the OTHER input's values: what is the derivative "
                "of a * b with respect to a?")
@@ -199,7 +205,7 @@ def tensor_mul(fn):
 
     def squared(a_t, _):
         __tracebackhide__ = True
-        out = call(fn, a_t, a_t, case=case, refuse=_REFUSE_MUL)
+        out = call(fn, a_t, a_t, case=case, opens=_MUL_OPENS)
         return out.sum() if isinstance(out, Tensor) else None, out
     overwrite = ("x is both parents, so its gradient must receive BOTH contributions: an "
                  "assignment to a parent's gradient replaced the first contribution with the "
@@ -212,7 +218,7 @@ def tensor_mul(fn):
 
     def reused(a_t, b_t):
         __tracebackhide__ = True
-        out = call(fn, a_t, b_t, case=case, refuse=_REFUSE_MUL)
+        out = call(fn, a_t, b_t, case=case, opens=_MUL_OPENS)
         return ((out + a_t).sum() if isinstance(out, Tensor) else None), out
     run(case, a, b, reused, {"a": (b + 1, [(b, "a's gradient lost the 1 that a's other use had "
                                                "added: accumulate into it, never assign.")])})
@@ -223,7 +229,7 @@ def tensor_mul(fn):
 
     def broadcast(a_t, b_t):
         __tracebackhide__ = True
-        out = call(fn, a_t, b_t, case=case, on_error=unbroadcast_fix, refuse=_REFUSE_MUL)
+        out = call(fn, a_t, b_t, case=case, on_error=unbroadcast_fix, opens=_MUL_OPENS)
         return ((out * C).sum() if isinstance(out, Tensor) else None), out
     run(case, A, bias, broadcast, {"a": (C * bias, []),
                                    "b": ((C * A).sum(axis=0), [((C * A).mean(axis=0),
@@ -302,7 +308,7 @@ def topological_order(fn):
     __tracebackhide__ = True
     graphs = _graphs()
     for case, root in graphs:
-        order = call(fn, root, case=case, refuse=_REFUSE_ORDER)
+        order = call(fn, root, case=case, opens=_TENSOR)
         if order is None:
             fail(fn, case, "it returned None.", "return the list you built.")
         try:
@@ -374,4 +380,14 @@ HINTS: dict[str, list[str]] = {
          'append t to the list (after its parents, so the root comes last). Section 4 describes '
          'the depth-first walk'),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'unbroadcast': ['sum away', 'sum over every axis', 'sum over the leading', 'keepdims=True',
+        'sum(axis', 'keeping each axis'],
+    'tensor_mul': ['never assign', 'add into', '+=', 'times the other parent',
+        "other parent's values", 'grad * b', 'out.grad * b'],
+    'topological_order': ['id(', 'seen.add', 'in seen', 'visited.add'],
 }

@@ -30,16 +30,9 @@ from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unc
 __all__ = ["conv_params", "batchnorm_forward", "batchnorm_running", "batchnorm_backward"]
 
 
-# The library's own versions of what each exercise builds: refused (an ExerciseError) while
-# the learner's function runs, with every alias of them in a dlcourse module (dl.BatchNorm2d,
-# ...).
+# While the learner's function runs the library is closed (harness.call; seal.py): an answer
+# that calls into it, or into any package but NumPy and CuPy, fails, naming the call.
 _BN = ["dlcourse.layers.BatchNorm2d.forward", "dlcourse.layers.BatchNorm2d.backward"]
-REFUSE: dict[str, list[str]] = {
-    "conv_params": ["dlcourse.conv.Conv2d.__init__"],
-    "batchnorm_forward": _BN,
-    "batchnorm_running": _BN + ["dlcourse.layers.BatchNorm2d._update_running_stats"],
-    "batchnorm_backward": _BN,
-}
 
 
 # ======================================================================================
@@ -54,7 +47,7 @@ def conv_params(fn) -> None:
     for C_in, C_out, K in cases:
         case = f"conv_params({C_in}, {C_out}, {K})"
         expected = C_out * C_in * K * K + C_out
-        got = int(to_number(call(fn, C_in, C_out, K, case=case, refuse=REFUSE["conv_params"]),
+        got = int(to_number(call(fn, C_in, C_out, K, case=case),
                             fn, case, "the count",
                             "return an int."))
         if got == expected:
@@ -100,7 +93,6 @@ def batchnorm_forward(fn) -> None:
         expected = bn.forward(x)
         given = {"x": x.copy(), "gamma": gamma.copy(), "beta": beta.copy()}
         got = to_array(call(fn, given["x"], given["gamma"], given["beta"], eps=eps, case=case,
-                            refuse=REFUSE["batchnorm_forward"],
                             on_error="gamma and beta have shape (C,): reshape them to (1, C, 1, 1) "
                                      "so they broadcast over (N, C, H, W)."), fn, case, "the output")
         expect_shape(got, shape, fn, case, "the output",
@@ -184,7 +176,7 @@ def batchnorm_running(fn) -> None:
             given = {"x": x.copy(), "gamma": gamma.copy(), "beta": beta.copy()}
             got = to_array(call(fn, given["x"], given["gamma"], given["beta"], running_mean,
                                 running_var, momentum=momentum, eps=eps, training=training,
-                                case=case, refuse=REFUSE["batchnorm_running"]), fn, case,
+                                case=case), fn, case,
                            "the output")
             expect_shape(got, shape, fn, case, "the output", "keep x's shape.")
             if training:
@@ -266,7 +258,6 @@ def batchnorm_backward(fn) -> None:
         e_dgamma, e_dbeta = bn.grads["gamma"], bn.grads["beta"]
         given = {"dout": dout.copy(), "x": x.copy(), "gamma": gamma.copy()}
         out = expect_tuple(call(fn, given["dout"], given["x"], given["gamma"], eps=eps, case=case,
-                                refuse=REFUSE["batchnorm_backward"],
                                 on_error="reduce over axes (0, 2, 3) with keepdims=True and "
                                          "reshape gamma to (1, C, 1, 1)."),
                            3, fn, case, "dx, dgamma, dbeta")
@@ -366,4 +357,17 @@ HINTS: dict[str, list[str]] = {
          "dgamma are sums over the same axes. The graph and its local derivatives are in the "
          "markdown cell above the exercise; compare with dl.gradcheck."),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'conv_params': ['out_channels * in_channels', 'in_channels * K * K', 'K * K', 'K*K',
+        '+ out_channels', 'plus out_channels', 'times K squared'],
+    'batchnorm_forward': ['x.mean(axis=(0, 2, 3)', 'np.sqrt(var + eps)', 'sqrt(var + eps)',
+        '(x - mean)'],
+    'batchnorm_running': ['unbiased', 'M/(M-1)', 'M / (M - 1)', 'm/(m-1)', 'ddof=1', 'ddof',
+        '(N*H*W - 1)', 'M - 1'],
+    'batchnorm_backward': ['mean of d', 'd - mean', 'd.mean(', 'x_hat * np.mean',
+        'x_hat times the mean', '/ std', '(d - '],
 }

@@ -23,9 +23,9 @@ lesson  check                         your function
 (08a: ``08a_gpu_execution_and_memory``; 08b: ``08b_tiling_and_roofline``.)
 
 The checks of lessons 08c-08d (bank conflicts, occupancy, fusion, launches per step) are in
-``gpu_performance.py``. While a check runs the learner's function, the library's own version of
-what it builds (a kernel's NumPy reference, the launch-geometry helpers) is refused (``REFUSE``
-below). The shared machinery (``call``, ``fail``, ``expect_close``, ...) lives in
+``gpu_performance.py``. While a check runs the learner's function the library is closed (a
+kernel's NumPy reference, the launch-geometry helpers and the rest: ``seal.py``). The shared
+machinery (``call``, ``fail``, ``expect_close``, ...) lives in
 ``harness.py``.
 """
 from __future__ import annotations
@@ -40,15 +40,6 @@ from .harness import (call, expect_close, expect_shape, expect_unchanged, fail, 
 __all__ = ["global_index", "grid_size", "warp_transactions", "tiled_matmul",
            "arithmetic_intensity"]
 
-# The library's own versions of what each exercise builds, refused while the learner's function
-# runs (harness.refusing). Exercises with nothing in the library to call (global_index,
-# warp_transactions, arithmetic_intensity) refuse nothing.
-REFUSE: dict[str, list[str]] = {
-    "grid_size": ["dlcourse.kernels._build.ceil_div", "dlcourse.kernels._build.launch_config",
-                  "dlcourse.shapes.output_size"],
-    "tiled_matmul": ["dlcourse.kernels.reference.matmul", "dlcourse.kernels.reference.matmul_loops",
-                     "dlcourse.kernels.matmul.matmul_tiled", "dlcourse.ops.matmul"],
-}
 
 
 # ======================================================================================
@@ -64,7 +55,7 @@ def global_index(fn) -> None:
     for b, d, t in cases:
         case = f"block_idx={b}, block_dim={d}, thread_idx={t}"
         expected = b * d + t
-        got = to_integer(call(fn, b, d, t, case=case, refuse=()), fn, case, "the index")
+        got = to_integer(call(fn, b, d, t, case=case), fn, case, "the index")
         if got == expected:
             continue
         fix = None
@@ -91,7 +82,7 @@ def global_index(fn) -> None:
               "(5 blocks of 3 threads, blocks along the columns this time)",
               np.arange(5)[None, :], 3, np.arange(3)[:, None])]
     for case, bi, d, ti in grids:
-        got = to_array(call(fn, bi, d, ti, case=case, refuse=(),
+        got = to_array(call(fn, bi, d, ti, case=case,
                             on_error="use only arithmetic (* and +): it then works element by "
                                      "element on NumPy arrays as well as on ints."),
                        fn, case, "the indices")
@@ -115,7 +106,7 @@ def grid_size(fn) -> None:
     for n, block in cases:
         case = f"n={n} elements, block={block} threads"
         expected = -(-n // block)
-        got = to_integer(call(fn, n, block, case=case, refuse=REFUSE["grid_size"]), fn, case,
+        got = to_integer(call(fn, n, block, case=case), fn, case,
                        "the number of blocks",
                        "return a whole number of blocks, e.g. with integer division //.")
         if got == expected:
@@ -181,7 +172,7 @@ def warp_transactions(fn) -> None:
         case = f"{case}, segment_bytes={seg}"
         expected = _segments(addresses, seg)
         given = addresses.astype(np.int64)
-        got = to_integer(call(fn, given, seg, case=case, refuse=()), fn, case,
+        got = to_integer(call(fn, given, seg, case=case), fn, case,
                        "the number of transactions")
         expect_unchanged(fn, case, [("addresses", addresses, given)])
         if got == expected:
@@ -275,7 +266,6 @@ def tiled_matmul(fn) -> None:
         case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}"
         A_given, B_given = A.copy(), B.copy()
         got = to_array(call(fn, A_given, B_given, tile, case=case,
-                            refuse=REFUSE["tiled_matmul"],
                             on_error="slice each tile out of A and B by its range of rows and "
                                      "of columns; a slice past the edge is simply shorter (copy "
                                      "it into a zero tile, as the kernel does)."), fn, case, "C")
@@ -301,7 +291,7 @@ def tiled_matmul(fn) -> None:
     case = f"A of shape ({M}, {K}), B of shape ({K}, {N}), tile={tile}, watching the products"
     _Whole.used_whole = False
     call(fn, r.standard_normal((M, K)).view(_Whole), r.standard_normal((K, N)).view(_Whole), tile,
-         case=case, refuse=REFUSE["tiled_matmul"])
+         case=case)
     if _Whole.used_whole:
         fail(fn, case, "the whole matrices were multiplied (A @ B or np.dot(A, B)): the result "
                        "is right, but that is not the tiled algorithm the kernel runs.",
@@ -324,7 +314,7 @@ def arithmetic_intensity(fn) -> None:
         case = f"tile_m={tm}, tile_n={tn}, K={K}, itemsize={itemsize}"
         flops, nbytes = 2 * tm * tn * K, itemsize * (tm + tn) * K
         expected = flops / nbytes
-        got = to_number(call(fn, tm, tn, K, itemsize, case=case, refuse=()), fn, case,
+        got = to_number(call(fn, tm, tn, K, itemsize, case=case), fn, case,
                         "the intensity")
         if np.isclose(got, expected, rtol=1e-9):
             continue
@@ -397,4 +387,15 @@ HINTS: dict[str, list[str]] = {
          "tile, K = 2048, itemsize 4 gives 0.25 FLOP/byte. Where to look: section 2, the "
          "paragraph on arithmetic intensity above exercise 5."),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'global_index': ['block_idx * block_dim', 'block_idx*block_dim', '* block_dim + thread_idx'],
+    'grid_size': ['block - 1', 'block-1', 'ceil', '-(-n', '(n + block'],
+    'warp_transactions': ['np.unique', 'unique(', 'len(set(', '// segment_bytes'],
+    'tiled_matmul': ['acc +=', 'acc += As @ Bs', 'As @ Bs', 'A[i0:i0 + tile'],
+    'arithmetic_intensity': ['2 * tile_m * tile_n * K', '2*tile_m', '(tile_m + tile_n) * K',
+        'tile_m * K + K * tile_n', 'itemsize * (tile_m'],
 }

@@ -20,17 +20,18 @@ import os
 import numpy as np
 
 from ..inference import InputError, as_batch
-from .harness import (ExerciseError, call, expect_close, expect_shape, expect_tuple,
-                     expect_unchanged, fail, passed, refusing, to_array)
+from .harness import (ExerciseError, call, closed, expect_close, expect_shape, expect_tuple,
+                      expect_unchanged, fail, handed, passed, to_array)
 
 __all__ = ["fold_batchnorm", "validate_batch", "load_signed", "two_time_pad", "ExerciseError"]
+
+# What load_signed may use: the signature library (cryptography's Ed25519) and the tool lesson
+# 12b hands over to build a model from bytes already read.
+_SIGNED_OPENS = ["cryptography", "dlcourse.checkpoint.load_bytes"]
 
 # While the learner's function runs, the library's own versions answer with an error: the
 # folding of dl.infer, this check's oracle, and BatchNorm2d's forward pass (which, run on the
 # bias, would give the folded bias without any algebra).
-_REFUSE_FOLD = ["dlcourse.fast_inference.fold_batchnorm", "dlcourse.check.deploy._fold_reference",
-                "dlcourse.layers.BatchNorm2d.forward"]
-_REFUSE_VALIDATE = ["dlcourse.inference.as_batch"]
 
 
 def _fold_reference(W, b, gamma, beta, mean, var, eps):
@@ -54,7 +55,7 @@ def fold_batchnorm(fn) -> None:
         b, gamma, beta, mean = (gen.standard_normal(F) for _ in range(4))
         var = gen.uniform(0.05, 2.0, F)
         given = [a.copy() for a in (W, b, gamma, beta, mean, var)]
-        got = call(fn, *given, eps, case=case, refuse=_REFUSE_FOLD)
+        got = call(fn, *given, eps, case=case)
         expect_unchanged(fn, case, list(zip(("W", "b", "gamma", "beta", "mean", "var"),
                                             (W, b, gamma, beta, mean, var), given)))
         W_got, b_got = expect_tuple(got, 2, fn, case, "(W_folded, b_folded)")
@@ -125,7 +126,7 @@ def validate_batch(fn) -> None:
            ([[0.0, 1.0, 2.0]], (2,), "samples of 3 numbers for a model of 2")]
     for inputs, shape, what in good:
         case = f"{what}: inputs={inputs}, shape={shape}"
-        got = to_array(call(fn, inputs, shape, case=case, refuse=_REFUSE_VALIDATE,
+        got = to_array(call(fn, inputs, shape, case=case,
                             on_error="these inputs are valid and must be accepted: a batch of "
                                      "samples of the given shape, or of flat samples holding as "
                                      "many numbers as one sample (reshaped to its shape)."),
@@ -141,7 +142,7 @@ def validate_batch(fn) -> None:
     for inputs, shape, what in bad:
         case = f"{what}: inputs={inputs}, shape={shape}"
         try:
-            with refusing(_REFUSE_VALIDATE, fn, case):
+            with closed(fn, case):
                 fn(inputs, shape)
         except ExerciseError:
             raise
@@ -151,8 +152,7 @@ def validate_batch(fn) -> None:
                      "say what was expected and what was given: the client reads it.")
             continue
         except NotImplementedError:
-            call(fn, inputs, shape, case=case,       # the usual "not implemented yet" message
-                 refuse=_REFUSE_VALIDATE)
+            call(fn, inputs, shape, case=case)   # the usual "not implemented yet" message
         except Exception as err:  # noqa: BLE001 - the learner's function raised something else
             fail(fn, case, f"it raised {type(err).__name__}: {err}",
                  "turn every problem with the inputs into a ValueError with a message (a "
@@ -179,9 +179,9 @@ def validate_batch(fn) -> None:
 # lesson 12b: protecting a model
 # ======================================================================================
 # The library's own verification: dl.load(path, public_key=...) and the service's loader.
-_REFUSE_SIGNED = ["dlcourse.protect.verify_bytes", "dlcourse.serve.app.load_verified"]
 
 
+@handed
 class _SwapOnSecondOpen:
     """While active, the second time anything opens ``path`` to read it, the file is first
     replaced by ``forged`` (an attacker swapping the file between a check and a load)."""
@@ -225,7 +225,9 @@ def _model_outputs(model) -> np.ndarray:
 def load_signed(fn) -> None:
     """Check ``fn(path, public_key_file)``: the model saved at ``path``, only if ``path +
     ".sig"`` is the Ed25519 signature, by that public key, of the file's bytes; otherwise an
-    error (any exception). The bytes that were verified must be the bytes loaded."""
+    error (any exception). The bytes that were verified must be the bytes loaded: when the file
+    is swapped after the function's first read, loading the first bytes and refusing (a second
+    read that differs) are both safe; loading the second is not."""
     __tracebackhide__ = True
     import tempfile
     from pathlib import Path
@@ -253,7 +255,7 @@ def load_signed(fn) -> None:
 
         case = "a model signed by this key"
         path = fresh("good.npz")
-        got = call(fn, str(path), str(public), case=case, refuse=_REFUSE_SIGNED)
+        got = call(fn, str(path), str(public), case=case, opens=_SIGNED_OPENS)
         if not hasattr(got, "forward"):
             fail(fn, case, f"it returned {type(got).__name__}, not a model.",
                  "once the signature verifies, build the model from the bytes you read.")
@@ -274,12 +276,12 @@ def load_signed(fn) -> None:
         for case, make, fix in refusals:
             path = make()
             try:
-                with refusing(_REFUSE_SIGNED, fn, case):
+                with closed(fn, case, opens=_SIGNED_OPENS):
                     got = fn(str(path), str(public))
             except ExerciseError:
                 raise
             except NotImplementedError:
-                call(fn, str(path), str(public), case=case, refuse=_REFUSE_SIGNED)
+                call(fn, str(path), str(public), case=case, opens=_SIGNED_OPENS)
             except Exception:  # noqa: BLE001 - refusing with any error is right
                 continue
             fail(fn, case, "it returned a model; it must refuse (raise an error).", fix)
@@ -287,18 +289,21 @@ def load_signed(fn) -> None:
         case = ("an attacker swaps the file for a forged one right after your function first "
                 "read it")
         path = fresh("swap.npz")
+        swap, refused = _SwapOnSecondOpen(path, forged_bytes()), False
         try:
-            with refusing(_REFUSE_SIGNED, fn, case), _SwapOnSecondOpen(path, forged_bytes()):
+            with closed(fn, case, opens=_SIGNED_OPENS), swap:
                 got = fn(str(path), str(public))
         except ExerciseError:
             raise
         except Exception as err:  # noqa: BLE001
-            fail(fn, case, f"it raised {type(err).__name__}: {err} — for a file that was "
-                           f"correctly signed when it was read.",
-                 "read the file once, verify those bytes, and build the model from the same "
-                 "bytes (the exercise names the tool that builds a model from bytes already read): then "
-                 "a swap changes nothing.")
-        if np.allclose(_model_outputs(got), _model_outputs(forged)):
+            if swap.opens < 2:     # it refused the file before anything changed it
+                fail(fn, case, f"it raised {type(err).__name__}: {err} — for a file that was "
+                               f"correctly signed when it was read.",
+                     "read the file once, verify those bytes, and build the model from the same "
+                     "bytes (the exercise names the tool that builds a model from bytes already "
+                     "read): then a swap changes nothing.")
+            refused = True         # it read the swapped file and refused it: nothing forged loaded
+        if not refused and np.allclose(_model_outputs(got), _model_outputs(forged)):
             fail(fn, case, "it loaded the forged model: it verified one reading of the file and "
                            "loaded another (the file was read again after the check).",
                  "read the bytes once, verify them, and build the model from those same bytes "
@@ -381,4 +386,17 @@ HINTS: dict[str, list[str]] = {
         ('pseudo-code: for each position i up to the length of c2: p2[i] = c1[i] XOR ___ XOR ___; '
          'return them as bytes'),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'fold_batchnorm': ['minus the running mean', 'old bias minus', '(b - mean)', 'b - mean',
+        'gamma over the standard deviation', 'gamma / sqrt', 'gamma / np.sqrt', 'plus beta',
+        '+ beta', 'times the factor'],
+    'validate_batch': ['np.asarray(', 'dtype.kind', 'np.isfinite', 'isfinite',
+        '.reshape(-1, *shape)'],
+    'load_signed': ['read once', 'read the file once', 'read it once', 'read_bytes', 'only once',
+        'load_bytes(path, data)'],
+    'two_time_pad': ['c1 ^ c2 ^ p1', 'c1[i] ^ c2[i] ^ p1[i]', 'xor p1', 'p1 xor', 'xor with p1'],
 }

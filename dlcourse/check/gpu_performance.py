@@ -23,8 +23,8 @@ lesson  check                       your function
 
 (08c: ``08c_bank_conflicts_occupancy_and_tensor_cores``; 08d: ``08d_fusion_and_graphs``.)
 
-While a check runs the learner's function, the library's own version of what it builds (the
-fused kernel and its NumPy reference) is refused (``REFUSE`` below). The shared machinery
+While a check runs the learner's function the library is closed (the fused kernel, its NumPy
+reference and the rest: ``seal.py``). The shared machinery
 (``call``, ``fail``, ``expect_close``, ...) lives in ``harness.py``.
 """
 from __future__ import annotations
@@ -38,17 +38,6 @@ from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unc
 
 __all__ = ["bank_conflicts", "occupancy", "bias_relu_backward", "launches_per_step"]
 
-# The library's own versions of what each exercise builds, refused while the learner's function
-# runs (harness.refusing). Exercises with nothing in the library to call (bank_conflicts,
-# occupancy) refuse nothing.
-REFUSE: dict[str, list[str]] = {
-    "bias_relu_backward": ["dlcourse.kernels.reference.bias_relu_backward_ref",
-                           "dlcourse.kernels.reference.bias_relu_rows_backward_ref",
-                           "dlcourse.kernels.fused.bias_relu_backward",
-                           "dlcourse.kernels.fused.bias_relu_rows_backward",
-                           "dlcourse.fusion.bias_relu_backward", "dlcourse.layers.ReLU.backward"],
-    "launches_per_step": [],     # the library has no launch counter: nothing to refuse
-}
 
 
 # ======================================================================================
@@ -99,7 +88,7 @@ def bank_conflicts(fn) -> None:
         case = f"addresses = {case}, n_banks={n_banks}, bank_bytes={bank_bytes}"
         expected = _bank_passes(addresses, n_banks, bank_bytes)
         given = addresses.astype(np.int64)
-        got = to_integer(call(fn, given, n_banks, bank_bytes, case=case, refuse=()), fn, case,
+        got = to_integer(call(fn, given, n_banks, bank_bytes, case=case), fn, case,
                        "the number of passes")
         expect_unchanged(fn, case, [("addresses", addresses, given)])
         if got == expected:
@@ -178,7 +167,7 @@ def occupancy(fn) -> None:
         blocks = min(limits.values())
         expected = blocks * threads / sm["threads_per_sm"]
         sm_given = dict(sm)
-        got = expect_tuple(call(fn, threads, registers, shared, sm_given, case=case, refuse=()),
+        got = expect_tuple(call(fn, threads, registers, shared, sm_given, case=case),
                            2, fn, case, "blocks, occupancy")
         if sm_given != sm:
             fail(fn, case, "your function changed the dict sm it was given.",
@@ -249,8 +238,7 @@ def bias_relu_backward(fn) -> None:
     for case, dout, y in cases:
         dx_ref = dout * (y > 0)
         dout_given, y_given = dout.copy(), y.copy()
-        got = expect_tuple(call(fn, dout_given, y_given, case=case,
-                                refuse=REFUSE["bias_relu_backward"]), 2, fn, case, "dx, db")
+        got = expect_tuple(call(fn, dout_given, y_given, case=case), 2, fn, case, "dx, db")
         dx, db = (to_array(g, fn, case, w) for g, w in zip(got, ("dx", "db")))
         expect_shape(dx, dout.shape, fn, case, "dx", "dx has the shape of dout, (N, F).")
         expect_close(dx, dx_ref, fn, case, "dx", rtol=1e-12, atol=1e-12, mistakes=[
@@ -353,7 +341,6 @@ def launches_per_step(fn) -> None:
     for case, layers, per_call, loss, update in cases:
         given = [*layers], {k: dict(v) for k, v in per_call.items()}
         got = to_integer(call(fn, *given, loss, update, case=case,
-                            refuse=REFUSE["launches_per_step"],
                             on_error="layers is a list of names; per_call maps each name to a "
                                      "dict with the keys 'forward', 'backward', 'dx' and "
                                      "'params'."),
@@ -434,4 +421,14 @@ HINTS: dict[str, list[str]] = {
          "was on?); db = dx added up over the axis the bias was repeated along (axis ___). Where "
          "to look: the text of exercise 6 and lesson 03's relu_backward."),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'bank_conflicts': ['% n_banks', 'np.unique', 'np.bincount', 'bincount', '// bank_bytes'],
+    'occupancy': ['min(', 'the minimum of', 'the smallest of the four', '// threads_per_block'],
+    'bias_relu_backward': ['y > 0', '(y > 0)', 'dout * (y', 'sum(axis=0)', 'axis=0', 'axis 0',
+        'sum over the rows', 'sum over the batch'],
+    'launches_per_step': ['sum(per_call', 'per_call[name]', 'backward - 1', 'minus one for'],
 }

@@ -2,8 +2,8 @@
 ``basics.py`` for lessons 00-01, ``gradient_descent.py`` 02, ``backprop.py`` 03, ``training.py``
 04a-04b, ``init_and_batching.py`` 04c-05, ``convolution.py`` 06, ``cnn.py`` 07, ``residual.py``
 07b, ``cuda.py`` 08a-08b, ``gpu_performance.py`` 08c-08d, ``playground.py`` 09,
-``compression.py`` 10-11b, ``deploy.py`` 12-12b, ``data_parallel.py`` 13, ``capstone.py`` 14,
-``self_attention.py`` 15-16).
+``compression.py`` 10 and 11b, ``quantization.py`` 11a, ``deploy.py`` 12-12b,
+``data_parallel.py`` 13, ``capstone.py`` 14, ``self_attention.py`` 15-16).
 
 A check calls the learner's function through :func:`call`, compares what came back with the
 library's reference through the ``expect_*`` helpers, and raises :class:`ExerciseError` through
@@ -34,11 +34,13 @@ import numpy as np
 
 from .. import backend
 from ..shapes import shape_str as shape_text   # the one shape printer
+from .learner_record import current_exercise, entry as _record_of, record_check as _record
+from .seal import handed, sealed
 
 __all__ = ["ExerciseError", "fail", "call", "to_array", "to_number", "to_integer",
            "expect_tuple", "expect_shape", "expect_finite", "expect_close", "expect_unchanged",
-           "passed", "gpu", "expect_on_gpu", "rng", "shape_text", "refusing", "derivation",
-           "raise_error"]
+           "passed", "gpu", "expect_on_gpu", "rng", "shape_text", "closed", "check_wrapper",
+           "handed", "sealed", "derivation", "raise_error"]
 
 
 class ExerciseError(AssertionError):
@@ -90,22 +92,24 @@ def fail(fn, case: str, problem: str, fix: str | None = None):
     lines = [f"{_name(fn)} is not right yet.", f"  case:    {case}", f"  problem: {problem}"]
     if fix:
         lines.append(f"  likely fix: {fix}")
+    _record(fn, "fail")     # the learner's own record (learner_record.py): a run that did not pass
     _raise(ExerciseError("\n".join(lines)))
 
 
-def call(fn, *args, case: str, on_error: str | None = None, refuse=(), **kwargs):
+def call(fn, *args, case: str, on_error: str | None = None, opens=(), on_refused=None,
+         **kwargs):
     """Call the learner's ``fn(*args, **kwargs)`` and return what it returns.
 
     ``NotImplementedError`` becomes ``ExerciseError("<fn> is not implemented yet: <hint>")``;
     any other exception becomes an ExerciseError naming the case (the original error, with
     the line in the learner's function, stays in the traceback). ``on_error`` is a likely
-    fix to add when the function raises. ``refuse``: the library's own versions of what the
-    exercise builds (dotted names, see :func:`refusing`), which answer with an ExerciseError
-    while ``fn`` runs.
+    fix to add when the function raises. While ``fn`` runs the library is closed (see
+    :class:`closed`): ``opens`` names what this exercise lets the learner use, and
+    ``on_refused`` is the likely fix to give when a closed call is refused.
     """
     __tracebackhide__ = True
     try:
-        with refusing(refuse, fn, case):
+        with closed(fn, case, opens=opens, handed=(*args, *kwargs.values()), fix=on_refused):
             return fn(*args, **kwargs)
     except NotImplementedError as err:
         hint = str(err).strip() or _first_hint(_name(fn))
@@ -114,87 +118,76 @@ def call(fn, *args, case: str, on_error: str | None = None, refuse=(), **kwargs)
         raise
     except Exception as err:
         fix = on_error or "read the error above: the last lines of the traceback point at your code."
+        _record(fn, "fail")
         _raise(ExerciseError(
             f"{_name(fn)} raised {type(err).__name__}: {err}\n"
             f"  case:    {case}\n"
             f"  likely fix: {fix}"), cause=err)
 
 
-class refusing:
-    """``with refusing(["dlcourse.losses.softmax", "dlcourse.layers.Dropout.forward"], fn,
-    case):`` while the block runs, each named function of the library (with every alias of it in
-    a dlcourse module, such as the one at the top of ``dl``, and in ``fn``'s own namespace)
-    raises an ExerciseError that says it is what the learner is writing. NumPy and CuPy stay
-    usable: only the library's answer is refused."""
+class closed:
+    """``with closed(fn, case, opens=[...]):`` runs the block with the library closed to the
+    learner's code (:mod:`dlcourse.check.seal`): every call from it into dlcourse, public or
+    private, or into an installed package other than NumPy and CuPy (PyTorch, ml_dtypes,
+    SciPy, ...) is refused, except what ``opens`` names (what an earlier exercise built, or the
+    tool the lesson hands over) and what the check hands in (``handed``: its arguments). A
+    refused call fails the exercise when the block ends, naming the call, even where the
+    learner's code caught the error it raised. A function of the library (or of another
+    package) passed as the answer itself is refused before it runs."""
 
-    def __init__(self, names, fn, case):
+    def __init__(self, fn, case: str, opens=(), handed=(), fix=None):
         __tracebackhide__ = True
-        self.names, self.fn, self.case, self.saved = tuple(names), fn, case, []
+        self.fn, self.case, self.fix = fn, case, fix
+        self.seal = sealed(fn, case, opens=opens, handed=handed)
 
     def __enter__(self):
         __tracebackhide__ = True
-        import importlib
-        import sys
-        for dotted in self.names:
-            owner, attr = _resolve_owner(importlib, dotted)
-            original = getattr(owner, attr)
-            refused = _refuser(dotted, original, self.fn, self.case)
-            places = [(owner, attr)] + [
-                (module, key) for name, module in list(sys.modules.items())
-                if name.split(".")[0] == "dlcourse" and module is not owner
-                for key, value in list(vars(module).items()) if value is original]
-            for place, key in places:
-                self.saved.append((place, key, vars(place)[key] if isinstance(place, type)
-                                   else getattr(place, key)))
-                setattr(place, key, refused)
-            # and a name the learner imported straight into their namespace (from ... import f)
-            names = getattr(self.fn, "__globals__", {})
-            for key, value in list(names.items()):
-                if value is original:
-                    self.saved.append((names, key, value))
-                    names[key] = refused
+        from .seal import library_object
+        answer = getattr(self.fn, "_check_wraps", self.fn)     # a check's wrapper: its answer
+        given = None if answer is None else library_object(answer)
+        if given is not None:
+            fail(self.fn, self.case,
+                 f"the function passed is {given}, the library's own (or another package's), "
+                 f"not one you wrote: the check tests your function.",
+                 "write the function yourself in the exercise's cell and pass that one.")
+        self.seal.__enter__()
         return self
 
     def __exit__(self, *exc):
         __tracebackhide__ = True
-        for place, key, value in reversed(self.saved):
-            if isinstance(place, dict):
-                place[key] = value
-            else:
-                setattr(place, key, value)
-        self.saved = []
+        self.seal.__exit__(*exc)
+        if self.seal.refused is not None:
+            _refused(self.fn, self.case, self.seal, self.fix)
         return False
 
 
-def _resolve_owner(importlib, dotted):
-    """("dlcourse.layers.Dropout.forward") -> (the Dropout class, "forward")."""
+def check_wrapper(answer=None):
+    """``@check_wrapper(fn)``: mark a function a check made around the learner's ``fn`` (judged
+    as ``fn`` is: a function of the library passed as the answer is refused), or, with no
+    answer (``@check_wrapper()``), one that holds no answer of the learner's."""
+    def mark(wrapper):
+        wrapper._check_wraps = answer
+        return wrapper
+    return mark
+
+
+def _refused(fn, case, seal, fix=None):
+    """Fail the exercise for the first call the seal refused, naming it and why."""
     __tracebackhide__ = True
-    parts = dotted.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for part in parts[cut:-1]:
-            owner = getattr(owner, part)
-        return owner, parts[-1]
-    raise ValueError(f"refusing: {dotted} names nothing importable")
-
-
-def _refuser(dotted, original, fn, case):
-    """A stand-in for ``original`` that fails the exercise, naming what was called."""
-    __tracebackhide__ = True
-    shown = "dl." + dotted.removeprefix("dlcourse.").replace("layers.", "").replace(
-        "losses.", "").replace("optim.", "")
-
-    def refused(*args, **kwargs):
-        __tracebackhide__ = True
-        fail(fn, case, f"it calls {shown}, the library's own version of what this exercise "
-                       f"asks you to build, so the check would be testing the library, not you.",
-             "compute it yourself from the arrays (NumPy or CuPy operations, xp.*): the library "
-             "is there to check your answer, not to be it.")
-    refused.__name__ = getattr(original, "__name__", "refused")
-    return refused
+    what, package = seal.refused
+    opened = seal.opened()
+    if package == "dlcourse":
+        problem = (f"it calls {what}, and while the check runs your function the course's "
+                   f"library is closed: the library's own version of what you are building may "
+                   f"be behind any of its functions, so the check would be testing the library, "
+                   f"not you.")
+    else:
+        problem = (f"it calls {what} ({package}), and while the check runs your function every "
+                   f"package but NumPy and CuPy is closed: {package} may compute what you are "
+                   f"building, so the check would be testing {package}, not you.")
+    fix = fix or "compute it yourself from the arrays (NumPy or CuPy operations, xp.*)"
+    fix = fix.rstrip(".") + (f"; this exercise lets you use {opened}." if opened else ".")
+    fail(fn, case, problem, fix)
 
 
 def _first_hint(name: str) -> str:
@@ -292,12 +285,15 @@ def _close(a, b, rtol, atol) -> bool:
 
 
 def expect_close(got: np.ndarray, expected, fn, case: str, what: str, *, rtol: float = 1e-5,
-                 atol: float = 1e-7, mistakes=(), fix: str | None = None):
+                 atol: float = 1e-7, mistakes=(), fix: str | None = None,
+                 by_hand: bool = False):
     """Fail unless ``got`` is close to ``expected`` (same shape, ``np.allclose``).
 
     ``mistakes`` is a list of ``(wrong_result, explanation)``: when ``got`` matches a known
     wrong result, its explanation is given as the likely fix (else ``fix``). A wrong result
     may be a function of no arguments (called only when needed; if it raises, it is skipped).
+    ``by_hand``: the case is the lesson's own by-hand example, whose answer the learner works
+    out; the message then shows what came back and where, never the expected values.
     """
     __tracebackhide__ = True
     expected = np.asarray(expected)
@@ -313,6 +309,10 @@ def expect_close(got: np.ndarray, expected, fn, case: str, what: str, *, rtol: f
         if _close(got, np.asarray(wrong), rtol, atol):
             fix = explanation
             break
+    if by_hand:
+        fail(fn, case, f"{what} is not what it should be on the lesson's by-hand example (work "
+                       f"it out above the exercise: the check does not print its answer).\n"
+                       f"    got:      {_show(got)}", fix)
     if got.shape == expected.shape and got.size:
         diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
         diff = np.where(np.isnan(diff), np.inf, diff)
@@ -366,9 +366,10 @@ def passed(fn, n_cases: int, on_gpu: bool = False, name: str | None = None):
     now: the learner has derived it and can compare."""
     __tracebackhide__ = True
     where = "NumPy and CuPy" if on_gpu else "NumPy"
-    name = name or _name(fn)
+    name = name or current_exercise() or _name(fn)
     print(f"\u2713 {_name(fn)}: all {n_cases} cases pass ({where}).")
     _passed.add(name)
+    _record(fn, "pass", name)
     text = _derivation_text(name)
     if text:
         _show_derivation(name, text)
@@ -406,7 +407,7 @@ def derivation(name: str) -> str:
     if text is None:
         raise KeyError(f"{name} has no held-back derivation (its lesson shows the reasoning in "
                        "place).")
-    if name not in _passed:
+    if name not in _passed and not _record_of(name)["passes"]:   # passed here, or before
         _raise(ExerciseError(
             f"The derivation of {name} is shown once your answer passes: derive it yourself, "
             f"then run its check (dl.check.{name}(your_function)). Stuck? "
@@ -432,3 +433,31 @@ def expect_on_gpu(value, fn, case, what):
 def rng(seed):
     __tracebackhide__ = True
     return np.random.default_rng([seed, 31337])
+
+
+def lines_run(fn, *args, case):
+    """``(fn(*args), the number of lines of fn's own file that ran meanwhile)``: the same for
+    every batch size when the code is vectorized, growing with N when it loops over the rows
+    (a loop over a small axis of fixed size does not grow). For the rule "vectorized"."""
+    __tracebackhide__ = True
+    import sys
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    count = 0
+
+    def local(frame, event, arg):
+        __tracebackhide__ = True
+        nonlocal count
+        count += event == "line"
+        return local
+
+    def tracer(frame, event, arg):
+        __tracebackhide__ = True
+        return local if frame.f_code.co_filename == filename else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        out = call(fn, *args, case=case)
+    finally:
+        sys.settrace(previous)
+    return out, count

@@ -11,8 +11,9 @@ check                       your function
 Each check runs your function on several cases and prints one line when all pass, or raises
 ``ExerciseError`` saying which case failed, what was expected, what came back and the likely
 mistake, as every check in the course does (the machinery is ``check/harness.py``'s). (No
-ipywidgets needed.) While a check runs the learner's function, the library's own version of
-what it builds (``dl.widgets.decision_grid``, the parameter counts) is refused.
+ipywidgets needed.) While a check runs the learner's function the library is closed
+(``dl.widgets.decision_grid``, the parameter counts and the rest: ``seal.py``), except the
+model that decision_grid is handed to ask for its predictions.
 """
 from __future__ import annotations
 
@@ -20,35 +21,16 @@ import numpy as np
 
 from ..models import MLP
 from ..train import History, StopTraining
-from .harness import (ExerciseError, call, expect_shape, expect_unchanged, fail, passed, to_array,
-                     to_number)
+from .harness import (ExerciseError, call, check_wrapper, expect_shape, expect_unchanged, fail,
+                      passed, to_array, to_number)
 
 __all__ = ["decision_grid", "early_stop", "mlp_parameter_count", "ExerciseError"]
 
-# The library's own versions of what each exercise builds, refused while the learner's function
-# runs (harness.refusing). early_stop has nothing in the library to call: it refuses nothing.
-REFUSE: dict[str, list[str]] = {
-    "decision_grid": ["dlcourse.widgets.playground.decision_grid",
-                      "dlcourse.widgets.playground.grid_extent"],
-    "mlp_parameter_count": ["dlcourse.layers.Layer.num_parameters",
-                            "dlcourse.widgets.playground.count_parameters"],
-}
 
-
-def _refuse(name):
-    """REFUSE[name], less what cannot be imported here (dl.widgets needs ipywidgets and
-    matplotlib: without them the learner cannot call it either)."""
-    __tracebackhide__ = True
-    import importlib
-    names = []
-    for dotted in REFUSE[name]:
-        if dotted.startswith("dlcourse.widgets."):
-            try:
-                importlib.import_module("dlcourse.widgets.playground")
-            except ImportError:
-                continue
-        names.append(dotted)
-    return names
+# decision_grid is handed a model to ask for its predictions: the model (its layers and the
+# softmax over its logits) is open; the grid is the learner's. The library is closed otherwise.
+_GRID_OPENS = ["dlcourse.layer_base", "dlcourse.layers", "dlcourse.models", "dlcourse.conv",
+               "dlcourse.losses.softmax"]
 
 
 def _decision_grid(model, X, resolution, pad):
@@ -75,7 +57,7 @@ def decision_grid(fn) -> None:
         case = f"an MLP {model.sizes} with resolution={R}, pad={pad}"
         was_training = model.training
         X_given = X.copy()
-        got = call(fn, model, X_given, R, pad, case=case, refuse=_refuse("decision_grid"))
+        got = call(fn, model, X_given, R, pad, case=case, opens=_GRID_OPENS)
         if was_training and not model.training:
             fail(fn, case, "the model was in training mode when passed, and your function left it "
                            "in evaluation mode: training it afterwards would run with Dropout "
@@ -140,6 +122,8 @@ def _history(val_accuracy, train_accuracy=1.0, val_loss=0.5):
 def _stops(callback, epoch, history, fn, case) -> bool:
     """Whether the learner's callback stops training at this epoch (False, or StopTraining)."""
     __tracebackhide__ = True
+
+    @check_wrapper(callback)
     def run():
         __tracebackhide__ = True
         try:
@@ -147,7 +131,7 @@ def _stops(callback, epoch, history, fn, case) -> bool:
         except StopTraining:
             return True
     run.__name__ = getattr(fn, "__name__", "early_stop")   # errors name the learner's function
-    return call(run, case=case, refuse=(),
+    return call(run, case=case,
                 on_error="the callback is called after every epoch with (epoch, history); read "
                          "the error above.")
 
@@ -165,7 +149,7 @@ def early_stop(fn) -> None:
              (0.5, [], None)]                        # no validation: never stop
     for target, accs, stop_at in cases:
         case = f"target={target}, validation accuracies {accs}"
-        callback = call(fn, target, case=case, refuse=())
+        callback = call(fn, target, case=case)
         if not callable(callback):
             fail(fn, case, f"it returned a {type(callback).__name__}.",
                  "return a function callback(epoch, history).")
@@ -229,7 +213,7 @@ def mlp_parameter_count(fn) -> None:
         pairs = list(zip(sizes[:-1], sizes[1:]))
         expected = sum(d_in * d_out + d_out for d_in, d_out in pairs)
         case = f"sizes={sizes}"
-        got = to_number(call(fn, list(sizes), case=case, refuse=_refuse("mlp_parameter_count")),
+        got = to_number(call(fn, list(sizes), case=case),
                         fn, case, "the count")
         if got == expected:
             continue
@@ -272,4 +256,14 @@ HINTS: dict[str, list[str]] = {
          "has 3 parameters, [2, 4, 2] has 22. Where to look: lesson 04a's Linear layer (its W and "
          "b) and the exercise text."),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'decision_grid': ['np.linspace', 'np.meshgrid(xs, ys)', 'np.c_', 'np.column_stack',
+        'model.eval()'],
+    'early_stop': ['>= target', 'return False', 'return True', 'val_accuracy[-1]'],
+    'mlp_parameter_count': ['d_in * d_out', 'd_in*d_out', '(d_in + 1) * d_out', '+ d_out',
+        'plus d_out'],
 }

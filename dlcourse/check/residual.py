@@ -24,23 +24,15 @@ from __future__ import annotations
 import numpy as np
 
 from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_tuple,
-                      expect_unchanged, fail, gpu, passed, rng, shape_text, to_array)
+                      expect_unchanged, fail, gpu, lines_run, passed, rng, shape_text, to_array)
 
 __all__ = ["layernorm_backward", "residual_backward"]
 
 
-# The library's own versions of what each exercise builds: refused (an ExerciseError) while
-# the learner's function runs, with every alias of them in a dlcourse module (dl.LayerNorm,
-# ...). BatchNorm2d is refused too: LayerNorm of x (N, D) is BatchNorm2d of x seen as N
-# channels of D values, a shortcut around the exercise.
+# While the learner's function runs the library is closed (harness.call; seal.py): an answer
+# that calls into it, or into any package but NumPy and CuPy, fails, naming the call.
 _NORMS = ["dlcourse.layers.LayerNorm.forward", "dlcourse.layers.LayerNorm.backward",
           "dlcourse.layers.BatchNorm2d.forward", "dlcourse.layers.BatchNorm2d.backward"]
-REFUSE: dict[str, list[str]] = {
-    "layernorm_backward": _NORMS,
-    "residual_backward": ["dlcourse.layers.Residual.forward", "dlcourse.layers.Residual.backward",
-                          "dlcourse.layers.Linear.backward", "dlcourse.layers.ReLU.backward",
-                          "dlcourse.layers.Sequential.backward"],
-}
 
 
 # ======================================================================================
@@ -79,7 +71,8 @@ def layernorm_backward(fn) -> None:
     Compared with ``dl.LayerNorm``'s backward (gradient-checked against finite differences in
     tests/test_check_residual.py). The usual mistakes are named: BatchNorm's axis, the mean's or
     the variance's path forgotten, sums where the derivation has means (a missing 1/D), dgamma
-    summed over the wrong axis. One case has N == D, one a batch of one sample."""
+    summed over the wrong axis. One case has N == D, one a batch of one sample; one runs it on
+    8 and 80 samples: vectorized, as the lesson asks, it runs the same lines for both."""
     __tracebackhide__ = True
     cases = _layernorm_cases()
     cp = gpu()
@@ -91,7 +84,7 @@ def layernorm_backward(fn) -> None:
         given = {"dout": dout.copy(), "x_hat": x_hat.copy(), "std": std.copy(),
                  "gamma": gamma.copy()}
         out = expect_tuple(call(fn, given["dout"], (given["x_hat"], given["std"]), given["gamma"],
-                                case=case, refuse=REFUSE["layernorm_backward"],
+                                case=case,
                                 on_error="std has shape (N, 1) and gamma (D,): both broadcast "
                                          "over dout (N, D) as they are; a mean over the features "
                                          "needs keepdims=True to broadcast back."),
@@ -156,18 +149,39 @@ def layernorm_backward(fn) -> None:
         expect_unchanged(fn, case, [(k, ref, given[k]) for k, ref in
                                     (("dout", dout), ("x_hat", x_hat), ("std", std),
                                      ("gamma", gamma))])
+    _expect_vectorized(fn)
     if cp is not None:
         x, gamma, dout, eps = cases[0]
         x_hat, std, e_dx, e_dgamma, e_dbeta = _layernorm_reference(x, gamma, dout, eps)
         case = f"dout and x_hat of shape {shape_text(x.shape)}, on the GPU (CuPy arrays)"
         out = expect_tuple(call(fn, cp.asarray(dout), (cp.asarray(x_hat), cp.asarray(std)),
-                                cp.asarray(gamma), case=case,
-                                refuse=REFUSE["layernorm_backward"]), 3, fn, case,
+                                cp.asarray(gamma), case=case), 3, fn, case,
                            "dx, dgamma, dbeta")
         for g, name, ref in zip(out, ("dx", "dgamma", "dbeta"), (e_dx, e_dgamma, e_dbeta)):
             expect_on_gpu(g, fn, case, name)
             expect_close(to_array(g, fn, case, name), ref, fn, case, name)
-    passed(fn, len(cases) + (cp is not None), cp is not None)
+    passed(fn, len(cases) + 1 + (cp is not None), cp is not None)
+
+
+def _expect_vectorized(fn):
+    """The lesson's rule, "vectorized, over the whole batch at once": the lines of Python the
+    function runs must not grow with the batch (a loop over the D features may stay)."""
+    __tracebackhide__ = True
+    small, large, D = 8, 80, 4
+    case = (f"the same function on batches of {small} and {large} samples, D = {D} (a vectorized "
+            f"answer runs the same lines of Python for both)")
+    lines = {}
+    for N in (small, large):
+        x = rng(N).standard_normal((N, D))
+        x_hat, std, *_ = _layernorm_reference(x, np.ones(D), np.ones((N, D)), 1e-5)
+        _, lines[N] = lines_run(fn, rng(N + 1).standard_normal((N, D)), (x_hat, std),
+                                np.ones(D), case=case)
+    if lines[large] - lines[small] >= (large - small) // 2:
+        fail(fn, case, f"your function ran {lines[small]} lines of Python for {small} samples and "
+                       f"{lines[large]} for {large}: it loops over the samples in Python. The "
+                       f"lesson asks for it vectorized, over the whole batch at once.",
+             "work on whole (N, D) arrays: a reduction over each sample's features is one call "
+             "for the whole batch (axis=1, keepdims=True to broadcast it back).")
 
 
 def _residual_cases():
@@ -214,7 +228,6 @@ def residual_backward(fn) -> None:
                  **{k: v.copy() for k, v in p.items()}}
         out = expect_tuple(call(fn, given["dout"], (given["x"], given["h"]),
                                 {k: given[k] for k in p}, case=case,
-                                refuse=REFUSE["residual_backward"],
                                 on_error="follow the shapes: dout (N, D) goes back through W2 "
                                          "(H, D) to the hidden units (N, H), then through W1 "
                                          "(D, H) to x (N, D). Which factor is transposed?"),
@@ -286,8 +299,8 @@ def residual_backward(fn) -> None:
         e = _residual_reference(x, p, dout)
         case = f"x and dout of shape {shape_text(x.shape)}, on the GPU (CuPy arrays)"
         g_dx, grads = expect_tuple(call(fn, cp.asarray(dout), (cp.asarray(x), cp.asarray(h)),
-                                        {k: cp.asarray(v) for k, v in p.items()}, case=case,
-                                        refuse=REFUSE["residual_backward"]), 2, fn, case,
+                                        {k: cp.asarray(v) for k, v in p.items()}, case=case),
+                                   2, fn, case,
                                    "dx, grads")
         for name, g, ref in [("dx", g_dx, e["x"])] + [(f"grads[{k!r}]", grads[k], e[k])
                                                      for k in p]:
@@ -334,4 +347,14 @@ HINTS: dict[str, list[str]] = {
          "dx = ___ + dz times W1 transposed. The skip adds no parameter gradients. Lesson 03's "
          "Linear and ReLU backward are the pieces."),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'layernorm_backward': ['gather over the batch', "its own sample's",
+        "over that sample's features", 'average over that sample', 'axis 1', 'axis=1', 'axis 0',
+        'axis=0', 'sum over the batch', 'mean of d', '(d - '],
+    'residual_backward': ['meet at x', 'dout +', '+ dout', 'plus dout', 'add the two',
+        "the two paths' gradients", 'skip passes', 'identity'],
 }

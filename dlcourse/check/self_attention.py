@@ -32,20 +32,8 @@ from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_tu
 __all__ = ["attention_backward", "causal_mask", "merge_softmax", "naive_attention_bytes"]
 
 
-# The library's own versions of what each exercise builds: refused (an ExerciseError) while
-# the learner's function runs, with every alias of them in a dlcourse module.
-_ATTENTION = ["dlcourse.attention.attention_backward", "dlcourse.attention.attention_forward",
-              "dlcourse.attention.MultiHeadAttention.backward",
-              "dlcourse.flash_attention.flash_attention_backward"]
-REFUSE: dict[str, list[str]] = {
-    "attention_backward": _ATTENTION,
-    "causal_mask": ["dlcourse.attention.causal_mask"],
-    "merge_softmax": ["dlcourse.flash_attention.flash_attention_forward",
-                      "dlcourse.flash_attention.flash_attention", "dlcourse.attention.attention",
-                      "dlcourse.attention.attention_forward", "dlcourse.attention.masked_softmax",
-                      "dlcourse.losses.softmax", "dlcourse.losses.log_softmax"],
-    "naive_attention_bytes": ["dlcourse.flash_attention.attention_traffic"],
-}
+# While the learner's function runs the library is closed (harness.call; seal.py): an answer
+# that calls into it, or into any package but NumPy and CuPy, fails, naming the call.
 
 
 # ======================================================================================
@@ -54,15 +42,64 @@ REFUSE: dict[str, list[str]] = {
 def _attention_cases():
     """(q, k, v, causal) of each case, float64. The second has Tq == Tk, where a missing
     transpose keeps the shapes right and only the values tell; the third is causal, so P holds
-    zeros; the last has one head of size 1."""
+    zeros; the fourth has one head of size 1; the last has rows of _LONG keys, where a Tk x Tk
+    matrix per row (the softmax's Jacobian, which the lesson asks not to build) is 8 MiB."""
     __tracebackhide__ = True
     r = rng(151)
     cases = []
     for (N, H, Tq, Tk, d), causal in [((2, 2, 3, 5, 4), False), ((1, 2, 4, 4, 3), False),
-                                      ((2, 1, 5, 5, 2), True), ((1, 3, 2, 6, 1), False)]:
+                                      ((2, 1, 5, 5, 2), True), ((1, 3, 2, 6, 1), False),
+                                      ((1, 2, 2, _LONG, 4), False)]:
         q, k, v = (r.standard_normal(s) for s in ((N, H, Tq, d), (N, H, Tk, d), (N, H, Tk, d)))
         cases.append((q * 1.5, k, v, causal))
     return cases
+
+
+_LONG = 1024     # keys per row in the case where a Tk x Tk matrix would show
+
+
+class _Peak:
+    """``with _Peak(on) as peak:`` the most memory (bytes) allocated at once in the block, above
+    what was allocated before it (``peak.bytes``; tracemalloc sees NumPy's arrays). Off: 0."""
+
+    def __init__(self, on: bool):
+        __tracebackhide__ = True
+        self.on, self.bytes, self.started = on, 0, False
+
+    def __enter__(self):
+        __tracebackhide__ = True
+        import tracemalloc
+        if self.on:
+            self.started = not tracemalloc.is_tracing()
+            if self.started:
+                tracemalloc.start()
+            tracemalloc.reset_peak()
+            self.base = tracemalloc.get_traced_memory()[0]
+        return self
+
+    def __exit__(self, *exc):
+        __tracebackhide__ = True
+        import tracemalloc
+        if self.on:
+            self.bytes = tracemalloc.get_traced_memory()[1] - self.base
+            if self.started:
+                tracemalloc.stop()
+        return False
+
+
+def _expect_no_square(fn, case, peak, p, Tk):
+    """Fail if the call held a Tk x Tk array (a row's Jacobian, even in 16 bits) at some moment:
+    the rule's answer needs a few arrays of p's size, 32 KiB in the long case."""
+    __tracebackhide__ = True
+    if peak.bytes < Tk * Tk * 2:
+        return
+    fail(fn, case, f"it builds a Tk x Tk matrix for a row of p (the softmax's Jacobian, {Tk} x "
+                   f"{Tk} here): your function held {peak.bytes / 2 ** 20:.1f} MiB at once, where "
+                   f"p itself is {p.nbytes / 2 ** 10:.0f} KiB. The lesson asks for the Jacobian "
+                   f"applied to dP without building the Tk x Tk matrix: a real model's rows hold "
+                   f"thousands of keys.",
+         "work out, for one row, what the Jacobian times dP gives at each key j; that needs "
+         "no Tk x Tk array, only products of rows and one sum over the keys.")
 
 
 def _attention_reference(q, k, v, causal, dout):
@@ -92,13 +129,13 @@ def attention_backward(fn) -> None:
         case = (f"q {shape_text(q.shape)}, k and v {shape_text(k.shape)}, p "
                 f"{shape_text(p.shape)}{', causal (p is 0 above the diagonal)' if causal else ''}")
         given = {"dout": dout.copy(), "q": q.copy(), "k": k.copy(), "v": v.copy(), "p": p.copy()}
-        out = expect_tuple(call(fn, given["dout"], (given["q"], given["k"], given["v"],
-                                                    given["p"]), case=case,
-                                refuse=REFUSE["attention_backward"],
-                                on_error="follow the shapes: dout (N, H, Tq, d), p (N, H, Tq, Tk); "
-                                         "swapaxes(-1, -2) transposes the last two axes of a "
-                                         "4-D array, and @ multiplies over the last two."),
-                           3, fn, case, "dq, dk, dv")
+        with _Peak(Tk >= _LONG) as peak:       # the rule: no Tk x Tk matrix
+            answer = call(fn, given["dout"], (given["q"], given["k"], given["v"], given["p"]),
+                          case=case,
+                          on_error="follow the shapes: dout (N, H, Tq, d), p (N, H, Tq, Tk); "
+                                   "swapaxes(-1, -2) transposes the last two axes of a 4-D "
+                                   "array, and @ multiplies over the last two.")
+        out = expect_tuple(answer, 3, fn, case, "dq, dk, dv")
         dq, dk, dv = (to_array(a, fn, case, n) for a, n in zip(out, ("dq", "dk", "dv")))
         scale = 1 / math.sqrt(d)
         pT = p.swapaxes(-1, -2)
@@ -156,13 +193,14 @@ def attention_backward(fn) -> None:
                "same scale as dq.")
         expect_unchanged(fn, case, [(n, ref, given[n]) for n, ref in
                                     (("dout", dout), ("q", q), ("k", k), ("v", v), ("p", p))])
+        _expect_no_square(fn, case, peak, p, Tk)
     if cp is not None:
         q, k, v, causal = cases[0]
         dout = rng(35).standard_normal(q.shape)
         p, e_dq, e_dk, e_dv = _attention_reference(q, k, v, causal, dout)
         case = f"q {shape_text(q.shape)}, on the GPU (CuPy arrays)"
         out = expect_tuple(call(fn, cp.asarray(dout), tuple(cp.asarray(a) for a in (q, k, v, p)),
-                                case=case, refuse=REFUSE["attention_backward"]), 3, fn, case,
+                                case=case), 3, fn, case,
                            "dq, dk, dv")
         for g, name, ref in zip(out, ("dq", "dk", "dv"), (e_dq, e_dk, e_dv)):
             expect_on_gpu(g, fn, case, name)
@@ -183,7 +221,7 @@ def causal_mask(fn) -> None:
     for Tq, Tk in cases:
         case = f"Tq={Tq}, Tk={Tk}" + (" (the queries are the last Tq of Tk positions)"
                                        if Tq < Tk else "")
-        got = call(fn, Tq, Tk, case=case, refuse=REFUSE["causal_mask"])
+        got = call(fn, Tq, Tk, case=case)
         arr = to_array(got, fn, case, "the mask")
         expect_shape(arr, (Tq, Tk), fn, case, "the mask", "one row per query, one column per key.")
         if arr.dtype != np.bool_:
@@ -224,7 +262,10 @@ def _partial(s, v):
 def _merge_cases():
     """(s1, v1, s2, v2) of each case: the scores (R, B1), (R, B2) of two blocks of keys and
     their values. The second has scores near 1000 (exp overflows), the third a row whose first
-    block is all masked (-inf: m1 = -inf, l1 = 0, o1 = 0), the last maxima that differ by 30."""
+    block is all masked (-inf: m1 = -inf, l1 = 0, o1 = 0), the fourth maxima that differ by 30,
+    the last a row whose keys are masked in both blocks (m1 = m2 = -inf, l1 = l2 = 0: a causal
+    tile's row before its first key, merged into the starting state), whose result is m = -inf,
+    l = 0, o = 0."""
     __tracebackhide__ = True
     r = rng(161)
     cases = []
@@ -236,6 +277,9 @@ def _merge_cases():
         if d == 1:
             s2 += 30
         cases.append((s1, r.standard_normal((B1, d)), s2, r.standard_normal((B2, d))))
+    s1, s2 = r.standard_normal((3, 3)), r.standard_normal((3, 2))
+    s1[1], s2[1], s2[2] = -np.inf, -np.inf, -np.inf
+    cases.append((s1, r.standard_normal((3, 2)), s2, r.standard_normal((2, 2))))
     return cases
 
 
@@ -245,8 +289,9 @@ def merge_softmax(fn) -> None:
     largest score of each row; l_b (R, 1), the sum of exp(score - m_b) over the block; o_b
     (R, d), the block's own attention output (its softmax-weighted average of values). The
     merge must equal the result over both blocks at once: m the larger max, l the sum against
-    it, o the output over all keys. Cases with scores near 1000 (exp overflows) and with a row
-    whose first block is entirely masked (m1 = -inf, l1 = 0)."""
+    it, o the output over all keys. Cases with scores near 1000 (exp overflows), with a row
+    whose first block is entirely masked (m1 = -inf, l1 = 0), and with a row masked in both
+    blocks (its merge is m = -inf, l = 0, o = 0)."""
     __tracebackhide__ = True
     cases = _merge_cases()
     cp = gpu()
@@ -255,12 +300,20 @@ def merge_softmax(fn) -> None:
         (m1, l1, o1), (m2, l2, o2) = _partial(s1, v1), _partial(s2, v2)
         m, l, o = _partial(np.concatenate([s1, s2], axis=1), np.concatenate([v1, v2]))
         masked = bool(np.isinf(m1).any())
+        empty = (np.isinf(m1) & np.isinf(m2)).ravel()          # rows with no key at all
+        both = (f"row {int(np.argmax(empty))} entirely masked in BOTH blocks (m1 = m2 = -inf, "
+                f"l1 = l2 = 0)")
         case = (f"R={R} rows, d={d}; blocks of {s1.shape[1]} and {s2.shape[1]} keys"
                 + (", scores near 1000" if s1.min() > 500 else "")
-                + (", row 1's first block entirely masked (m1 = -inf, l1 = 0)" if masked else "")
+                + (f", {both}" if empty.any() else
+                   ", row 1's first block entirely masked (m1 = -inf, l1 = 0)" if masked else "")
                 + (", maxima about 30 apart" if d == 1 else ""))
+        nothing = ("a row with no key at all merges to m = -inf, l = 0, o = 0 (the tiled "
+                   "loop's starting state): there the new max is -inf too, so exp(m1 - m) is "
+                   "exp(-inf + inf) = nan, and o is 0 / 0. Guard such rows, so that a masked "
+                   "block's factor is 0 and nothing is divided by l = 0.")
         given = [a.copy() for a in (m1, l1, o1, m2, l2, o2)]
-        out = expect_tuple(call(fn, *given, case=case, refuse=REFUSE["merge_softmax"],
+        out = expect_tuple(call(fn, *given, case=case,
                                 on_error="m and l are (R, 1) columns, so they broadcast against "
                                          "o (R, d) as they are."),
                            3, fn, case, "m, l, o")
@@ -274,6 +327,9 @@ def merge_softmax(fn) -> None:
             a1, a2 = np.exp(m1 - m), np.exp(m2 - m)
             b1, b2 = np.exp(m - m1), np.exp(m - m2)
         expect_shape(gl, (R, 1), fn, case, "l", "one sum per row, (R, 1).")
+        if np.isnan(gl[empty]).any():
+            fail(fn, case, f"l is nan in row {int(np.argmax(empty))}, whose keys are all "
+                           f"masked.", nothing)
         if not np.isfinite(gl).all():
             fail(fn, case, "l holds inf or nan.",
                  "exp of a score near 1000 overflows: exponentiate only DIFFERENCES from the "
@@ -290,6 +346,9 @@ def merge_softmax(fn) -> None:
         ], fix="each l_b sums exp(score - m_b); written against the new max m, each term is "
                "multiplied by one factor per block. Which?")
         expect_shape(go, (R, d), fn, case, "o", "o has o1's shape (R, d).")
+        if not np.isfinite(go[empty]).all():
+            fail(fn, case, f"o holds nan in row {int(np.argmax(empty))}, whose keys are all "
+                           f"masked.", nothing)
         if not np.isfinite(go).all():
             fail(fn, case, "o holds inf or nan.",
                  "only differences from the new max may be exponentiated; and a masked block "
@@ -315,8 +374,8 @@ def merge_softmax(fn) -> None:
         parts = _partial(s1, v1) + _partial(s2, v2)
         expected = _partial(np.concatenate([s1, s2], axis=1), np.concatenate([v1, v2]))
         case = "the first case, on the GPU (CuPy arrays)"
-        out = expect_tuple(call(fn, *(cp.asarray(a) for a in parts), case=case,
-                                refuse=REFUSE["merge_softmax"]), 3, fn, case, "m, l, o")
+        out = expect_tuple(call(fn, *(cp.asarray(a) for a in parts), case=case), 3, fn, case,
+                           "m, l, o")
         for g, name, ref in zip(out, ("m", "l", "o"), expected):
             expect_on_gpu(g, fn, case, name)
             expect_close(to_array(g, fn, case, name), ref, fn, case, name)
@@ -337,7 +396,7 @@ def naive_attention_bytes(fn) -> None:
     cases = [(1, 1, 8, 4, 4), (2, 3, 16, 8, 4), (4, 8, 256, 64, 2), (1, 2, 1, 1, 4)]
     for N, H, T, d, b in cases:
         case = f"N={N}, H={H}, T={T}, d={d}, itemsize={b} bytes"
-        got = to_number(call(fn, N, H, T, d, b, case=case, refuse=REFUSE["naive_attention_bytes"]),
+        got = to_number(call(fn, N, H, T, d, b, case=case),
                         fn, case, "the byte count", "return one number: bytes read plus written.")
         want = attention_traffic(N, H, T, d, itemsize=b)["naive"]
         if got == want:
@@ -402,4 +461,16 @@ HINTS: dict[str, list[str]] = {
          "hold T times ___ each. Add each array once per read or write, then multiply by N, H "
          "and ___."),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'causal_mask': ['Tk - Tq', 'tk - tq', '<=', 'np.tril', 'tril'],
+    'attention_backward': ['a product with p and one sum per row', 'one sum per row', 'p * (dP',
+        'p * (dp', 'dP - ', 'row sum', 'sum(p * dP', '(dP * p).sum'],
+    'naive_attention_bytes': ['4 * T * d', '4*T*d', '3 * T * T', 'T * T *', 'T*T', '6 * T * d'],
+    'merge_softmax': ['the larger one', 'np.maximum(m1, m2)', 'exp(m1 - m', 'exp(m_b - m)',
+        'exponential of a difference', 'share of the merged sum', "weighted by each block's",
+        "rescale each block's sum"],
 }

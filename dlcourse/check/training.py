@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .harness import (call, expect_close, expect_shape, expect_tuple, expect_unchanged, fail,
-                      passed, rng, to_array, to_number)
+from .harness import (call, check_wrapper, expect_close, expect_shape, expect_tuple,
+                      expect_unchanged, fail, passed, rng, to_array, to_number)
 
 __all__ = [
     "iterate_minibatches", "accuracy", "sgd_momentum_step", "dropout_forward", "dropout_backward",
@@ -37,24 +37,12 @@ __all__ = [
 ]
 
 
-# The library's own versions of what each exercise builds: refused (an ExerciseError) while
-# the learner's function runs, with every alias of them in a dlcourse module (dl.SGD, ...).
-REFUSE: dict[str, list[str]] = {
-    "iterate_minibatches": ["dlcourse.data.batching.batches"],
-    "accuracy": ["dlcourse.train.evaluate", "dlcourse.metrics.confusion_matrix",
-                 "dlcourse.train._correct"],
-    "sgd_momentum_step": ["dlcourse.optim.SGD.step"],
-    "dropout_forward": ["dlcourse.layers.Dropout.forward"],
-    "dropout_backward": ["dlcourse.layers.Dropout.backward", "dlcourse.layers.Dropout.forward"],
-    "adam_step": ["dlcourse.optim.Adam.step"],
-}
-
-
 def _all_batches(fn):
     """``fn`` (a generator function, or one that returns a list), run to the end inside the
-    call, so that what it calls while yielding is refused too; the same name in messages."""
+    call, so that the library stays closed while it yields too; the same name in messages."""
     __tracebackhide__ = True
 
+    @check_wrapper(fn)
     def run(*args, **kwargs):
         __tracebackhide__ = True
         out = fn(*args, **kwargs)
@@ -62,10 +50,8 @@ def _all_batches(fn):
             return out if out is None or isinstance(out, (list, tuple)) else list(out)
         except TypeError:
             return out
-    import types
-    # the learner's globals, so that a name they imported (from ... import batches) is refused too
-    return types.FunctionType(run.__code__, getattr(fn, "__globals__", globals()),
-                              getattr(fn, "__name__", "iterate_minibatches"), None, run.__closure__)
+    run.__name__ = getattr(fn, "__name__", "iterate_minibatches")
+    return run
 
 
 # ======================================================================================
@@ -94,8 +80,7 @@ def iterate_minibatches(fn) -> None:
         __tracebackhide__ = True
         case = f"X of shape {X.shape}, batch_size={B}, shuffle={shuffle}, seed={seed}"
         X_given, y_given = X.copy(), y.copy()     # the check's own X and y stay as they are
-        out = call(_all_batches(fn), X_given, y_given, B, shuffle=shuffle, seed=seed, case=case,
-                   refuse=REFUSE["iterate_minibatches"])
+        out = call(_all_batches(fn), X_given, y_given, B, shuffle=shuffle, seed=seed, case=case)
         if out is None:
             fail(fn, case, "it returned None.", "`yield xb, yb` inside the loop (or return a list "
                  "of (xb, yb) pairs).")
@@ -191,7 +176,7 @@ def accuracy(fn) -> None:
         case = f"logits of shape ({N}, {K}), y = {yy.tolist()}"
         expected = float((lg.argmax(axis=1) == yy).mean())
         logits_given, y_given = lg.astype(np.float32), yy.copy()
-        got = to_number(call(fn, logits_given, y_given, case=case, refuse=REFUSE["accuracy"],
+        got = to_number(call(fn, logits_given, y_given, case=case,
                              on_error="the classes are along axis 1: the index of each ROW's "
                                       "largest entry is one prediction per sample, shape (N,), to "
                                       "compare with y."),
@@ -255,7 +240,7 @@ def sgd_momentum_step(fn) -> None:
                     f"between steps: {', '.join(map(str, lrs))}; the velocity starts at zero)")
             # a copy: the reference below, and the next settings, use the untouched gradients
             call(fn, params, {k: g.copy() for k, g in grads.items()}, velocity, lr, momentum,
-                 case=case, refuse=REFUSE["sgd_momentum_step"])
+                 case=case)
             for k in shapes:
                 tp, tv = ref["torch"]
                 tv[k] = momentum * tv[k] + grads[k]
@@ -326,8 +311,7 @@ def dropout_forward(fn) -> None:
         x = r.standard_normal(shape)
         x_given = x.copy()
         gen = np.random.default_rng(seed)
-        out = expect_tuple(call(fn, x_given, p, gen, case=case,
-                                refuse=REFUSE["dropout_forward"]),
+        out = expect_tuple(call(fn, x_given, p, gen, case=case),
                            2, fn, case, "out, mask")
         got, mask = (to_array(a, fn, case, n) for a, n in zip(out, ("out", "mask")))
         expect_shape(got, shape, fn, case, "out", "out has x's shape.")
@@ -391,8 +375,7 @@ def dropout_backward(fn) -> None:
         cases.append((f"dout of shape {shape}, a mask with p={p}", r.standard_normal(shape), mask, p))
     for case, dout, mask, p in cases:
         given = {"dout": dout.copy(), "mask": mask.copy()}
-        got = to_array(call(fn, given["dout"], given["mask"], case=case,
-                            refuse=REFUSE["dropout_backward"]), fn, case, "dx")
+        got = to_array(call(fn, given["dout"], given["mask"], case=case), fn, case, "dx")
         expect_shape(got, dout.shape, fn, case, "dx", "dx has dout's shape.")
         expect_close(got, dout * mask, fn, case, "dx", mistakes=[
             (dout, "dout passed through everywhere: the dropped entries had no effect on the "
@@ -435,8 +418,9 @@ def adam_step(fn) -> None:
         for t, grads in enumerate(grads_seq, start=1):
             case = (f"lr={lr}, beta1={b1}, beta2={b2}, eps={eps}, step t={t} of 3 (m and v start "
                     f"at zero; gradients of size about {scale})")
+            before = tuple({k: a.copy() for k, a in d.items()} for d in (params, m, v))
             call(fn, params, {k: g.copy() for k, g in grads.items()}, m, v, t, lr, b1, b2, eps,
-                 case=case, refuse=REFUSE["adam_step"])
+                 case=case)
             for k in shapes:
                 g, prev = grads[k], ref_p[k]     # each mistake: one step from the right start
                 ref_m[k] = b1 * ref_m[k] + (1 - b1) * g
@@ -494,6 +478,13 @@ def adam_step(fn) -> None:
                                  (wrong["raw"][k], "no bias correction: early on m and v are "
                                   "too small because they started at zero; divide each by the "
                                   "factor that the derivation gives for step t."),
+                                 (lambda: params[k] if _ignores_t(fn, before, grads, t, lr, b1,
+                                                                  b2, eps, case) else None,
+                                  "no bias correction: your step is the same whatever t is, "
+                                  "but early on m and v are too small because they started at "
+                                  "zero, and the correction that undoes it depends on the "
+                                  "step's number t; divide each by the factor that the "
+                                  "derivation gives for step t."),
                                  (wrong["m_only"][k], "only m is corrected: v started at zero "
                                   "too, and needs its own factor (with beta2)."),
                                  (wrong["v_only"][k], "only v is corrected: m started at zero "
@@ -508,6 +499,22 @@ def adam_step(fn) -> None:
                              ], fix="the step is lr times the corrected m divided by (the "
                                     "square root of the corrected v, plus eps).")
     passed(fn, 3 * len(settings))
+
+
+def _ignores_t(fn, before, grads, t, lr, b1, b2, eps, case) -> bool:
+    """Whether ``fn`` takes the same step from the same state at step t and at step t + 50 (then
+    it has no bias correction: t enters Adam's step only there)."""
+    __tracebackhide__ = True
+    steps = []
+    for when in (t, t + 50):
+        state = tuple({k: a.copy() for k, a in d.items()} for d in before)
+        try:
+            call(fn, *state[:1], {k: g.copy() for k, g in grads.items()}, *state[1:], when, lr,
+                 b1, b2, eps, case=case)
+        except Exception:  # noqa: BLE001 - it fails another way: say nothing about t
+            return False
+        steps.append(state[0])
+    return all(np.array_equal(np.asarray(steps[0][k]), np.asarray(steps[1][k])) for k in steps[0])
 
 
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
@@ -535,7 +542,9 @@ HINTS: dict[str, list[str]] = {
          'update rules are in the markdown cell above the exercise (section 6).'),
     ],
     'dropout_forward': [
-        "the mask holds 0 or 1/(1 - p); the output is x times the mask, entry by entry",
+        ("at one entry, E[out] = (the probability it is kept) times c times x, plus (the "
+         "probability it is dropped) times 0: set that equal to x and solve for c. The mask "
+         "holds 0 or c; the output is x times the mask, entry by entry"),
         ("mask = (one uniform number from rng per entry of x, compared with ___) scaled by ___; "
          "out = ___. The markdown cell above the exercise says which entries are kept, and the "
          "expected value you want, E[out] = x, fixes the scale."),
@@ -555,4 +564,19 @@ HINTS: dict[str, list[str]] = {
          'm_hat over (___ + eps), the first three in place. The averages are in the markdown cell above '
          'the exercise.'),
     ],
+}
+
+# What would give each answer away: no first-level hint (the `# HINT:` line, the raise text of
+# the learner's copy) may contain one of these (tests/test_hints.py; case and spaces ignored).
+ANSWER_TOKENS: dict[str, list[str]] = {
+    'iterate_minibatches': ['rng.permutation', 'np.random.default_rng(seed)',
+        'range(0, N, batch_size)', 'order[start'],
+    'accuracy': ['argmax', '.mean()', 'np.mean('],
+    'sgd_momentum_step': ['v *= momentum', 'p -= lr * v', 'velocity[k] *=', 'params[k] -='],
+    'dropout_forward': ['1/(1-p)', '1 / (1 - p)', '1-p', '/ (1 - p)', 'divided by (1',
+        'inverse of the keep'],
+    'dropout_backward': ['same scale', 'same entries', 'dout * mask', 'times the mask',
+        'multiply dout by the mask', 'by the mask'],
+    'adam_step': ['1 - beta1**t', '1 - beta1 ** t', 'beta1**t', 'beta1 ** t', 'beta1^t',
+        'beta1 to the power', 'to the power t', 'power of t', '1 - beta2'],
 }

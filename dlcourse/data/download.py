@@ -170,17 +170,26 @@ def _download(url, dest: Path, sha256, md5, progress, by_hand) -> Path:
         print(f"dlcourse: {dest} cannot be reused ({problem}); downloading it again.",
               file=sys.stderr)
 
+    created = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]  # deepest first
     dest.parent.mkdir(parents=True, exist_ok=True)
-    # Written to a temporary file beside dest, which becomes dest only once it is verified.
-    with atomic_write(dest) as out:
-        found = _fetch(url, out, with_md5=bool(md5), progress=progress, dest=dest,
-                       by_hand=by_hand)
-        problem = _mismatch(found, sha256, md5, None)
-        if problem is not None:
-            raise ChecksumError(
-                f"The file downloaded from {url} has {problem}. It was deleted and nothing "
-                f"was saved as {dest}. The download may have been corrupted (try again), or "
-                f"the mirror now serves a different file. You can also {by_hand}.")
+    try:
+        # Written to a temporary file beside dest, which becomes dest only once it is verified.
+        with atomic_write(dest) as out:
+            found = _fetch(url, out, with_md5=bool(md5), progress=progress, dest=dest,
+                           by_hand=by_hand)
+            problem = _mismatch(found, sha256, md5, None)
+            if problem is not None:
+                raise ChecksumError(
+                    f"The file downloaded from {url} has {problem}. It was deleted and nothing "
+                    f"was saved as {dest}. The download may have been corrupted (try again), or "
+                    f"the mirror now serves a different file. You can also {by_hand}.")
+    except BaseException:
+        for folder in created:           # a failed download leaves no empty cache folder
+            try:
+                folder.rmdir()           # only if empty: never what something else put there
+            except OSError:
+                break
+        raise
     _write_sidecar(dest, found.sha256)
     return dest
 

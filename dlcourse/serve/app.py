@@ -7,7 +7,10 @@ Introduced in notebook ``12_checkpoint_to_service``. Started by ``dlcourse serve
 ``GET /health``      ``{"status": "ok", "engine": "onnxruntime", "sha256": ..., "input_shape":
                      [...], "classes": K, "batch_window_ms": 2, ...}``
 ``POST /predict``    ``{"inputs": [[...], ...]}`` (a batch, shaped as the model's input, flat
-                     or as images) -> ``{"classes": [...], "probabilities": [[...], ...]}``
+                     or as images) -> ``{"classes": [...], "probabilities": [[...], ...]}``;
+                     for a language model ``{"inputs": ["The ", [5, 7], ...]}`` (prompts as
+                     text or token ids) -> each prompt's next token: its class (id), the
+                     probabilities over the vocabulary and ``"next_characters"``
 
 The model runs on onnxruntime when it is installed, exported at start and checked against
 ``dl.infer``, or on ``dl.infer`` itself (``engines.py``); requests that arrive within a few
@@ -34,9 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import load_bytes
-from ..inference import InputError, as_batch, check_parameters_finite, fits, input_shape
+from ..inference import (InputError, as_batch, check_parameters_finite, fits, input_shape,
+                         tokens_of)
 from .batching import Batcher, run_rows
-from .engines import Engine, EngineError, dlcourse_engine, engine_for_checkpoint, engine_for_onnx
+from .engines import (Engine, EngineError, dlcourse_engine, engine_for_checkpoint,
+                      engine_for_onnx, language_engine)
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 MAX_REQUEST_BYTES = 4 * 2**20     # 4 MiB of JSON: a batch of ~256 MNIST images
@@ -163,14 +168,16 @@ def _host_name(header: str) -> str:
 
 def create_app(model, *, sha256: str = "", name: str = "model",
                max_request_bytes: int = MAX_REQUEST_BYTES, max_batch: int = MAX_BATCH,
-               hosts: set | None = None, batch_window_ms: float = BATCH_WINDOW_MS):
+               hosts: set | None = None, batch_window_ms: float = BATCH_WINDOW_MS,
+               signed_by: str | None = None):
     """The FastAPI application serving ``model`` (see the module docstring): an
     :class:`~dlcourse.serve.engines.Engine`, or a dlcourse model (then run by ``dl.infer``).
     ``hosts``: the names a request's ``Host:`` header may give (:func:`allowed_hosts`; None:
     any). A web page using DNS rebinding sends its own domain there, so requests for other
     names are refused (421): such a page cannot reach a service on this machine's loopback.
     ``batch_window_ms``: requests arriving within it run as one batch of at most
-    ``max_batch`` samples (``batching.py``); 0 runs each request on its own."""
+    ``max_batch`` samples (``batching.py``); 0 runs each request on its own. ``signed_by``: the
+    key id whose signature was verified at start (``/health`` names it), None if unchecked."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.concurrency import run_in_threadpool
@@ -179,15 +186,27 @@ def create_app(model, *, sha256: str = "", name: str = "model",
     except ImportError:
         raise ImportError("the prediction service needs FastAPI and uvicorn: python -m pip "
                           "install -e \".[serve]\"") from None
-    engine = model if isinstance(model, Engine) else dlcourse_engine(model, input_shape(model))
-    shape = engine.input_shape
+    if isinstance(model, Engine):
+        engine = model
+    else:
+        engine = dlcourse_engine(model, input_shape(model))
+        tokens = tokens_of(model)
+        engine = engine if tokens is None else language_engine(engine, tokens)
+    shape, tokens = engine.input_shape, engine.tokens
     K = int(engine.predict(np.zeros((1,) + shape, np.float32))[1].shape[1])
-    expected = (f'{{"inputs": [...]}}: a list of at most {max_batch} samples, each shaped '
-                f'{list(shape)}' + (f" or flat ({int(np.prod(shape))} numbers)"
-                                    if len(shape) > 1 else ""))
+    if tokens is not None:                       # a language model: prompts in
+        expected = f'{{"inputs": [...]}}: a list of at most {max_batch} prompts, {tokens.expected()}'
+    else:
+        expected = (f'{{"inputs": [...]}}: a list of at most {max_batch} samples, each shaped '
+                    f'{list(shape)}' + (f" or flat ({int(np.prod(shape))} numbers)"
+                                        if len(shape) > 1 else ""))
     info = {"status": "ok", "model": name, "sha256": sha256, "engine": engine.name,
             "input_shape": list(shape), "classes": K, "max_batch": max_batch,
-            "max_request_bytes": max_request_bytes, "batch_window_ms": batch_window_ms}
+            "max_request_bytes": max_request_bytes, "batch_window_ms": batch_window_ms,
+            "signature": ({"verified": True, "key_id": signed_by} if signed_by else
+                          {"verified": False})}
+    if tokens is not None:
+        info.update(input="prompts: text or token ids", vocabulary=tokens.chars)
     batcher = (Batcher(engine.predict, batch_window_ms / 1000, max_batch)
                if batch_window_ms > 0 else None)
     unbatched = {"model_calls": 0, "requests": 0}
@@ -267,7 +286,7 @@ def create_app(model, *, sha256: str = "", name: str = "model",
                               f"{len(inputs)}: split the batch.")
         try:
             with np.errstate(over="ignore", invalid="ignore"):
-                x = as_batch(inputs, shape)
+                x = as_batch(inputs, shape) if tokens is None else tokens.batch(inputs)
         except (InputError, RecursionError) as err:
             return error(422, str(err) if isinstance(err, InputError) else "nested too deep.")
         answer = await run_model(x)
@@ -284,7 +303,10 @@ def create_app(model, *, sha256: str = "", name: str = "model",
                               f"{bad[:10].tolist()}: these inputs are so far from what it was "
                               f"trained on that its arithmetic overflows. Send values in the "
                               f"range of its training data.")
-        return {"classes": classes.tolist(), "probabilities": np.round(probs, 6).tolist()}
+        answer = {"classes": classes.tolist(), "probabilities": np.round(probs, 6).tolist()}
+        if tokens is not None and tokens.chars:
+            answer["next_characters"] = [tokens.chars[c] for c in classes]
+        return answer
 
     return app
 
@@ -335,13 +357,20 @@ def serve(path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     host = check_host(host)
     served, digest = load_engine(path, expect_sha256, engine=engine, key=key,
                                  public_key=public_key, shape=shape)
+    signed_by = None
+    if public_key is not None:           # verified by load_engine, or it would have refused
+        from ..protect import public_key_id, signature_path
+        signed_by = public_key_id(public_key)
     app = create_app(served, sha256=digest, name=Path(path).name,
                      max_request_bytes=max_request_bytes, hosts=allowed_hosts(host),
-                     batch_window_ms=batch_window_ms)
+                     batch_window_ms=batch_window_ms, signed_by=signed_by)
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"dlcourse serve: {path} (sha256 {digest}), input {list(served.input_shape)}",
           flush=True)
+    if signed_by is not None:
+        print(f"dlcourse serve: signature verified: key id {signed_by} "
+              f"({signature_path(path).name})", flush=True)
     print(f"dlcourse serve: engine {served.name} ({served.note}); " +
           (f"requests arriving within {batch_window_ms:g} ms run as one batch (at most "
            f"{MAX_BATCH} samples)" if batch_window_ms > 0 else "no batching across requests"),
@@ -350,6 +379,11 @@ def serve(path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
         where = ("all interfaces (0.0.0.0 and ::)" if host in ("0.0.0.0", "::") else host)
         print(f"dlcourse serve: warning: listening on {where}, so other machines can reach this "
               f"service; the default, 127.0.0.1, keeps it to this machine.", flush=True)
-    print(f"dlcourse serve: draw a digit at http://{shown}:{port}/ (Ctrl-C to stop)", flush=True)
+    if served.tokens is not None:        # a language model: no digit to draw
+        print(f"dlcourse serve: POST prompts to http://{shown}:{port}/predict, e.g. "
+              f"{{\"inputs\": [\"The \"]}} (Ctrl-C to stop)", flush=True)
+    else:
+        print(f"dlcourse serve: draw a digit at http://{shown}:{port}/ (Ctrl-C to stop)",
+              flush=True)
     config = uvicorn.Config(app, log_level="warning", h11_max_incomplete_event_size=64 * 1024)
     uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,157 @@
+"""Where a training step's memory goes: counted, predicted, then measured.
+
+Introduced in notebook ``13b_overlap_sharding_and_recomputation``. One step of training
+holds, at its peak (the end of backward, or the optimizer's update just after it):
+
+    parameters  P·s    the model
+    gradients   P·s    one per parameter (filled by backward)
+    optimizer   k·P·s  SGD with momentum k = 1, Adam k = 2 (m and v)
+    activations        what each layer's forward saved for its backward (its ``cache``)
+    batch + output     the input batch, the model's output and the loss's saved arrays
+    workspace          the largest set of temporaries alive at once: in backward a layer's
+                       dout, its dx and its new gradients; in the update a few arrays the
+                       size of the largest parameter
+
+(s: bytes per number). ``memory_report`` counts each of these from the arrays themselves (an
+array saved by two layers, the ReLU's output kept again as the next Linear's input, counts
+once, for the first), adds them into a predicted peak, and measures the real peak of one
+step on copies of the model and optimizer with ``tracemalloc`` (NumPy reports its arrays to
+it). ZeRO-1 divides the optimizer's line by N (``zero.py``); recomputation turns the
+activations' line into the segment inputs plus one segment's activations (``recompute.py``).
+The measured peak is on the CPU only (on a GPU, CuPy's memory pool keeps freed blocks, so
+``measured`` is None there and the prediction stands alone).
+"""
+from __future__ import annotations
+
+import copy
+import tracemalloc
+
+from .backend import device_of
+from .layer_base import every_layer
+
+__all__ = ["memory_report", "saved_bytes"]
+
+
+def _root(a):
+    """The array that owns ``a``'s memory (a view's base, all the way down)."""
+    while getattr(a, "base", None) is not None and hasattr(a.base, "nbytes"):
+        a = a.base
+    return a
+
+
+def _arrays(value):
+    """Every array inside a cache: an array, or tuples, lists and dicts of them."""
+    if hasattr(value, "nbytes") and hasattr(value, "shape"):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _arrays(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _arrays(v)
+
+
+def saved_bytes(caches, seen=None) -> list[int]:
+    """Bytes of each cache's arrays, an array (or the array it is a view of) counted once,
+    for the first cache that holds it; ``seen``: ids already counted, updated."""
+    seen = set() if seen is None else seen
+    out = []
+    for cache in caches:
+        total = 0
+        for a in _arrays(cache):
+            root = _root(a)
+            if id(root) not in seen:
+                seen.add(id(root))
+                total += int(root.nbytes)
+        out.append(total)
+    return out
+
+
+def _layers(model):
+    """The layers whose caches hold the activations: the leaves of the model."""
+    leaves = [layer for layer in every_layer(model) if not hasattr(layer, "layers")]
+    return leaves or [model]
+
+
+def _step(model, loss, optimizer, xb, yb):
+    out = model.forward(xb)
+    loss.forward(out, yb)
+    model.backward(loss.backward())
+    optimizer.step()
+
+
+def memory_report(model, batch, optimizer, loss=None) -> dict:
+    """Bytes of one training step of ``model`` on ``batch`` = ``(xb, yb)`` with ``optimizer``
+    (``loss``: default ``dl.SoftmaxCrossEntropy()``): counted by part, predicted, measured.
+
+    Returns ``{"params", "grads", "optimizer", "activations", "layers": [(name, bytes)],
+    "batch_and_output", "workspace", "predicted_peak", "measured_peak"}`` (bytes; measured
+    None on a GPU). Model and optimizer are left as they were: the step runs on copies.
+    """
+    if loss is None:
+        from .losses import SoftmaxCrossEntropy
+        loss = SoftmaxCrossEntropy()
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise TypeError(f"memory_report(model, batch, optimizer): batch is a pair (xb, yb), "
+                        f"got {type(batch).__name__}.")
+    if getattr(optimizer, "model", None) is not model and getattr(optimizer, "inner", None) is None:
+        raise ValueError("memory_report: the optimizer must be built for this model "
+                         "(dl.Adam(model, ...)).")
+    if getattr(optimizer, "inner", None) is not None:
+        raise TypeError("memory_report takes the optimizer before sharding; a "
+                        "ShardedOptimizer's own memory() gives its bytes per rank.")
+    xb, yb = batch
+    on_cpu = device_of(xb) == "cpu"
+    if on_cpu:
+        tracemalloc.start()
+    try:
+        m, opt, lo = copy.deepcopy((model, optimizer, loss))
+        x, y = xb.copy(), yb.copy()
+        m.train()
+        _step(m, lo, opt, x, y)                 # warm: the gradients and the state exist now
+        for layer in every_layer(m):
+            layer.clear_cache()
+        lo.cache = None
+        if on_cpu:
+            tracemalloc.reset_peak()
+        _step(m, lo, opt, x, y)
+        measured_peak = tracemalloc.get_traced_memory()[1] if on_cpu else None
+    finally:
+        if on_cpu:
+            tracemalloc.stop()
+    params = sum(int(p.nbytes) for p in m.params.values())
+    grads = sum(int(g.nbytes) for g in m.grads.values())
+    state = sum(int(v.nbytes) for v in opt.state.values())
+    seen = {id(_root(a)) for group in (m.params, m.grads, opt.state) for a in group.values()}
+    layers = _layers(m)
+    per_layer = saved_bytes([layer.cache for layer in layers], seen)
+    outputs = saved_bytes([x, y, lo.cache], seen)
+    largest = max(int(p.nbytes) for p in m.params.values())
+    workspace = max(_backward_workspace(m, layers), 3 * largest)
+    activations = sum(per_layer)
+    predicted = params + grads + state + activations + sum(outputs) + workspace
+    return {"params": params, "grads": grads, "optimizer": state, "activations": activations,
+            "layers": [(type(layer).__name__, b) for layer, b in zip(layers, per_layer)],
+            "batch_and_output": sum(outputs), "workspace": workspace,
+            "predicted_peak": predicted, "measured_peak": measured_peak}
+
+
+def _backward_workspace(model, layers) -> int:
+    """The most a layer's backward holds at once beyond what is kept: its dout and its dx
+    (each the size of its output and input) and its new gradients (the old ones are still
+    alive until replaced)."""
+    most = 0
+    for layer in layers:
+        out = getattr(layer, "out_shape", None)
+        itemsize = next((p.itemsize for p in model.params.values()), 4)
+        dout = int(_prod(out)) * itemsize if out is not None else 0
+        grads = sum(int(p.nbytes) for p in layer.params.values())
+        most = max(most, 2 * dout + grads)
+    return most
+
+
+def _prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
