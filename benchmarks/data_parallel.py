@@ -27,6 +27,15 @@ the cores busy the targets are reported as not judged. Needs mpi4py and mpiexec 
 'dlcourse[distributed]'). Exit status: 0 both targets met, 1 one missed, 2 not judged (busy,
 or too close to call).
 Figures are this machine's, measured now; nothing is hard-coded.
+
+Lesson 13b (issue 41) adds, in the same run (``--part overlap`` runs only these and a short
+all-reduce timing for α and β):
+
+4. Seconds per step of the same MLP on 2 ranks with no overlap, one bucket per layer, and
+   buckets of ``--bucket-mb`` (dl.fit(overlap=True)), in turns for ``--rounds`` rounds, the
+   best of each; beside each, the all-reduce time left after backward (measured from the
+   timeline) and the α-β model's prediction of it from the buckets' measured ready times.
+5. ZeRO-1's optimizer bytes per rank (Adam's m and v for its shard) against Adam's.
 """
 from __future__ import annotations
 
@@ -42,6 +51,7 @@ from cpu_step import middle_half                 # benchmarks/: the quartiles of
 
 from dlcourse import distributed
 from dlcourse.distributed_jobs import run
+from dlcourse.overlap import predicted_end
 
 TARGET_EFFICIENCY = 0.80
 TARGET_RING = 1.5
@@ -57,13 +67,72 @@ def fit_alpha_beta(nbytes, seconds, world_size):
     return intercept / (2 * (N - 1)), 2 * (N - 1) / N / slope
 
 
+def exposed(timeline, alpha, beta, world_size=2):
+    """(measured, predicted) seconds of all-reduce left after backward, medians over the
+    steps of ``timeline``: measured from the wait's end; predicted by the α-β model from each
+    bucket's measured ready time (no-overlap steps have no timeline: None)."""
+    measured, predicted = [], []
+    for step in timeline:
+        b = step["buckets"]
+        ends = predicted_end([x["ready"] for x in b], [x["bytes"] for x in b],
+                             lambda n: distributed.ring_cost(n, world_size, alpha, beta))
+        measured.append(step["waited"] - step["backward_end"])
+        predicted.append(max(0.0, ends[-1] - step["backward_end"]))
+    if not measured:
+        return None, None
+    return statistics.median(measured), statistics.median(predicted)
+
+
+def overlap_report(args, alpha, beta) -> dict:
+    """Sections 4 and 5: no overlap / a bucket per layer / buckets, and ZeRO-1's bytes."""
+    result = run("overlap", "--batch-size", BATCH, "--steps", args.steps, "--rounds", args.rounds,
+                 "--bucket-mb", args.bucket_mb, ranks=2, timeout=600)
+    grads = result["grad_bytes"]
+    print(f"4. overlapped all-reduce, MLP 784-512-512-10, batch {BATCH} per rank, 2 ranks, "
+          f"SGD, best of {args.rounds} rounds of {args.steps} steps:")
+    print("   mode                 ms/step   all-reduce left after backward: measured  α-β")
+    no_overlap = distributed.ring_cost(grads, 2, alpha, beta)
+    for mode, label in (("no_overlap", "no overlap"), ("per_layer", "a bucket per layer"),
+                        ("bucketed", f"buckets of {args.bucket_mb:g} MB")):
+        measured, predicted = exposed(result["timelines"][mode], alpha, beta)
+        if mode == "no_overlap":
+            measured_text, predicted = "(not recorded)", no_overlap
+        else:
+            measured_text = f"{1e3 * measured:8.2f} ms"
+        print(f"   {label:20s} {1e3 * result['step_s'][mode]:7.1f}   {measured_text:>38s} "
+              f"{1e3 * predicted:6.2f} ms")
+    memory = result["optimizer_bytes"]
+    print(f"5. ZeRO-1, Adam on the same MLP: optimizer state per rank {memory['zero1']:,} bytes "
+          f"against {memory['adam']:,} unsharded ({memory['zero1'] / memory['adam']:.2f} of "
+          f"it on 2 ranks); parameters and gradients {grads:,} bytes each, on every rank")
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=50, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=20, help="all-reduces per size")
     parser.add_argument("--rounds", type=int, default=5, help="alternating throughput runs")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--bucket-mb", type=float, default=distributed.OVERLAP_BUCKET_MB,
+                        help="section 4: the bucket size of the bucketed overlap")
+    parser.add_argument("--part", choices=("all", "overlap"), default="all",
+                        help="overlap: sections 4 and 5 only (with a short α-β fit)")
     args = parser.parse_args(argv)
+    if args.part == "overlap":
+        load_before = os.getloadavg()[0]
+        rows = run("timing", "--sizes", "16,1024,16384,131072,669706", "--repeats", args.repeats,
+                   ranks=2, timeout=600)["rows"]
+        alpha, beta = fit_alpha_beta([r["bytes"] for r in rows], [r["mpi_s"] for r in rows], 2)
+        print(f"CPU: {os.cpu_count()} cores; α-β fit to MPI's Allreduce: α = {1e6 * alpha:.1f} "
+              f"µs, β = {beta / 1e9:.2f} GB/s")
+        result = overlap_report(args, alpha, beta)
+        print(f"load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, "
+              f"on {os.cpu_count()} cores")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"overlap": result, "alpha_s": alpha, "beta_Bps": beta}, f, indent=1)
+        return 0
 
     load_before = os.getloadavg()[0]
     runs = {1: [], 2: []}
@@ -122,13 +191,15 @@ def main(argv=None) -> int:
           f"(target <= {TARGET_RING}x: {verdict_ring})")
     print(f"3. α-β fit to MPI's Allreduce on loopback: α = {1e6 * alpha:.1f} µs, "
           f"β = {beta / 1e9:.2f} GB/s")
+    overlap = overlap_report(args, alpha, beta)
+    load_after = os.getloadavg()[0]
     print(f"load average (1 min) {load_before:.1f} before, {load_after:.1f} after, on "
           f"{os.cpu_count()} cores{': BUSY, targets not judged' if busy else ''}")
     result = {"one": one, "two": two, "efficiency": efficiency, "efficiency_rounds": rounds,
               "efficiency_best_of": best_of, "timing": rows,
               "alpha_s": alpha, "beta_Bps": beta, "ring_over_mpi": ring_ratio,
               "model_allreduce_s": model_grads, "model_step_s": predicted_step,
-              "load": [load_before, load_after], "busy": busy}
+              "load": [load_before, load_after], "busy": busy, "overlap": overlap}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -40,6 +40,9 @@ from .flash_attention import flash_attention
 from .transformer import (GELU, Embedding, FeedForward, PositionalEmbedding, SequenceCrossEntropy,
                           Transformer, TransformerBlock)
 from .generate import generate                      # lesson 15: sampling, with a key/value cache
+from .zero import ShardedOptimizer                    # lesson 13b: ZeRO-1
+from .recompute import recompute                      # lesson 13b: activation recomputation
+from .memory import memory_report                     # lesson 13b: where a step's memory goes
 from .transformer_functions import PluggedTransformer, train_language_model   # lesson 15b
 
 from ._version import __version__
@@ -79,6 +82,8 @@ __all__ = [
     "attention", "flash_attention", "MultiHeadAttention", "Embedding", "PositionalEmbedding",
     "GELU", "FeedForward", "TransformerBlock", "Transformer", "SequenceCrossEntropy",
     "generate", "PluggedTransformer", "train_language_model",
+    # past one device's limits (lesson 13b)
+    "ShardedOptimizer", "recompute", "memory_report",
 ]
 
 

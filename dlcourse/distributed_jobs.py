@@ -10,6 +10,15 @@ and rank 0 writes what it measured as JSON (or an ``.npz`` of parameters) to ``-
              parameters (.npz), to compare with one process on the global batch.
     throughput  samples per second of dl.fit's steps on the MLP 784-512-512-10.
     fail     rank 1 raises at its third step: the job must end with an error naming rank 1.
+
+Lesson ``13b_overlap_sharding_and_recomputation`` adds:
+
+    sharding    the ring's reduce-scatter and all-gather against MPI's (ragged chunks); fit
+                with overlap=True (one bucket per layer, and small buckets) and with zero=1
+                against the blocking fit, float64: rank 0 reports the largest differences.
+    overlap     step times of the MLP 784-512-512-10 with no overlap, one bucket per layer
+                and buckets of --bucket-mb, alternating, and the buckets' timelines; ZeRO-1's
+                optimizer bytes per rank against Adam's.
 """
 from __future__ import annotations
 
@@ -144,6 +153,94 @@ def fail(comm) -> dict:
     return {}
 
 
+def _fit_params(comm, X, y, sizes, opt, dtype=np.float64, epochs=1, batch_size=8, **kwargs):
+    """dl.fit from the same start on every rank; the final parameters (and the history)."""
+    from .losses import SoftmaxCrossEntropy
+    from .train import fit
+    model = _mlp(sizes, dtype, seed=0)
+    optimizer = _optimizer(opt, model)
+    history = fit(model, SoftmaxCrossEntropy(), optimizer, X, y, epochs=epochs,
+                  batch_size=batch_size, seed=0, progress=False, comm=comm, **kwargs)
+    return {k: np.asarray(v).copy() for k, v in model.params.items()}, history, optimizer
+
+
+def _largest_difference(a, b) -> float:
+    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
+
+
+def sharding(comm) -> dict:
+    """The hand-written ring collectives against MPI's, and fit's overlapped and ZeRO-1 steps
+    against the blocking one (float64, a 4-layer MLP whose 919 parameters do not divide by
+    2 ranks: ragged shards). Differences are the largest over parameters, on rank 0."""
+    from . import collectives
+    out = {}
+    for P in (1, 7, 1001):             # ragged on 2 ranks; P = 1 leaves rank 1 an empty chunk
+        x = np.random.default_rng([comm.rank, P]).standard_normal(P)
+        mine = comm.reduce_scatter(x)
+        out[f"reduce_scatter_{P}"] = bool(np.array_equal(collectives.ring_reduce_scatter(comm, x),
+                                                          mine))
+        out[f"all_gather_{P}"] = bool(np.array_equal(collectives.ring_all_gather(comm, mine, P),
+                                                      comm.all_gather(mine, P)))
+        out[f"all_reduce_{P}"] = bool(np.array_equal(comm.all_gather(mine, P), comm.all_reduce(x)))
+    X, y = synthetic(N=80, D=12, K=3)
+    sizes = [12, 20, 16, 16, 3]
+    blocking, _, adam = _fit_params(comm, X, y, sizes, "adam", epochs=1)   # 5 steps of 16
+    per_layer, h, _ = _fit_params(comm, X, y, sizes, "adam", overlap=True, bucket_mb=0)
+    bucketed, _, _ = _fit_params(comm, X, y, sizes, "adam", overlap=True, bucket_mb=0.002)
+    sgd_block, _, _ = _fit_params(comm, X, y, sizes, "sgd")
+    sgd_overlap, _, _ = _fit_params(comm, X, y, sizes, "sgd", overlap=True, bucket_mb=0.001)
+    zero, _, sharded = _fit_params(comm, X, y, sizes, "adam", zero=1)
+    out.update(steps=len(h.step_loss), buckets_per_layer=len(h.bucket_timeline[0]["buckets"]),
+               overlap_per_layer=_largest_difference(blocking, per_layer),
+               overlap_bucketed=_largest_difference(blocking, bucketed),
+               overlap_sgd=_largest_difference(sgd_block, sgd_overlap),
+               zero=_largest_difference(blocking, zero),
+               optimizer_bytes={"adam": int(sum(v.nbytes for v in adam.state.values())),
+                                "zero1": int(sum(v.nbytes for v in sharded.state.values()))},
+               timeline=h.bucket_timeline[-1])
+    return out
+
+
+def overlap(comm, batch_size, steps, bucket_mb, rounds, sizes=(784, 512, 512, 10)) -> dict:
+    """Seconds per step of dl.fit (the slowest rank's) with no overlap, one bucket per layer
+    and buckets of ``bucket_mb``, in turns for ``rounds`` rounds (the best of each kept), the
+    last timelines, and ZeRO-1's optimizer bytes per rank against Adam's."""
+    from .losses import SoftmaxCrossEntropy
+    from .train import fit
+    W = comm.world_size
+    gen = np.random.default_rng(0)
+    N = batch_size * W * steps
+    X = gen.standard_normal((N, sizes[0])).astype(np.float32)
+    y = gen.integers(0, sizes[-1], N)
+    modes = {"no_overlap": {}, "per_layer": {"overlap": True, "bucket_mb": 0},
+             "bucketed": {"overlap": True, "bucket_mb": bucket_mb}}
+    best, timelines = {m: np.inf for m in modes}, {}
+    for _ in range(rounds):
+        for mode, kwargs in modes.items():
+            model = _mlp(list(sizes), np.float32, seed=0)
+            opt = _optimizer("sgd", model)
+            fit(model, SoftmaxCrossEntropy(), opt, X[:batch_size * W * 2], y[:batch_size * W * 2],
+                epochs=1, batch_size=batch_size, seed=0, progress=False, comm=comm, **kwargs)
+            comm.barrier()
+            start = time.perf_counter()
+            h = fit(model, SoftmaxCrossEntropy(), opt, X, y, epochs=1, batch_size=batch_size,
+                    seed=0, progress=False, comm=comm, **kwargs)
+            seconds = _slowest(comm, [time.perf_counter() - start])[0] / steps
+            best[mode] = min(best[mode], seconds)
+            timelines[mode] = h.bucket_timeline[-3:]
+    X_small = X[:batch_size * W]
+    memory = {}
+    for zero in (0, 1):
+        model = _mlp(list(sizes), np.float32, seed=0)
+        opt = _optimizer("adam", model)
+        fit(model, SoftmaxCrossEntropy(), opt, X_small, y[:len(X_small)], epochs=1,
+            batch_size=batch_size, seed=0, progress=False, comm=comm, zero=zero)
+        memory[zero] = int(sum(v.nbytes for v in opt.state.values()))
+    return {"world_size": W, "step_s": best, "timelines": timelines,
+            "grad_bytes": int(sum(p.nbytes for p in model.params.values())),
+            "optimizer_bytes": {"adam": memory[0], "zero1": memory[1]}}
+
+
 # ======================================================================================
 # Running a job from a notebook or a test
 # ======================================================================================
@@ -171,7 +268,8 @@ def run(job: str, *args, ranks: int = 2, timeout: float = 120, threads: int = 1)
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlcourse.distributed_jobs")
-    parser.add_argument("job", choices=("timing", "train", "throughput", "fail"))
+    parser.add_argument("job", choices=("timing", "train", "throughput", "fail", "sharding",
+                                        "overlap"))
     parser.add_argument("--json", help="rank 0 writes the result here")
     parser.add_argument("--sizes", default="1000,100000,700000",
                         help="timing: float32 elements per buffer, comma-separated")
@@ -183,6 +281,8 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", help="train: where rank 0 saves the parameters (.npz)")
+    parser.add_argument("--bucket-mb", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     manual_seed(0)
     comm = distributed.init()
@@ -192,6 +292,10 @@ def main(argv=None) -> None:
         result = train(comm, args.optimizer, args.dtype, args.batch_size, args.epochs, args.out)
     elif args.job == "throughput":
         result = throughput(comm, args.batch_size, args.steps)
+    elif args.job == "sharding":
+        result = sharding(comm)
+    elif args.job == "overlap":
+        result = overlap(comm, args.batch_size, args.steps, args.bucket_mb, args.rounds)
     else:
         result = fail(comm)
     if comm.is_main and args.json:

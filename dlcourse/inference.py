@@ -269,8 +269,10 @@ class Tokens:
         if isinstance(prompts, np.ndarray):
             prompts = list(prompts)
         if not isinstance(prompts, (list, tuple)) or not prompts:
+            given = ("an empty list" if isinstance(prompts, (list, tuple))
+                     else type(prompts).__name__)
             raise InputError(f"give a non-empty list of prompts, {self.expected()}; got "
-                             f"{type(prompts).__name__ if not isinstance(prompts, (list, tuple)) else 'an empty list'}.")
+                             f"{given}.")
         rows = np.full((len(prompts), self.width), PAD, np.int64)
         for i, prompt in enumerate(prompts):
             ids = self._ids(prompt, i)[-self.width:]

@@ -126,8 +126,7 @@ def memory_report(model, batch, optimizer, loss=None) -> dict:
     layers = _layers(m)
     per_layer = saved_bytes([layer.cache for layer in layers], seen)
     outputs = saved_bytes([x, y, lo.cache], seen)
-    largest = max(int(p.nbytes) for p in m.params.values())
-    workspace = max(_backward_workspace(m, layers), 3 * largest)
+    workspace = _workspace(m, layers, x, opt)
     activations = sum(per_layer)
     predicted = params + grads + state + activations + sum(outputs) + workspace
     return {"params": params, "grads": grads, "optimizer": state, "activations": activations,
@@ -136,18 +135,43 @@ def memory_report(model, batch, optimizer, loss=None) -> dict:
             "predicted_peak": predicted, "measured_peak": measured_peak}
 
 
-def _backward_workspace(model, layers) -> int:
-    """The most a layer's backward holds at once beyond what is kept: its dout and its dx
-    (each the size of its output and input) and its new gradients (the old ones are still
-    alive until replaced)."""
-    most = 0
+# Temporaries alive at once inside each kind of layer's backward, beyond what is kept, read
+# off its code (bytes of dout, of dx, of its new gradients, of what its forward saved). The
+# old gradients stay alive until the new ones replace them; dout is held by the caller.
+def _linear(dout, dx, grads, saved):           # dW = x.T @ dz; then dx = dz @ W.T
+    return dout + max(grads, dx)
+
+
+def _conv(dout, dx, grads, saved):             # dout as (F, N*OH*OW): a copy; dcols, then fold
+    return 2 * dout + max(grads, saved + dx)
+
+
+def _elementwise(dout, dx, grads, saved):      # dx = dout * mask, and the like
+    return dout + dx
+
+
+BACKWARD_TEMPORARIES = {"Linear": _linear, "LinearReLU": _linear, "Conv2d": _conv,
+                        "Conv2dReLU": _conv}
+# Arrays the size of one parameter alive at once in each optimizer's update: SGD p -= lr * v
+# (one); Adam (1-b2) * (g * g) (two), then sqrt(v), m / that and step_size * that (three).
+UPDATE_TEMPORARIES = {"SGD": 1, "Adam": 3, "AdamW": 3, "RMSprop": 2, "Adagrad": 3}
+
+
+def _workspace(model, layers, x, optimizer) -> int:
+    """The most the step holds at once beyond what is kept: one layer's backward
+    (:data:`BACKWARD_TEMPORARIES`) or the update of the largest parameter."""
+    itemsize = next(iter(model.params.values())).itemsize
+    most, dx = 0, int(x.nbytes)
     for layer in layers:
         out = getattr(layer, "out_shape", None)
-        itemsize = next((p.itemsize for p in model.params.values()), 4)
-        dout = int(_prod(out)) * itemsize if out is not None else 0
+        dout = _prod(out) * itemsize if out is not None else dx
         grads = sum(int(p.nbytes) for p in layer.params.values())
-        most = max(most, 2 * dout + grads)
-    return most
+        saved = sum(int(a.nbytes) for a in _arrays(layer.cache))
+        rule = BACKWARD_TEMPORARIES.get(type(layer).__name__, _elementwise)
+        most = max(most, rule(dout, dx, grads, saved))
+        dx = dout                        # this layer's output is the next one's input
+    largest = max(int(p.nbytes) for p in model.params.values())
+    return max(most, UPDATE_TEMPORARIES.get(type(optimizer).__name__, 3) * largest)
 
 
 def _prod(shape) -> int:

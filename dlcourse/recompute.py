@@ -63,6 +63,8 @@ class Recompute(Layer):
     grads = property(lambda self: self.model.grads)
     buffers = property(lambda self: self.model.buffers)
     training = property(lambda self: self.model.training)
+    # what forward keeps for backward: the segments' inputs (memory_report counts it)
+    cache = property(lambda self: None if self.inputs is None else [x for x, _ in self.inputs])
 
     def train(self, mode: bool = True):
         self.model.train(mode)
@@ -115,11 +117,12 @@ class Recompute(Layer):
         generator = backend.rng()
         now = generator.bit_generator.state
         generator.bit_generator.state = state
-        kept = [(a, a.copy()) for layer in segment for a in layer.buffers.values()]
+        kept = [(layer, k, a.copy()) for top in segment for layer in every_layer(top)
+                if not hasattr(layer, "layers") for k, a in layer.buffers.items()]
         for layer in segment:
             x = layer.forward(x)
-        for a, before in kept:
-            a[...] = before
+        for layer, k, before in kept:        # BatchNorm rebinds its buffers: put them back
+            layer.buffers[k][...] = before
         generator.bit_generator.state = now
 
     def _check_rng(self, segment, x) -> None:

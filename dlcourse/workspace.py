@@ -298,7 +298,8 @@ def _already_open(workspace: Path, record: dict, browser: bool) -> int:
     """Say that a live ``dlcourse start`` has the workspace open, where, and offer to open
     that lab in a browser; change nothing (a second lab would save over the first's)."""
     address = lab_address(record)
-    where = f" on {record['host']}" if record.get("host") not in (None, socket.gethostname()) else ""
+    host = record.get("host")
+    where = f" on {host}" if host not in (None, socket.gethostname()) else ""
     print(f"dlcourse: the course is already open on {workspace.resolve()}: JupyterLab at "
           f"{address} (started by `dlcourse start`, process {record.get('pid')}{where}). A "
           f"second lab on the same notebooks would save over the first's, so none was started "

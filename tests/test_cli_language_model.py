@@ -149,7 +149,8 @@ def test_the_serve_command_starts_on_a_language_model(lm, monkeypatch, capsys):
     pytest.importorskip("fastapi", reason="the service needs FastAPI: pip install -e '.[serve]'")
     import uvicorn
     from dlcourse.serve.loadtest import free_port
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: [s.close() for s in sockets])
+    monkeypatch.setattr(uvicorn.Server, "run",             # no serving: free the port
+                        lambda self, sockets=None: [s.close() for s in sockets])
     assert cli.main(["serve", str(lm), "--port", str(free_port())]) == 0
     out = capsys.readouterr().out
     assert "POST prompts to" in out and json.dumps({"inputs": ["The "]}) in out

@@ -30,11 +30,12 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 # exercise must have a held-back derivation after it.
 # exercise -> (the check to run, an answer that only calls the library's own implementation).
 # The cases live per lesson group in tests/derive_cases/.
-from derive_cases import basics, cnn, gpu, later  # noqa: E402
+from derive_cases import basics, cnn, flagship, gpu, later  # noqa: E402
 
-DERIVED: dict[str, list[str]] = {**basics.DERIVED, **cnn.DERIVED, **gpu.DERIVED, **later.DERIVED}
+DERIVED: dict[str, list[str]] = {**basics.DERIVED, **cnn.DERIVED, **gpu.DERIVED, **later.DERIVED,
+                                 **flagship.DERIVED}
 SHORTCUTS: dict[str, tuple[str, str]] = {**basics.SHORTCUTS, **cnn.SHORTCUTS, **gpu.SHORTCUTS,
-                                         **later.SHORTCUTS}
+                                         **later.SHORTCUTS, **flagship.SHORTCUTS}
 
 
 def _squash(text: str) -> str:

@@ -563,3 +563,154 @@ def test_mpi_ranks_that_pass_different_arrays_are_told_which(kind, words, no_hyd
     assert "Message truncated" not in output
     for w in words:
         assert w in output, output[-3000:]
+
+
+# ======================================================================================
+# Lesson 13b: overlapped buckets, ZeRO-1, the ring's two halves (issue 41)
+# ======================================================================================
+@pytest.mark.parametrize("N", [1, 2, 3, 4])
+@pytest.mark.parametrize("P", [1, 7, 12])
+def test_ring_reduce_scatter_and_all_gather_on_simulated_ranks(N, P):
+    """The ring's halves against the communicator's own (its defaults over all_reduce), with
+    ragged chunks; reduce-scatter then all-gather is the all-reduce."""
+    from dlcourse import collectives
+    inputs = [np.random.default_rng([r, P]).standard_normal(P) for r in range(N)]
+
+    def body(comm, x):
+        mine = collectives.ring_reduce_scatter(comm, x)
+        return mine, comm.reduce_scatter(x), collectives.ring_all_gather(comm, mine, P), \
+            comm.all_gather(mine, P), collectives.ring_all_reduce(comm, x)
+    sizes = distributed.chunk_sizes(P, N)
+    for r, (mine, theirs, gathered, gathered_mpi, reduced) in \
+            enumerate(distributed.simulate(body, inputs)):
+        assert mine.shape == (sizes[r],)
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+        np.testing.assert_allclose(gathered, sum(inputs), rtol=1e-12)
+        np.testing.assert_array_equal(gathered, gathered_mpi)
+        np.testing.assert_array_equal(reduced, gathered)
+
+
+def test_all_gather_names_a_chunk_of_the_wrong_length():
+    with pytest.raises(RuntimeError, match=r"rank 1 of 2 owns 3 of the 7 elements.*"
+                                           r"chunk_sizes\(7, 2\) = \[4, 3\]"):
+        distributed.simulate(lambda comm, x: comm.all_gather(x, 7), [np.zeros(4), np.zeros(4)])
+
+
+def test_bucket_plan_fills_buckets_in_backward_order():
+    from dlcourse.overlap import bucket_plan
+    assert bucket_plan([400, 0, 40, 0, 80], 100) == [[4, 2], [0]]
+    assert bucket_plan([400, 0, 40, 0, 80], 0) == [[4], [2], [0]]        # one per layer
+    assert bucket_plan([400, 0, 40, 0, 80], 10**9) == [[4, 2, 0]]        # one bucket
+    assert bucket_plan([0, 0], 100) == []
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"overlap": True}, ValueError, "needs comm=dl.distributed.init()"),
+    ({"zero": 1}, ValueError, "needs comm="),
+    ({"comm": "single", "bucket_mb": 2}, ValueError, "pass overlap=True with it"),
+    ({"comm": "single", "overlap": True, "bucket_mb": -1}, ValueError, r"bucket_mb=...\) must be"),
+    ({"comm": "single", "overlap": True, "bucket_mb": "1"}, TypeError, "expects a number"),
+    ({"comm": "single", "overlap": "yes"}, TypeError, "True or False"),
+    ({"comm": "single", "zero": 2}, ValueError, "Stages 2 and 3"),
+    ({"comm": "single", "zero": True}, ValueError, "the ZeRO stage, 0"),
+    ({"comm": "single", "zero": 1, "overlap": True}, ValueError, "Choose one"),
+    ({"comm": "single", "zero": 1, "clip_norm": 1.0}, ValueError, "global norm"),
+    ({"comm": "single", "zero": 1, "precision": "bf16"}, ValueError, "precision='fp32'"),
+])
+def test_fit_refuses_bad_overlap_and_zero_arguments(kwargs, error, words):
+    X, y = distributed_jobs.synthetic(N=16)
+    model = MLP([12, 4, 3], seed=0)
+    if kwargs.get("comm") == "single":
+        kwargs["comm"] = distributed.init("single")
+    with pytest.raises(error, match=words):
+        fit(model, SoftmaxCrossEntropy(), Adam(model), X, y, epochs=1, progress=False, **kwargs)
+
+
+def test_one_process_overlap_and_zero_are_plain_fit():
+    """A communicator of one process: nothing to overlap, one shard that is everything."""
+    X, y = distributed_jobs.synthetic()
+    runs = []
+    for kwargs in ({}, {"overlap": True, "bucket_mb": 0}, {"zero": 1}):
+        model = MLP([12, 16, 3], seed=0).astype(np.float64)
+        fit(model, SoftmaxCrossEntropy(), Adam(model, lr=1e-2), X, y, epochs=1, batch_size=8,
+            seed=0, progress=False, comm=distributed.init("single"), **kwargs)
+        runs.append(model.params)
+    for other in runs[1:]:
+        for k in runs[0]:
+            np.testing.assert_array_equal(runs[0][k], other[k])
+
+
+def test_sharded_adam_on_simulated_ranks_equals_adam_with_ragged_shards():
+    """Three ranks, 5 steps, 919 parameters (ragged over 3): ZeRO-1 equals unsharded Adam on
+    the averaged gradients, and each rank holds its shard's m and v only."""
+    sizes, steps = [12, 20, 16, 16, 3], 5
+    grads = [[{k: np.random.default_rng([r, t, i]).standard_normal(p.shape)
+               for i, (k, p) in enumerate(MLP(sizes, seed=0).params.items())}
+              for t in range(steps)] for r in range(3)]
+    reference = MLP(sizes, seed=0).astype(np.float64)
+    adam = Adam(reference, lr=1e-2)
+    for t in range(steps):
+        for layer_key in reference.params:
+            layer, key = layer_key.split(".")
+            reference.layers[int(layer)].grads[key] = sum(grads[r][t][layer_key] for r in range(3)) / 3
+        adam.step()
+
+    def body(comm, _):
+        model = MLP(sizes, seed=0).astype(np.float64)
+        opt = distributed.ShardedOptimizer(Adam(model, lr=1e-2), comm)
+        for t in range(steps):
+            for layer_key in model.params:
+                layer, key = layer_key.split(".")
+                model.layers[int(layer)].grads[key] = grads[comm.rank][t][layer_key].copy()
+            opt.step()
+        return model.params, opt.memory()
+    for r, (params, memory) in enumerate(distributed.simulate(body, [0, 1, 2])):
+        for k, p in reference.params.items():
+            np.testing.assert_allclose(params[k], p, rtol=1e-12, atol=1e-12, err_msg=k)
+        assert memory["optimizer_state"] == 2 * 8 * distributed.chunk_sizes(919, 3)[r]
+        assert memory["optimizer_state_unsharded"] == 2 * 8 * 919
+
+
+@needs_mpi
+def test_overlap_zero_and_ring_halves_on_two_mpi_ranks():
+    """One short MPI job (about a second): the ring's reduce-scatter and all-gather equal MPI's
+    Reduce_scatter and Allgatherv (ragged); fit with overlap=True (a bucket per layer, small
+    buckets; Adam and SGD) and with zero=1 equal the blocking fit bit for bit over 5 steps in
+    float64 (2 ranks: each sum is a + b, one order); ZeRO-1 holds half of Adam's state."""
+    result = distributed_jobs.run("sharding", ranks=2, timeout=TIMEOUT)
+    for P in (1, 7, 1001):
+        assert result[f"reduce_scatter_{P}"] and result[f"all_gather_{P}"], result
+        assert result[f"all_reduce_{P}"], result
+    assert result["steps"] == 5 and result["buckets_per_layer"] == 4
+    for mode in ("overlap_per_layer", "overlap_bucketed", "overlap_sgd", "zero"):
+        assert result[mode] <= 1e-12, (mode, result[mode])
+    assert result["optimizer_bytes"] == {"adam": 919 * 2 * 8, "zero1": 460 * 2 * 8}
+    for b in result["timeline"]["buckets"]:
+        assert 0 <= b["ready"] <= b["start"] <= b["end"] <= result["timeline"]["waited"]
+
+
+@needs_mpi
+@pytest.mark.parametrize("kind, words", [
+    ("bucket_mb", ["fit(overlap=, bucket_mb=, zero=) must be the same on every rank",
+                   "rank 0: overlap=1, bucket_mb=0, zero=0", "rank 1: overlap=1, bucket_mb=1"]),
+    ("model", ["broadcast needs the same shape and dtype on every rank",   # the parameters'
+               "rank 0 passed shape (67,) float32", "rank 1 passed shape (83,) float32"]),
+])
+def test_mpi_ranks_with_different_overlap_settings_are_told(kind, words, no_hydra_leftovers):
+    script = (
+        "import numpy as np, dlcourse as dl\n"
+        "comm = dl.distributed.init()\n"
+        "X = np.ones((16, 4), np.float32); y = np.zeros(16, np.int64)\n"
+        f"kind = {kind!r}\n"
+        "hidden = 8 if kind == 'bucket_mb' or comm.rank == 0 else 10\n"
+        "m = dl.MLP([4, hidden, 3], seed=0)\n"
+        "dl.fit(m, dl.SoftmaxCrossEntropy(), dl.SGD(m, lr=0.1), X, y, epochs=1, comm=comm,\n"
+        "       progress=False, seed=0, overlap=True,\n"
+        "       bucket_mb=comm.rank if kind == 'bucket_mb' else 0)\n")
+    cmd = distributed.mpiexec_command(2, [sys.executable, "-c", script])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
+                          env=distributed.launch_env(1))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    for w in words:
+        assert w in output, output[-3000:]

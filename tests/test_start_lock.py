@@ -38,8 +38,8 @@ def dead_pid() -> int:
 def hold(folder, pid=None, lab_pid=None, **record):
     folder.mkdir(parents=True, exist_ok=True)
     pid = os.getpid() if pid is None else pid
-    record = {"pid": pid, "started": lab_lock._start_time(pid), "host": lab_lock.socket.gethostname(),
-              "port": None, "lab_pid": lab_pid, **record}
+    record = {"pid": pid, "started": lab_lock._start_time(pid),
+              "host": lab_lock.socket.gethostname(), "port": None, "lab_pid": lab_pid, **record}
     (folder / lab_lock.LOCK_NAME).write_text(json.dumps(record))
 
 

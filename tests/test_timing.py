@@ -45,3 +45,22 @@ def test_cuda_events_time_gpu_work():
     cp = dl.backend.require_cupy()
     a = cp.ones((512, 512), dtype=cp.float32)
     assert 0 < dl.timeit(lambda: a @ a, repeat=5, cuda_events=True) < 1
+
+
+def test_compare_interleaves_the_variants_and_reports_median_and_middle_half(monkeypatch):
+    import dlcourse.timing as timing
+    order, fake = [], iter([3.0, 1.0, 2.0, 1.0, 1.0, 1.0, 5.0, 1.0])   # a, b, a, b, ...
+    monkeypatch.setattr(timing, "timeit", lambda fn, **kw: (order.append(fn()), next(fake))[1])
+    t = dl.timing.compare({"a": lambda: "a", "b": lambda: "b"}, rounds=4, warmup=0, threads=1)
+    assert order == ["a", "b"] * 4                                     # in turns, round by round
+    assert t["a"].median == 2.5 and (t["a"].low, t["a"].high) == (1.75, 3.5)
+    assert t["b"].median == t["b"].low == t["b"].high == 1.0
+
+
+def test_compare_sets_the_blas_threads_while_it_times():
+    from threadpoolctl import threadpool_info
+    seen = []
+    dl.timing.compare({"x": lambda: seen.append(
+        [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])},
+        rounds=1, repeat=1, warmup=0, threads=1)
+    assert seen and all(n == 1 for n in seen[0])

@@ -35,6 +35,7 @@ class _Peak:
     what was allocated before it (tracemalloc sees NumPy's arrays); off: 0."""
 
     def __init__(self, on: bool):
+        __tracebackhide__ = True
         self.on, self.bytes, self.started = on, 0, False
 
     def __enter__(self):
@@ -75,6 +76,7 @@ def _memory_rule(fn, case, peak, Tq, Tk, itemsize):
 
 def _cases():
     """(N, H, Tq, Tk, d, block_q, block_k, causal, score scale) of each case."""
+    __tracebackhide__ = True
     return [(2, 2, 7, 7, 4, 3, 2, False, 1.0), (1, 2, 5, 9, 3, 2, 4, True, 1.0),
             (2, 1, 10, 10, 4, 4, 3, True, 1.0), (1, 1, 6, 11, 2, 5, 5, False, 1.0),
             (1, 2, 6, 6, 4, 4, 4, False, 60.0), (1, 1, LONG, LONG, 8, 128, 128, True, 1.0)]
@@ -114,8 +116,9 @@ def _full(q, k, v, causal, scale=True, top_left=False):
     return P / l, (P / l) @ v, (m + np.log(l))[..., 0]
 
 
-def _no_rescale(q, k, v, bk, causal):
-    """The online softmax without the rescaling of what was summed before (out, lse)."""
+def _no_rescale(q, k, v, bk, causal, which="lo"):
+    """The online softmax without the rescaling of what was summed before (out, lse), in the
+    running sum (``which`` holds "l"), the running output ("o") or both."""
     __tracebackhide__ = True
     Tq, Tk, d = q.shape[2], k.shape[2], q.shape[3]
     m = np.full(q.shape[:3] + (1,), -np.inf)
@@ -125,9 +128,12 @@ def _no_rescale(q, k, v, bk, causal):
         if causal:
             s = np.where(np.arange(j, min(j + bk, Tk))[None, :]
                          <= np.arange(Tq)[:, None] + Tk - Tq, s, -np.inf)
-        m = np.maximum(m, s.max(axis=-1, keepdims=True))
-        p = np.exp(s - np.where(np.isfinite(m), m, 0))
-        l, o = l + p.sum(axis=-1, keepdims=True), o + p @ v[:, :, j:j + bk]
+        m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+        safe = np.where(np.isfinite(m_new), m_new, 0)
+        p, alpha = np.exp(s - safe), np.exp(m - safe)
+        l = (1 if "l" in which else alpha) * l + p.sum(axis=-1, keepdims=True)
+        o = (1 if "o" in which else alpha) * o + p @ v[:, :, j:j + bk]
+        m = m_new
     return o / l, (m + np.log(l))[..., 0]
 
 
@@ -169,10 +175,12 @@ def flash_forward_tiled(fn) -> None:
             (lambda: _full(q, k, v, not causal)[1], "causal is ignored or inverted: with "
                                                     "causal=True a query sees its own position "
                                                     "and the earlier ones only."),
-            (lambda: _no_rescale(q, k, v, bk, causal)[0], "what was summed before a new tile "
-                                                          "is not rescaled when the running max "
-                                                          "grows: multiply the running sum and "
-                                                          "output by exp(old max - new max)."),
+            *[(lambda w=w: _no_rescale(q, k, v, bk, causal, w)[0],
+               f"what was summed before a new tile is not rescaled when the running max grows"
+               f" ({what}): both the running sum and the running output were taken against "
+               f"the old max.") for w, what in (("lo", "neither the sum nor the output"),
+                                                ("l", "the running sum"),
+                                                ("o", "the running output"))],
         ] if not long else []
         expect_close(out, e_out, fn, case, "out", mistakes=wrong,
                      fix="carry, per query row, the running max m, the running sum l and the "
@@ -260,8 +268,9 @@ def flash_backward(fn) -> None:
         given = [a.copy() for a in (dout, q, k, v, out, lse)]
         with _Peak(q.shape[2] >= LONG) as peak:
             answer = call(fn, *given, bq, bk, causal, case=case,
-                          on_error="lse is (N, H, Tq): lse[:, :, i0:i1, None] broadcasts "
-                                   "against a (N, H, block_q, block_k) tile.")
+                          on_error="lse has one number per query row, (N, H, Tq): give its "
+                                   "slice a last axis of 1 to broadcast against a (N, H, "
+                                   "block_q, block_k) tile.")
         dq, dk, dv = (to_array(a, fn, case, n) for a, n in
                       zip(expect_tuple(answer, 3, fn, case, "dq, dk, dv"), ("dq", "dk", "dv")))
         _memory_rule(fn, case, peak, q.shape[2], k.shape[2], 8)
@@ -290,12 +299,13 @@ HINTS: dict[str, list[str]] = {
         ("two loops: over query tiles, and inside it over key tiles. For one query tile keep "
          "three running arrays per row (the max so far, the sum of exponentials against it, "
          "the unnormalised output); each key tile gives its scores, its own max, and is merged "
-         "in exactly as merge_softmax merged two blocks. Causal: mask the tile where key "
-         "position > query position + (Tk - Tq)."),
+         "in exactly as merge_softmax merged two blocks. Causal: mask the keys that come after "
+         "the query's own position among the keys (the queries are the last positions)."),
         ("per key tile: s = q_tile @ k_tile^T / sqrt(d) (masked: -inf); m_new = max(m, row max "
-         "of s); alpha = exp(m - ___); p = exp(s - ___); l = alpha * l + ___; o = alpha * o + "
-         "p @ ___; m = m_new. After the last tile: out = o / ___, lse = ___ + log(___). Guard "
-         "a row that has seen no key yet (m = -inf)."),
+         "of s); alpha = exp(m - ___); p = exp(s - ___); l becomes alpha times the old l, "
+         "plus ___; o becomes alpha times the old o, plus p @ ___; then m becomes m_new. After "
+         "the last tile: out = o / ___, lse = ___ + log(___). Guard a row that has seen no key "
+         "yet (m = -inf)."),
     ],
     "flash_backward": [
         ("the same loops as the forward, the other way round if you like (key tiles outside, "

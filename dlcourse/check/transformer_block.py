@@ -54,6 +54,7 @@ def _mha_variant(x, Wq, Wk, Wv, Wo, H, causal, split=True, merge=True, use_causa
     N, T, D = x.shape
 
     def heads(y):
+        __tracebackhide__ = True
         return (y.reshape(N, T, H, D // H).transpose(0, 2, 1, 3) if split
                 else y.reshape(N, H, T, D // H))
     a = attention(heads(x @ Wq), heads(x @ Wk), heads(x @ Wv),
@@ -89,6 +90,7 @@ def mha_forward(fn) -> None:
         expected = _mha_layer(D, H, causal, np.float64, W64).forward(x64)
 
         def variant(**kw):
+            __tracebackhide__ = True
             return lambda: _mha_variant(x64, *W64, H, causal, **kw)
         tol = dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else {}
         expect_close(out.astype(np.float64), expected, fn, case, "out", **tol, mistakes=[
@@ -117,6 +119,7 @@ def mha_forward(fn) -> None:
 def _block_cases():
     """(N, T, D, H, F, causal) of each case: two heads causal; three heads not causal, T = 4;
     one head; float64 throughout."""
+    __tracebackhide__ = True
     return [(2, 5, 8, 2, 32, True), (1, 4, 6, 3, 12, False), (2, 3, 4, 1, 16, True)]
 
 
@@ -174,10 +177,14 @@ def _block_variant(dout, c, skip_ff=True, skip_attn=True, ln_axis=-1, ln_full=Tr
     d = D // H
 
     def split(y):
-        return y.reshape(N, T, H, d).transpose(0, 2, 1, 3) if transpose else y.reshape(N, H, T, d)
+        __tracebackhide__ = True
+        return (y.reshape(N, T, H, d).transpose(0, 2, 1, 3) if transpose in (True, "merge")
+                else y.reshape(N, H, T, d))
 
     def merge(y):
-        return y.transpose(0, 2, 1, 3).reshape(N, T, D) if transpose else y.reshape(N, T, D)
+        __tracebackhide__ = True
+        return (y.transpose(0, 2, 1, 3).reshape(N, T, D) if transpose in (True, "split")
+                else y.reshape(N, T, D))
     q, k, v = (split(a_in @ p[f"W{n}"]) for n in "qkv")
     a, att_cache = attention_forward(q, k, v, causal=causal)
     g["Wo"] = np.einsum("ntd,nte->de", merge(a), dh)
@@ -211,6 +218,12 @@ _BLOCK_MISTAKES = [
     (dict(transpose=False), "the heads' transpose is missing: split the gradient into heads "
                             "and merge dq, dk, dv back exactly as the forward split and merged "
                             "(reshape, then swap T and H)."),
+    (dict(transpose="merge"), "the heads' transpose is missing when merging back: (N, H, T, d) "
+                              "becomes (N, T, H, d) before the reshape to (N, T, D), for the "
+                              "attention output and for dq, dk, dv alike."),
+    (dict(transpose="split"), "the heads' transpose is missing when splitting into heads: "
+                              "reshape to (N, T, H, d), then swap T and H, for q, k, v and for "
+                              "the incoming gradient alike."),
 ]
 _KEYS = ("ln1.gamma", "ln1.beta", "Wq", "Wk", "Wv", "Wo", "ln2.gamma", "ln2.beta", "W1", "b1",
          "W2", "b2")
@@ -248,6 +261,7 @@ def transformer_block_backward(fn) -> None:
         wrong = {}
 
         def mistake(kw, what):
+            __tracebackhide__ = True
             def compute():
                 __tracebackhide__ = True
                 key = tuple(sorted(kw.items()))
@@ -295,6 +309,8 @@ def _lm_reference(logits, tokens, pad_id, shift=True, mask=True, mean_all=False)
     B, T, V = logits.shape
     z = logits[:, :-1] if shift else logits
     y = tokens[:, 1:] if shift else tokens
+    if shift == "same":                           # the last position dropped, but not shifted
+        y = tokens[:, :-1]
     z = z - z.max(axis=-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
     keep = (y != pad_id) if (pad_id is not None and mask) else np.ones(y.shape, bool)
@@ -354,6 +370,9 @@ def lm_loss(fn) -> None:
             (lambda: _lm_reference(logits, tokens, pad_id, shift=False),
              "the shift by one is missing: the logits at position t predict the NEXT token, "
              "tokens[:, t + 1]; the last position has no target."),
+            (lambda: _lm_reference(logits, tokens, pad_id, shift="same"),
+             "the shift by one is missing: the last position is left out, but logits[:, t] "
+             "must be paired with the NEXT token, tokens[:, t + 1]."),
             (lambda: _backwards(logits, tokens, pad_id),
              "the shift goes the wrong way: pair logits[:, t] with tokens[:, t + 1], not "
              "t - 1."),
@@ -389,6 +408,7 @@ class TinyLanguageModel:
     ``backward(dlogits)`` fills ``grads``; ``params`` and ``grads`` dicts of arrays."""
 
     def __init__(self, seed):
+        __tracebackhide__ = True
         from ..transformer import Transformer
         self.net = Transformer(7, 8, 2, 1, 6, dtype=np.float64, seed=seed, attention_bias=False)
 
@@ -396,15 +416,18 @@ class TinyLanguageModel:
     grads = property(lambda self: self.net.grads)
 
     def forward(self, tokens):
+        __tracebackhide__ = True
         return self.net.forward(tokens)
 
     def backward(self, dlogits):
+        __tracebackhide__ = True
         self.net.backward(dlogits)
 
 
 @handed
 def reference_lm_loss(logits, tokens, pad_id=None):
     """The loss a train_step check hands in: (loss, dlogits), as lesson 15b's lm_loss."""
+    __tracebackhide__ = True
     return _lm_reference(logits, tokens, pad_id)
 
 
@@ -462,15 +485,16 @@ _STEP_MISTAKES = [
     (dict(no_correction=True), "Adam's bias correction is missing: m and v start at 0, so "
                                "divide each by 1 - beta^t (t the step number, from 1)."),
     (dict(l2=True), "the weight decay went into the gradient (Adam's L2): AdamW shrinks each "
-                    "parameter directly, p times (1 - lr * weight_decay), apart from the "
+                    "parameter itself by the fraction lr times weight_decay, apart from the "
                     "moments."),
     (dict(per_param=True), "each parameter is clipped on its own: the norm to clip is ONE "
                            "number over all the gradients together, so the step keeps its "
                            "direction."),
     (dict(always_clip=True), "the gradients are rescaled even when their norm is below "
                              "max_norm: clip only when it is above."),
-    (dict(no_clip=True), "the gradients are not clipped: scale them all by max_norm / norm "
-                         "when their global norm is above max_norm."),
+    (dict(no_clip=True), "the gradients are not clipped: when their global norm is above "
+                         "max_norm, scale them all by the one factor that brings it down to "
+                         "max_norm."),
     (dict(reset=True), "the state is not kept between steps: m, v and the step count live in "
                        "the state dict the caller passes each time."),
 ]
@@ -497,9 +521,8 @@ def train_step(fn) -> None:
             step = f"{case}; step {i + 1}"
             loss = to_number(call(fn, model, reference_lm_loss, tokens.copy(), state, lr, wd,
                                   max_norm, case=step,
-                                  on_error="model.forward(tokens), lm_loss(logits, tokens), "
-                                           "model.backward(dlogits); then model.grads and "
-                                           "model.params, two dicts with the same keys."),
+                                  on_error="the model's params and grads are two dicts "
+                                           "with the same keys; update the arrays in place."),
                              fn, step, "the returned loss", "return the loss (one number).")
             want_params, want_loss = expected[i]
             if not math.isclose(loss, want_loss, rel_tol=1e-6):
@@ -551,9 +574,11 @@ HINTS: dict[str, list[str]] = {
         ("four stages: the loss and its gradient (forward, lm_loss, backward); one norm over "
          "every gradient together; the clip (scale all when the norm is too big); AdamW per "
          "parameter, with m, v and the step count kept in state between calls."),
-        ("norm = sqrt(sum over k of (grads[k]**2).sum()); if norm > max_norm: scale every "
-         "grad by ___; state['t'] += 1; for each k: p *= 1 - ___; m = b1 m + (1 - b1) g; "
-         "v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(___) + eps)."),
+        ("the norm: the square root of the sum, over every key, of the sum of the squared "
+         "gradient; above max_norm, every gradient times ___; the step count t in state goes "
+         "up by one; per key: shrink p by the factor ___; m becomes beta1 m + (1 - beta1) g, v "
+         "the same with beta2 and g squared; p goes down by lr times m corrected over (the "
+         "square root of ___ corrected, plus eps). Lesson 04b's adam_step."),
     ],
 }
 

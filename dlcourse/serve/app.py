@@ -195,7 +195,8 @@ def create_app(model, *, sha256: str = "", name: str = "model",
     shape, tokens = engine.input_shape, engine.tokens
     K = int(engine.predict(np.zeros((1,) + shape, np.float32))[1].shape[1])
     if tokens is not None:                       # a language model: prompts in
-        expected = f'{{"inputs": [...]}}: a list of at most {max_batch} prompts, {tokens.expected()}'
+        expected = (f'{{"inputs": [...]}}: a list of at most {max_batch} prompts, '
+                    f'{tokens.expected()}')
     else:
         expected = (f'{{"inputs": [...]}}: a list of at most {max_batch} samples, each shaped '
                     f'{list(shape)}' + (f" or flat ({int(np.prod(shape))} numbers)"
