@@ -60,7 +60,7 @@ from pathlib import Path
 import dlcourse as dl
 from dlcourse.cli import MNIST1D_DEFAULTS
 
-# MNIST-1D: the CNN `dlcourse train --dataset mnist1d` builds (cli._train), with its settings.
+# MNIST-1D: the CNN `dlcourse train --dataset mnist1d` builds (cli/train_command.py), with its settings.
 MNIST1D = MNIST1D_DEFAULTS["cnn"]
 MODELS = {
     "mlp": dict(flat=True, build=lambda seed: dl.MLP([64, 128, 10], seed=seed), epochs=20,

@@ -1,4 +1,4 @@
-"""`python -m dlcourse`: the same as the `dlcourse` command (see dlcourse/cli.py)."""
+"""`python -m dlcourse`: the same as the `dlcourse` command (see dlcourse/cli/)."""
 import sys
 
 from .cli import main

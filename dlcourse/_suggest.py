@@ -1,6 +1,6 @@
 """"Did you mean ...?" for a misspelled name: a command, a data set, a lesson, an exercise.
 
-Shared by the command line (``cli.py``), the workspace commands (``workspace.py``) and the
+Shared by the command line (``cli/``), the workspace commands (``workspace.py``) and the
 exercise finder (``student.py``); it imports none of them.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ to fix what is missing.
 
 Introduced in notebook ``00_setup_and_gpu_arrays`` (and README's first steps). ``doctor()``
 returns 0 when the library runs (the CPU is enough), 1 when something it needs is missing; the
-command line (``dlcourse/cli.py``) calls it. Beyond the library, it checks what each lesson
+command line (``dlcourse/cli/``) calls it. Beyond the library, it checks what each lesson
 needs (``LESSON_NEEDS``: the extras' packages, ``mpiexec``) and says "ready" only when every
 lesson can run; otherwise which lessons can, and the one command that brings the others.
 """
@@ -52,6 +52,7 @@ LESSON_NEEDS: dict[str, tuple[str, ...]] = {
     "12": ("onnx", "onnxruntime", "fastapi", "uvicorn"),
     "12b": ("cryptography", "fastapi", "uvicorn"),
     "13": ("mpi4py", "mpiexec"),
+    "13b": ("mpi4py", "mpiexec"),
 }
 # Each of those: (its distribution, the extra of pyproject.toml that installs it; None: the
 # library's own dependencies, `pip install -e .`), and what it is for.

@@ -251,7 +251,9 @@ def _fused_relu(layer, g, x):
 # -- attention and the transformer (lessons 15-16): x is (N, T, D), so Linear maps are
 #    MatMul + Add (Gemm takes 2-D inputs only) -------------------------------------------
 def _matmul_add(g, x, W, b, prefix=""):
-    return g.node("Add", [g.node("MatMul", [x, g.weight(f"{prefix}W", W)]), g.weight(f"{prefix}b", b)])
+    """x @ W + b (b None: x @ W alone, a layer without bias)."""
+    y = g.node("MatMul", [x, g.weight(f"{prefix}W", W)])
+    return y if b is None else g.node("Add", [y, g.weight(f"{prefix}b", b)])
 
 
 def _constant(g, base, value, dtype=np.float32):
@@ -297,7 +299,7 @@ def _multi_head_attention(layer, g, x):
     heads_shape = _constant(g, "heads_shape", [0, 0, H, d], np.int64)     # 0: keep N, T
 
     def heads(name, perm):          # (N, T, D) -> (N, T, H, d) -> transposed by perm
-        y = _matmul_add(g, x, p[f"W{name}"], p[f"b{name}"], name)
+        y = _matmul_add(g, x, p[f"W{name}"], p.get(f"b{name}"), name)
         return g.node("Transpose", [g.node("Reshape", [y, heads_shape])], perm=perm)
     q, kT, v = heads("q", [0, 2, 1, 3]), heads("k", [0, 2, 3, 1]), heads("v", [0, 2, 1, 3])
     scores = g.node("Mul", [g.node("MatMul", [q, kT]), _constant(g, "scale", 1 / np.sqrt(d))])
@@ -311,7 +313,7 @@ def _multi_head_attention(layer, g, x):
     a = g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])        # (N, H, T, d)
     merged = g.node("Reshape", [g.node("Transpose", [a], perm=[0, 2, 1, 3]),
                                 _constant(g, "model_shape", [0, 0, layer.d_model], np.int64)])
-    return _matmul_add(g, merged, p["Wo"], p["bo"], "o")
+    return _matmul_add(g, merged, p["Wo"], p.get("bo"), "o")
 
 
 @register_exporter(Transformer)

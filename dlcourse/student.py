@@ -36,13 +36,17 @@ so a new notebook is tagged with one command (a test fails while any notebook is
 Writing into a folder a learner works in never overwrites their edits: a manifest in the folder
 (``.dlcourse-manifest.json``) records what was generated; a notebook the learner changed is kept
 and the new version is written beside it (``NN_name.updated.ipynb``). See :func:`sync_notebooks`.
+
+The student version of a notebook is made in ``student_version.py`` and written into a learner's
+folder by ``notebook_sync.py``; this module finds the exercises in a notebook (and tags them for
+nbgrader), finds an exercise, its hint and its solution among the course notebooks, and is where
+the public names of both are imported from.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import functools
-import hashlib
 import json
 import os
 import re
@@ -53,162 +57,23 @@ from typing import NamedTuple
 from ._io import atomic_write
 from ._suggest import did_you_mean
 from .notebook_file import read_notebook
+from .notebook_sync import MANIFEST, RENAMED, sync_notebooks, write_student_notebooks
+from .student_version import (BEGIN, BEGIN_DERIVATION, END, END_DERIVATION, GENERIC_HINT, HINT,
+                              RAISE_WIDTH, SolutionMarkerError, derivation_block, derivation_name,
+                              is_marker, make_student_notebook, nbformat_module, notebook_text,
+                              student_source)
 
 __all__ = ["write_student_notebooks", "make_student_notebook", "student_source",
            "SolutionMarkerError", "BEGIN", "END", "HINT", "GENERIC_HINT",
            "Exercise", "exercises", "tag_nbgrader", "tag_notebooks", "notebooks_dir",
            "find_exercise", "first_hint", "solution_text", "sync_notebooks", "MANIFEST",
            "BEGIN_DERIVATION", "END_DERIVATION", "derivation_name", "derivations",
-           "derivation_text", "RAISE_WIDTH", "lesson_exercises"]
-
-BEGIN = "### BEGIN SOLUTION"
-END = "### END SOLUTION"
-HINT = "# HINT:"
-# A worked derivation the learner's copy holds back until their answer passes: a markdown cell
-# "<!-- BEGIN DERIVATION softmax_ce_grad -->" ... "<!-- END DERIVATION -->" (the comments do
-# not render). The check shows it on a pass (dl.check.derivation(name) again later).
-BEGIN_DERIVATION = "<!-- BEGIN DERIVATION"
-END_DERIVATION = "<!-- END DERIVATION -->"
-HELD_BACK = ("> **The derivation is held back** until your `{name}` passes: work it out from what "
-             "this section gives you (write it here if you like), then the check shows the worked "
-             "derivation to compare with yours; later, `dl.check.derivation(\"{name}\")`.")
-GENERIC_HINT = "replace this raise with your code (the text above says what it should do)."
-MARKDOWN_PLACEHOLDER = "YOUR ANSWER HERE"
-
-
-class SolutionMarkerError(ValueError):
-    """A solution block is not closed, or closed without being opened."""
-
-
-def _nbformat():
-    try:
-        import nbformat
-    except ImportError:  # pragma: no cover - nbformat comes with jupyterlab
-        raise ImportError("Making student notebooks needs nbformat: "
-                          "python -m pip install nbformat (it comes with jupyterlab).") from None
-    return nbformat
-
-
-def _is_marker(line: str, marker: str) -> bool:
-    return line.strip().startswith(marker)
-
-
-def _python_string(text: str) -> str:
-    """``text`` as a Python string literal, in double quotes where that needs no escapes."""
-    if '"' not in text and "\\" not in text and text.isprintable():
-        return f'"{text}"'
-    return repr(text)
-
-
-RAISE_WIDTH = 88     # the longest line a student cell's ``raise`` may have (JupyterLab shows ~100)
-
-
-def _raise_line(indent: str, text: str, newline: str) -> str:
-    """``raise NotImplementedError("<text>")`` at ``indent``; a text too long for one line of
-    RAISE_WIDTH is split at spaces into adjacent string literals, one a line, which Python
-    joins back into exactly ``text``."""
-    one_line = f"{indent}raise NotImplementedError({_python_string(text)})"
-    if len(one_line) <= RAISE_WIDTH:
-        return one_line + newline
-    inner = indent + "    "
-    width = max(RAISE_WIDTH - len(inner) - 3, 20)     # 3: the quotes and a closing bracket
-    pieces, piece = [], ""
-    for word in text.split(" "):                       # each piece keeps its trailing space
-        if piece and len(piece) + len(word) > width:
-            pieces.append(piece)
-            piece = ""
-        piece += word + " "
-    pieces.append(piece[:-1])
-    literals = [f"{inner}{_python_string(p)}" for p in pieces]
-    return (f"{indent}raise NotImplementedError(\n" + "\n".join(literals) + ")" + newline)
-
-
-def derivation_name(source: str) -> str | None:
-    """The exercise whose derivation a markdown cell holds (its BEGIN DERIVATION marker), or None."""
-    for line in source.splitlines():
-        if _is_marker(line, BEGIN_DERIVATION):
-            name = line.strip()[len(BEGIN_DERIVATION):].strip().removesuffix("-->").strip()
-            return name or None
-    return None
-
-
-def _derivation_block(source: str, where: str) -> tuple[list[str], list[str], list[str]]:
-    """(lines before, the derivation's lines, lines after) of a cell with a derivation block."""
-    lines = source.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if _is_marker(line, BEGIN_DERIVATION)]
-    ends = [i for i, line in enumerate(lines) if _is_marker(line, END_DERIVATION)]
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise SolutionMarkerError(f"{where}: a derivation cell needs one `{BEGIN_DERIVATION} "
-                                  f"<name> -->` line and one `{END_DERIVATION}` after it.")
-    return lines[:starts[0]], lines[starts[0] + 1:ends[0]], lines[ends[0] + 1:]
-
-
-def student_source(source: str, *, cell_type: str = "code", where: str = "the cell") -> str:
-    """The student version of one cell's source (unchanged when it has no solution block; a
-    derivation block becomes the note that it is held back).
-
-    ``where`` names the cell in error messages, e.g. ``"03_backpropagation.ipynb, cell 12"``.
-    Raises :class:`SolutionMarkerError` for an unbalanced block.
-    """
-    name = derivation_name(source) if cell_type == "markdown" else None
-    if name is not None:
-        before, _, after = _derivation_block(source, where)
-        return "".join(before) + HELD_BACK.format(name=name) + "\n" + "".join(after)
-    lines = source.splitlines(keepends=True)
-    out: list[str] = []
-    begin_line = None          # 1-based line number of the open block's BEGIN marker
-    indent, hint = "", None
-    for number, line in enumerate(lines, start=1):
-        if _is_marker(line, BEGIN):
-            if begin_line is not None:
-                raise SolutionMarkerError(
-                    f"{where}: a second `{BEGIN}` on line {number}, but the block opened on "
-                    f"line {begin_line} was not closed: add `{END}` before it.")
-            begin_line, hint = number, None
-            indent = line[:len(line) - len(line.lstrip())]
-        elif _is_marker(line, END):
-            if begin_line is None:
-                raise SolutionMarkerError(
-                    f"{where}: `{END}` on line {number} has no `{BEGIN}` before it.")
-            newline = "\n" if line.endswith("\n") else ""
-            if cell_type == "code":
-                out.append(_raise_line(indent, hint or GENERIC_HINT, newline))
-            else:
-                out.append(f"{indent}{MARKDOWN_PLACEHOLDER}{newline}")
-            begin_line = None
-        elif begin_line is not None:
-            stripped = line.strip()
-            if hint is None and stripped.startswith(HINT):
-                hint = stripped[len(HINT):].strip() or None
-        else:
-            out.append(line)
-    if begin_line is not None:
-        raise SolutionMarkerError(
-            f"{where}: `{BEGIN}` on line {begin_line} has no `{END}` after it.")
-    return "".join(out)
-
-
-def make_student_notebook(nb, name: str = "the notebook"):
-    """A student copy of a notebook node (nbformat 4): solutions replaced, outputs cleared."""
-    nb = copy.deepcopy(nb)
-    for index, cell in enumerate(nb.cells):
-        where = f"{name}, cell {index}"
-        if cell.cell_type in ("code", "markdown"):
-            cell.source = student_source(cell.source, cell_type=cell.cell_type, where=where)
-        if cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
-    return nb
-
-
-def _notebook_text(nbformat, nb) -> str:
-    """The notebook as the repository stores it (nbformat's layout and a final newline)."""
-    return nbformat.writes(nb) + "\n"
+           "derivation_text", "RAISE_WIDTH", "lesson_exercises", "RENAMED"]
 
 
 def _write_atomic(nbformat, nb, path: Path) -> None:
     with atomic_write(path, "w", encoding="utf-8") as f:
-        f.write(_notebook_text(nbformat, nb))
+        f.write(notebook_text(nbformat, nb))
 
 
 # ======================================================================================
@@ -229,16 +94,16 @@ _DEF = re.compile(r"^def (\w+)\(", re.MULTILINE)
 
 
 def _has_block(source: str) -> bool:
-    return any(_is_marker(line, BEGIN) for line in source.splitlines())
+    return any(is_marker(line, BEGIN) for line in source.splitlines())
 
 
 def _block(source: str) -> tuple[str | None, list[str]]:
     """(the first block's hint, the first block's solution lines without the hint line)."""
     hint, lines, inside = None, [], False
     for line in source.splitlines():
-        if _is_marker(line, BEGIN):
+        if is_marker(line, BEGIN):
             inside = True
-        elif _is_marker(line, END):
+        elif is_marker(line, END):
             break
         elif inside:
             if hint is None and line.strip().startswith(HINT):
@@ -331,7 +196,7 @@ def tag_nbgrader(nb):
 def tag_notebooks(folder, *, write: bool = True) -> list[Path]:
     """Tag every ``*.ipynb`` in ``folder`` with :func:`tag_nbgrader`; return the notebooks whose
     metadata was (with ``write=False``: would be) changed."""
-    nbformat = _nbformat()
+    nbformat = nbformat_module()
     changed = []
     for path in sorted(Path(folder).glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
@@ -422,7 +287,7 @@ def derivations(nb) -> dict[str, str]:
     for i, cell in enumerate(nb.cells):
         name = derivation_name(cell.source) if cell.cell_type == "markdown" else None
         if name is not None:
-            found[name] = "".join(_derivation_block(cell.source, f"cell {i}")[1]).strip()
+            found[name] = "".join(derivation_block(cell.source, f"cell {i}")[1]).strip()
     return found
 
 
@@ -448,192 +313,6 @@ def solution_text(name: str, folder=None) -> str:
     lines = _block(nb.cells[ex.cell].source)[1]
     width = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
     return "\n".join(line[width:] for line in lines)
-
-
-# ======================================================================================
-# Writing student versions without overwriting a learner's edits
-# ======================================================================================
-MANIFEST = ".dlcourse-manifest.json"
-
-# Lessons that were renamed or split (issue 27): the old name -> the lessons that replace it. A
-# learner's workspace may still hold the old one; :func:`sync_notebooks` says where it went.
-RENAMED = {
-    "04_mlp_on_digits": ("04a_mlp_on_digits", "04b_optimizers_and_regularization"),
-    "04b_initialization": ("04c_initialization",),
-    "08b_tiling_and_occupancy": ("08b_tiling_and_roofline",
-                                 "08c_bank_conflicts_occupancy_and_tensor_cores"),
-    "08c_fusion_and_graphs": ("08d_fusion_and_graphs",),
-    "11_quantization_and_pruning": ("11a_quantization", "11b_pruning"),
-}
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _read_manifest(outdir: Path) -> dict:
-    try:
-        data = json.loads((outdir / MANIFEST).read_text(encoding="utf-8"))
-        return dict(data.get("generated", {}))
-    except (FileNotFoundError, ValueError, AttributeError):
-        return {}
-
-
-def _file_sha(path: Path) -> str | None:
-    try:
-        return _sha(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, UnicodeDecodeError):
-        return None
-
-
-def _beside(outdir: Path, name: str, generated: dict) -> Path:
-    """A free name beside ``name`` for the new version: ``NN_x.updated.ipynb`` (or ``-2``, ...),
-    reusing one we wrote before if the learner has not changed it."""
-    stem = name[:-len(".ipynb")]
-    k = 1
-    while True:
-        candidate = outdir / (f"{stem}.updated.ipynb" if k == 1 else f"{stem}.updated-{k}.ipynb")
-        sha = _file_sha(candidate)
-        if sha is None or generated.get(candidate.name) == sha:
-            return candidate
-        k += 1
-
-
-def sync_notebooks(source_dir, outdir) -> list[tuple[str, Path]]:
-    """Write the student version of every notebook in ``source_dir`` into ``outdir`` without
-    losing a learner's work; return ``[(what, path)]`` with ``what`` one of:
-
-    - ``"added"``: a new lesson, written;
-    - ``"updated"``: a newer version replaced one the learner had not changed;
-    - ``"unchanged"``: already up to date;
-    - ``"kept"``: the learner changed this notebook; it is kept as it is, and there is no new
-      version of it;
-    - ``"kept, new version beside"``: the learner changed it and the course has a newer version,
-      written beside it (``path`` is the new file);
-    - ``"retired"``: a lesson this folder got from an older version of the course that is no
-      longer one (renamed or split, :data:`RENAMED`), untouched by the learner: removed;
-    - ``"kept, retired"``: the same, but the learner changed it: kept as it is.
-
-    What was generated is recorded (SHA-256) in ``outdir/.dlcourse-manifest.json``; a file
-    the manifest does not know is the learner's. Every notebook is converted and validated
-    before anything is written. Raises as :func:`write_student_notebooks` does.
-    """
-    nbformat = _nbformat()
-    source_dir, outdir = Path(source_dir), Path(outdir)
-    if not source_dir.is_dir():
-        raise FileNotFoundError(f"{source_dir} is not a folder: pass the folder of the course "
-                                f"notebooks (notebooks/ in the repository).")
-    paths = sorted(source_dir.glob("*.ipynb"))
-    if not paths:
-        raise FileNotFoundError(f"{source_dir} holds no notebooks (*.ipynb): pass the folder "
-                                f"of the course notebooks (notebooks/ in the repository).")
-    if outdir.exists() and outdir.resolve() == source_dir.resolve():
-        raise ValueError(f"The output folder {outdir} is the source folder: the student versions "
-                         f"would overwrite the solutions. Choose another folder.")
-    _check_outdir(outdir)
-    converted = []
-    for path in paths:
-        student = _read_student_notebook(nbformat, path)
-        try:
-            nbformat.validate(student)
-        except nbformat.ValidationError as err:
-            raise ValueError(f"The student version of {path.name} is not a valid notebook: "
-                             f"{err.message}") from err
-        converted.append((path.name, student))
-    outdir.mkdir(parents=True, exist_ok=True)
-    generated = _read_manifest(outdir)
-    done = []
-    for name, student in converted:
-        text = _notebook_text(nbformat, student)
-        target = outdir / name
-        current = _file_sha(target)
-        if current is None and not target.exists():
-            what = "added"
-        elif current == _sha(text):
-            done.append(("unchanged", target))
-            generated[name] = current
-            continue
-        elif current is not None and generated.get(name) == current:
-            what = "updated"
-        elif generated.get(f"source:{name}") == _sha(text):
-            done.append(("kept", target))       # the learner's edits, and no newer version
-            continue
-        else:
-            target, what = _beside(outdir, name, generated), "kept, new version beside"
-        with atomic_write(target, "w", encoding="utf-8") as f:
-            f.write(text)
-        generated[target.name] = _sha(text)
-        generated[f"source:{name}"] = _sha(text)
-        done.append((what, target))
-    done += _retire(outdir, generated, {name for name, _ in converted})
-    with atomic_write(outdir / MANIFEST, "w", encoding="utf-8") as f:
-        json.dump({"about": "what dlcourse generated here (SHA-256), so that it never "
-                            "overwrites a notebook you changed",
-                   "generated": dict(sorted(generated.items()))}, f, indent=1)
-        f.write("\n")
-    return done
-
-
-def _check_outdir(outdir: Path) -> None:
-    """Refuse an output folder that is a file, or lies inside one, naming that file."""
-    for path in (outdir, *outdir.parents):
-        if path.exists():
-            if not path.is_dir():
-                inside = "" if path == outdir else f" (it would be inside the file {path})"
-                raise NotADirectoryError(f"The output folder {outdir} is not a folder{inside}: "
-                                         f"the student notebooks go into a folder. Choose a "
-                                         f"new or existing folder.")
-            return
-
-
-def _read_student_notebook(nbformat, path: Path):
-    """The student version of the notebook at ``path``; a file that is not a notebook is
-    refused by its path (nbformat's own errors do not name it)."""
-    try:
-        return make_student_notebook(nbformat.read(path, as_version=4), path.name)
-    except SolutionMarkerError:
-        raise
-    except (ValueError, TypeError, AttributeError, KeyError) as err:   # not JSON, not UTF-8,
-        reason = " ".join(str(err).split())[:200] or type(err).__name__  # not a notebook
-        raise ValueError(f"{path} is not a notebook that can be read ({type(err).__name__}: "
-                         f"{reason}). Is it damaged or only partly saved? Restore it (git "
-                         f"checkout, or a fresh copy of the course) or move it out of "
-                         f"{path.parent}.") from err
-
-
-def _retire(outdir: Path, generated: dict, lessons: set) -> list[tuple[str, Path]]:
-    """Lessons written here by an older course that renamed or split them (:data:`RENAMED`): an
-    untouched one goes (it holds nothing of the learner's), a changed one stays. Forgets both in
-    ``generated``."""
-    done = []
-    for name in sorted(generated):
-        if name in lessons or name.removesuffix(".ipynb") not in RENAMED:
-            continue          # still a lesson; or not one the course renamed (only those go)
-        target = outdir / name
-        sha = _file_sha(target)
-        if sha is not None and sha == generated[name]:
-            target.unlink()
-            done.append(("retired", target))
-        elif sha is not None:
-            done.append(("kept, retired", target))
-        del generated[name]
-        generated.pop(f"source:{name}", None)
-    return done
-
-
-def write_student_notebooks(source_dir, outdir) -> list[Path]:
-    """Write the student version of every ``*.ipynb`` in ``source_dir`` (sorted) to ``outdir``,
-    under the same names unless the learner changed the notebook there (then the new version
-    goes beside it, see :func:`sync_notebooks`); return the paths written.
-
-    Every notebook is converted and validated before any file is written, so an error leaves
-    ``outdir`` as it was. Raises ``FileNotFoundError`` when ``source_dir`` holds no notebook,
-    :class:`SolutionMarkerError` (naming the notebook and the cell) for an unbalanced solution
-    block, and ``ValueError`` when ``outdir`` is ``source_dir`` (that would overwrite the
-    solutions).
-    """
-    return [path for what, path in sync_notebooks(source_dir, outdir)
-            if what not in ("unchanged", "kept")]
 
 
 # ======================================================================================

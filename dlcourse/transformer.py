@@ -281,6 +281,8 @@ class Transformer(Container):
     config. ``backward(dlogits)`` fills the grads and returns None (ids have no gradient).
     ``chars`` (optional): the characters the ids stand for, ``chars[i]`` being id i, kept in
     the config so that a saved character model can read a prompt (``dlcourse generate``).
+    ``attention_bias=False``: the attention projections without biases (x @ W alone), the model
+    lesson 15b's learner trains with their own functions.
     """
 
     layer_names = ("embedding", "position", "blocks", "norm", "head")

@@ -72,10 +72,12 @@ LESSONS: dict[str, object] = {
                           "": ("04a", "04b", "05", "06", "07")},
     "test_check_number_formats.py": ("10",),
     "test_check_residual.py": ("07b",),
-    "test_check_attention.py": {"merge|naive": ("16",), "": ("15",)},
+    "test_check_sharding.py": ("13b",),
+    "test_check_attention.py": {"merge|naive|attention_bytes": ("16",), "": ("15",)},
     "test_check_flagship.py": {"a_full_matrix|a_strip": ("16b",),
                                "the_right|each_known|a_right": ("15b", "16b"), "": ("15b",)},
     "test_checkpoint.py": ("04a", "07", "12"),
+    "test_claims.py": ALL,
     "test_cli.py": TOOLING,
     "test_cli_language_model.py": ("12", "15"),
     "test_compression.py": {"quantiz|integer_path|a_loaded_int8|a_cast|asymmetric|fixed_point|"
@@ -90,7 +92,9 @@ LESSONS: dict[str, object] = {
                      "": ("04a",)},
     "test_deploy_refusals.py": ("12",),
     "test_derive.py": ALL,
-    "test_distributed.py": ("13",),
+    "test_distributed.py": {"ring_reduce_scatter|all_gather|bucket_plan|fit_refuses_bad_overlap|"
+                            "one_process_overlap|sharded|overlap_zero|mpi_ranks_with_different_"
+                            "overlap": ("13b",), "": ("13",)},
     "test_docs_links.py": TOOLING,
     "test_doctor.py": TOOLING,
     "test_errors.py": {"conv|kernel|stride|sizes": ("06",), "optimizer_settings": ("04b",),
@@ -134,7 +138,7 @@ LESSONS: dict[str, object] = {
     "test_properties.py": {"linear": ("03",), "softmax": ("02",), "": ("06",)},
     "test_readme_commands.py": TOOLING,
     "test_progress.py": TOOLING,
-    "test_recompute_and_memory.py": ("13",),
+    "test_recompute_and_memory.py": ("13b",),
     "test_recorded.py": ("00", "05", "08a", "08b", "08c", "08d", "10"),
     "test_sealed.py": ALL,
     "test_saved_checkpoints.py": ("04a", "07", "08d"),

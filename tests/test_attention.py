@@ -360,12 +360,12 @@ def test_save_and_load_rebuild_a_transformer(tmp_path, device, to_dev):
                                   dl.to_numpy(model.forward(to_dev(idx))))
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_transformer_exports_to_onnx_and_onnxruntime_agrees(tmp_path, causal):
+@pytest.mark.parametrize("causal, attention_bias", [(True, True), (False, True), (True, False)])
+def test_transformer_exports_to_onnx_and_onnxruntime_agrees(tmp_path, causal, attention_bias):
     pytest.importorskip("onnx", reason="export needs onnx: pip install -e '.[serve]'")
     ort = pytest.importorskip("onnxruntime", reason="the check runs the file in onnxruntime")
     model = dl.Transformer(vocab=17, d_model=16, heads=4, layers=2, max_len=12, causal=causal,
-                           seed=2)
+                           seed=2, attention_bias=attention_bias)   # False: lesson 15b's model
     for k, p in model.params.items():
         if k.endswith(("b", "beta", "gamma")):
             p[...] += 0.3 * randn(*p.shape, seed=len(k)).astype(p.dtype)

@@ -287,38 +287,78 @@ def test_the_merge_check_reference_is_attention_over_both_blocks():
     np.testing.assert_allclose(dl.attention(q, k, v7)[0, 0, :, :2], o, atol=1e-12)
 
 
-# ---- naive_attention_bytes
-def bytes_good(N, H, T, d, itemsize):
-    return N * H * (4 * T * T + 4 * T * d) * itemsize
+# ---- attention_bytes (naive and tiled)
+def bytes_parts(N, H, T, d, itemsize, Br, causal, naive=None, tiles=None, rows=None, lse=True,
+                kv=2):
+    """An answer to attention_bytes, right by default: ``naive`` replaces the naive count per
+    (sample, head), ``tiles`` the number of query tiles, ``rows(i0, i1)`` the key rows a causal
+    tile reads; ``lse`` and ``kv`` (arrays streamed per tile) put the other mistakes in."""
+    per = 4 * T * T + 4 * T * d if naive is None else naive(T, d)
+    n = math.ceil(T / Br) if tiles is None else tiles(T, Br)
+    if causal:
+        keys = sum((rows or (lambda i0, i1: i1))(i0, min(i0 + Br, T)) for i0 in range(0, T, Br))
+    else:
+        keys = n * T
+    tiled = 2 * T * d + kv * keys * d + (T if lse else 0)
+    return N * H * per * itemsize, N * H * tiled * itemsize
 
 
-def bytes_elements(N, H, T, d, itemsize):
-    return N * H * (4 * T * T + 4 * T * d)
+def bytes_good(*args):
+    return bytes_parts(*args)
 
 
-def bytes_no_softmax(N, H, T, d, itemsize):
-    return N * H * (2 * T * T + 4 * T * d) * itemsize
+def bytes_closed_form(N, H, T, d, itemsize, Br, causal):
+    """Right, written differently: closed forms, floats, a NumPy scalar, a list."""
+    n = -(-T // Br)
+    keys = Br * n * (n - 1) / 2 + T if causal else float(n * T)
+    per_head = np.int64(2 * T * (2 * T + 2 * d))
+    return [N * H * itemsize * per_head, N * H * itemsize * (2 * T * d + 2 * keys * d + T)]
 
 
-def bytes_one_head(N, H, T, d, itemsize):
-    return (4 * T * T + 4 * T * d) * itemsize
+def _bytes(**wrong):
+    return lambda *args: bytes_parts(*args, **wrong)
 
 
-def bytes_library(N, H, T, d, itemsize):
+def bytes_library(N, H, T, d, itemsize, Br, causal):
     from dlcourse.flash_attention import attention_traffic
-    return attention_traffic(N, H, T, d, itemsize)["naive"]
+    counts = attention_traffic(N, H, T, d, itemsize, block=(Br, Br), causal=causal)
+    return counts["naive"], counts["flash"]
 
 
-def test_naive_attention_bytes_passes_the_right_answer(capsys):
-    C.naive_attention_bytes(bytes_good)
-    assert "all 4 cases pass" in capsys.readouterr().out
+def test_attention_bytes_passes_the_right_answer_and_one_written_differently(capsys):
+    C.attention_bytes(bytes_good)
+    C.attention_bytes(bytes_closed_form)
+    assert capsys.readouterr().out.count("all 8 cases pass") == 2
+
+
+def _elements(N, H, T, d, itemsize, Br, causal):
+    naive, tiled = bytes_good(N, H, T, d, itemsize, Br, causal)
+    return naive // itemsize, tiled
 
 
 @pytest.mark.parametrize("fn, words", [
-    (bytes_elements, ["counts elements"]),
-    (bytes_no_softmax, ["softmax step is missing"]),
-    (bytes_one_head, ["one head of one sample"]),
+    (_elements, ["naive is", "counts elements"]),
+    (_bytes(naive=lambda T, d: 2 * T * T + 4 * T * d), ["softmax step is missing"]),
+    (_bytes(naive=lambda T, d: 3 * T * T + 4 * T * d), ["one T x T pass is missing"]),
+    (lambda N, H, *a: bytes_parts(1, 1, *a), ["one head of one sample"]),
+    (lambda N, H, T, d, b, Br, c: bytes_parts(N, H, T, d, b, Br, c,
+                                               naive=(lambda T, d: 2 * T * (T + 1) + 4 * T * d)
+                                               if c else None),
+     ["masks entries in place", "causal or not"]),
+    (_bytes(tiles=lambda T, Br: 1), ["k and v once in all", "PER QUERY TILE"]),
+    (_bytes(tiles=lambda T, Br: T // Br), ["T=100", "rounded DOWN", "round T / Br up"]),
+    (_bytes(tiles=lambda T, Br: T / Br), ["T=100", "not a whole number"]),
+    (_bytes(lse=False), ["log-sum-exp is missing"]),
+    (_bytes(kv=1), ["v is streamed with k"]),
+    (lambda N, H, T, d, b, Br, c: bytes_parts(N, H, T, d, b, Br, False)[:1]
+     + bytes_parts(N, H, T, d, b, Br, False)[1:], ["causal", "up to its own last row"]),
+    (_bytes(rows=lambda i0, i1: sum(range(i0 + 1, i1 + 1))), ["per TILE, not per row"]),
+    (_bytes(rows=lambda i0, i1: i0), ["LAST row", "not up to its first"]),
+    (lambda N, H, T, d, b, Br, c: bytes_parts(N, H, T, d, b, Br, c, rows=lambda i0, i1: i0 + Br),
+     ["does not read past T"]),
     (bytes_library, ["library's own version"]),
-])
-def test_naive_attention_bytes_names_the_mistake(fn, words):
-    expect_fail(C.naive_attention_bytes, fn, *words)
+], ids=["elements", "no_softmax", "one_square_pass", "one_head", "naive_causal", "kv_once",
+        "floor_tiles", "fractional_tiles", "no_lse", "no_v", "causal_ignored", "per_row",
+        "first_row", "past_T", "library"])
+def test_attention_bytes_names_the_mistake(fn, words):
+    expect_fail(C.attention_bytes, fn, *words)

@@ -9,6 +9,7 @@ import pytest
 
 from dlcourse import backend
 from dlcourse import checkpoint as ckpt
+from dlcourse import checkpoint_format
 from dlcourse.checkpoint import CheckpointError, load, save
 from dlcourse.layers import Linear, ReLU, Sequential
 from dlcourse.losses import SoftmaxCrossEntropy
@@ -126,7 +127,7 @@ def _save_format_1(model, path):
     arrays = {k: backend.to_numpy(a) for k, a in model.state_dict().items()}
     architecture = {"type": type(model).__name__, "config": model.get_config()}
     meta = {"format": ckpt.FORMAT_NAME, "format_version": 1, "dlcourse_version": "0.1.0",
-            "architecture": architecture, "sha256": ckpt._digest(architecture, arrays)}
+            "architecture": architecture, "sha256": checkpoint_format.digest(architecture, arrays)}
     np.savez(path, **{ckpt.META_KEY: np.array(json.dumps(meta))}, **arrays)
     return path
 
@@ -138,7 +139,7 @@ def test_a_checkpoint_in_the_old_layout_still_loads(tmp_path, trained_cnn):
         new = save(model, tmp_path / "new.npz")
         assert new.stat().st_size < old.stat().st_size
         assert_same_state(load(new), model)
-    arrays = ckpt._read(old)[1]
+    arrays = checkpoint_format.read(old)[1]
     arrays["0.W"] = arrays["0.W"] + 1                    # and its digest is still checked
     meta = json.loads(str(np.load(old)[ckpt.META_KEY]))
     np.savez(old, **{ckpt.META_KEY: np.array(json.dumps(meta))}, **arrays)
@@ -163,8 +164,8 @@ def test_a_small_int8_model_file_is_about_the_size_of_its_arrays(tmp_path):
 @pytest.mark.parametrize("version", [3, 2])
 def test_a_malformed_index_is_refused_before_copying(tmp_path, version):
     path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
-    meta, arrays = ckpt._read(path)
-    blob = ckpt._pack(meta, arrays)[ckpt.ARRAYS_FILE]
+    meta, arrays = checkpoint_format.read(path)
+    blob = checkpoint_format.pack(meta, arrays)[ckpt.ARRAYS_FILE]
     for index, message in ((None, "malformed"), ([["0.W", "<f4", [10 ** 12]]], "declares"),
                            ([["0.W", "|O", [1]]], "real numbers"), ([["0.W", "<c8", [1]]], "real numbers"),
                            ([["__x", "<f4", [1]]], "reserved"), ([["0.W", "<f4", [-1]]], "shape"),
@@ -201,12 +202,12 @@ def test_an_extra_entry_is_refused(tmp_path):
 # Damaged, altered and unsafe files
 # ======================================================================================
 def _write(path, entries, version=3, **extra):
-    """Write the two entries ``ckpt._pack`` makes as checkpoint format ``version``: 3, the
+    """Write the two entries ``checkpoint_format.pack`` makes as checkpoint format ``version``: 3, the
     zip save() writes; 2, the same parts as two .npy uint8 entries (with ``extra`` arrays
     beside them, which np.savez pickles when they hold objects)."""
     if version == 3:
         with open(path, "wb") as f:
-            ckpt._write_zip(f, entries)
+            checkpoint_format.write_zip(f, entries)
         return
     as_npy = {ckpt.META_KEY: np.frombuffer(entries[ckpt.META_FILE], np.uint8),
               ckpt.ARRAYS_KEY: np.frombuffer(entries[ckpt.ARRAYS_FILE], np.uint8)}
@@ -216,10 +217,10 @@ def _write(path, entries, version=3, **extra):
 def _rewrite(path, arrays=None, meta=None, version=3, **extra):
     """Write a checkpoint like save() does, but with whatever arrays and metadata we choose;
     returns the file's (metadata, arrays) before."""
-    old_meta, old = ckpt._read(Path(path))
+    old_meta, old = checkpoint_format.read(Path(path))
     arrays = old if arrays is None else arrays
     meta = old_meta if meta is None else meta
-    _write(path, ckpt._pack(meta, arrays), version, **extra)
+    _write(path, checkpoint_format.pack(meta, arrays), version, **extra)
     return old_meta, old
 
 
@@ -272,13 +273,13 @@ def test_arrays_that_do_not_fit_the_architecture(tmp_path):
     other = MLP([4, 5, 3], seed=0)               # same names, other shapes
     arrays = other.state_dict()
     meta, _ = _rewrite(path)
-    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)   # a consistent digest
+    meta["sha256"] = checkpoint_format.digest(meta["architecture"], arrays)   # a consistent digest
     _rewrite(path, arrays=arrays, meta=meta)
     with pytest.raises(CheckpointError, match=r"do not fit.*W should have shape \(4, 8\)"):
         load(path)
 
     del arrays["2.b"]                            # and a missing entry
-    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)
+    meta["sha256"] = checkpoint_format.digest(meta["architecture"], arrays)
     _rewrite(path, arrays=arrays, meta=meta)
     with pytest.raises(CheckpointError, match="do not fit"):
         load(path)
@@ -288,7 +289,7 @@ def test_an_unknown_layer_type_is_refused(tmp_path):
     path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
     meta, arrays = _rewrite(path)
     meta["architecture"]["type"] = "NoSuchLayer"
-    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)
+    meta["sha256"] = checkpoint_format.digest(meta["architecture"], arrays)
     _rewrite(path, meta=meta)
     with pytest.raises(CheckpointError, match="NoSuchLayer"):
         load(path)
@@ -346,7 +347,7 @@ def test_a_failed_save_leaves_the_old_file_untouched(tmp_path, monkeypatch):
         file.write(b"PK\x03\x04 half a zip file")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "_write_zip", write_then_fail)
+    monkeypatch.setattr(ckpt, "write_zip", write_then_fail)
     with pytest.raises(OSError, match="No space left"):
         save(MLP([4, 16, 3], seed=1), path)
     assert path.read_bytes() == original
@@ -382,7 +383,7 @@ def test_gpu_model_saves_and_loads_on_either_device(tmp_path, trained_cnn):
 # --------------------------------------------------------------------------------------
 def _consistent(path, arrays, meta):
     """Rewrite with a digest that matches, so only the check under test can refuse it."""
-    meta["sha256"] = ckpt._digest(meta["architecture"], arrays)
+    meta["sha256"] = checkpoint_format.digest(meta["architecture"], arrays)
     _rewrite(path, arrays=arrays, meta=meta)
 
 
@@ -438,7 +439,7 @@ def test_entries_declaring_more_than_a_checkpoint_may_hold_are_refused(tmp_path,
                                                                        version):
     path = save(MLP([2, 2], seed=0), tmp_path / "m.npz")
     _rewrite(path, version=version)
-    monkeypatch.setattr(ckpt, "MAX_CHECKPOINT_BYTES", 8)
+    monkeypatch.setattr(checkpoint_format, "MAX_CHECKPOINT_BYTES", 8)
     monkeypatch.setattr(zipfile.ZipFile, "read", lambda *a: pytest.fail("inflated before the check"))
     with pytest.raises(CheckpointError, match="more than the .* (a checkpoint )?may hold"):
         load(path)

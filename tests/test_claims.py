@@ -28,6 +28,8 @@ ALLOWED: dict[tuple[str, str], tuple[str, str]] = {
         ("definition", "the memory wall: why arithmetic intensity matters, counted in the cell after"),
     ("00_setup_and_gpu_arrays", "A copy to or from the GPU crosses the bus"):
         ("definition", "what PCIe/NVLink are: the lesson measures the copy itself"),
+    ("02_loss_and_gradient_descent", "The scores stay raw; the right class's score should beat"):
+        ("definition", "the hinge loss's margin"),
     ("04b_optimizers_and_regularization", "The paper's test accuracies"):
         ("published", "Greydanus"),
     ("04b_optimizers_and_regularization", "*big + dropout*"):
@@ -46,8 +48,6 @@ ALLOWED: dict[tuple[str, str], tuple[str, str]] = {
         ("published", "Greydanus"),
     ("08b_tiling_and_roofline", "**Shared memory** is a small"):
         ("published", "H100"),
-    ("08b_tiling_and_roofline", "Elementwise work such as a bias and a ReLU"):
-        ("definition", "the roofline: below the ridge, bandwidth sets the speed"),
     ("08c_bank_conflicts_occupancy_and_tensor_cores", "On an H100: 256 threads"):
         ("definition", "the occupancy arithmetic from the H100's published limits, worked"),
     ("08c_bank_conflicts_occupancy_and_tensor_cores", "NVIDIA's H100 SXM datasheet gives"):
@@ -84,6 +84,10 @@ ALLOWED: dict[tuple[str, str], tuple[str, str]] = {
         ("definition", "what the printed column means"),
     ("12_checkpoint_to_service", "**limits**"):
         ("definition", "the service's default body limit"),
+    ("12b_protecting_a_model", "(Reading the file again and refusing it"):
+        ("definition", "why one read: a second read is safe but slower, no figure"),
+    ("13_data_parallel", "Both ranks check your ring against MPI's"):
+        ("definition", "why the best of 10: noise only slows a run"),
     ("13_data_parallel", "8 GPUs in one server on **NVLink**"):
         ("published", "datasheet"),
     ("13_data_parallel", "Several servers on **InfiniBand NDR**"):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dlcourse import backend, cli, doctor
+from dlcourse.cli import train_command, train_settings
 
 REPO = Path(__file__).resolve().parents[1]
 ACCURACY_LINE = re.compile(r"^test accuracy: [01]\.\d{4}$")
@@ -102,14 +103,14 @@ def test_short_runs_on_digits_already_reach_90_percent(capsys):
 def test_train_defaults_are_the_cnn_on_digits():
     args = cli.build_parser().parse_args(["train"])
     assert (args.model, args.dataset, args.device) == ("cnn", "digits", None)  # None: $DLCOURSE_DEVICE
-    settings = cli._defaults(args)
+    settings = train_settings.defaults(args)
     assert settings["channels"] == [32, 64] and settings["epochs"] == 30
     assert settings["optimizer"] == "adam"
 
 
 def test_train_on_mnist1d_builds_a_cnn_for_1x40_signals(capsys):
     args = cli.build_parser().parse_args(["train", "--dataset", "mnist1d"])
-    settings = cli._defaults(args)
+    settings = train_settings.defaults(args)
     assert settings["kernel_size"] == (1, 5) and settings["pool"] == (1, 2)
     assert cli.main(["train", "--dataset", "mnist1d", "--epochs", "1", "--channels", "4,8",
                      "--no-progress", "--device", "cpu"]) == 0
@@ -183,7 +184,7 @@ def test_train_saves_a_loadable_model(tmp_path, capsys):
 
 
 def test_train_progress_bar_goes_to_stderr(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)   # a bar on a terminal only
+    monkeypatch.setattr(train_command, "_stderr_is_terminal", lambda: True)   # a bar on a terminal only
     assert cli.main(["train", "--model", "mlp", "--dataset", "circles", "--epochs", "2",
                      "--device", "cpu"]) == 0
     captured = capsys.readouterr()
@@ -273,7 +274,7 @@ def test_runtime_error_through_python_dash_m():
 def test_unexpected_errors_are_one_line_too(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("the disk\nis on fire")
-    monkeypatch.setattr(cli, "_load_data", broken)
+    monkeypatch.setattr(train_command, "load_data", broken)
     assert cli.main(["train", "--device", "cpu"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == ("dlcourse train: error: the disk is on fire (RuntimeError; set "
@@ -364,12 +365,12 @@ def test_a_misspelled_command_or_dataset_gets_the_closest_names(capsys):
 def test_small_sets_train_with_one_blas_thread():
     threadpoolctl = pytest.importorskip("threadpoolctl")
     args = cli.build_parser().parse_args(["train"])
-    assert cli._defaults(args)["threads"] == 1
+    assert train_settings.defaults(args)["threads"] == 1
     args = cli.build_parser().parse_args(["train", "--dataset", "mnist", "--threads", "2"])
-    assert cli._defaults(args)["threads"] == 2
+    assert train_settings.defaults(args)["threads"] == 2
     args = cli.build_parser().parse_args(["train", "--dataset", "cifar10"])
-    assert cli._defaults(args)["threads"] is None
-    with cli._blas_threads(1):
+    assert train_settings.defaults(args)["threads"] is None
+    with train_command._blas_threads(1):
         blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
         assert all(p["num_threads"] == 1 for p in blas)
 

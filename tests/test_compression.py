@@ -862,40 +862,74 @@ def _requantize_by_library(acc, M, z_y):
     return requantize(acc, M, z_y)
 
 
-def _keep_right(W, keep):
-    return np.sort(np.argsort(-np.abs(W).reshape(len(W), -1).sum(axis=1), kind="stable")[:keep])
+def _pair(choose=None, unsorted=False, cut_b1=True, bn_cut=("gamma", "beta", "running_mean",
+                                                                 "running_var"),
+          conv2="inputs", cut_b2=False):
+    """An answer to prune_conv_pair, right by default; each argument puts one mistake in."""
+    def prune_conv_pair(conv1, bn, conv2_, keep):
+        W1 = conv1["W"]
+        F = W1.shape[0]
+        norms = (choose or (lambda W: np.abs(W).reshape(F, -1).sum(axis=1)))(W1)
+        kept = np.argsort(-norms, kind="stable")[:keep]
+        kept = kept if unsorted else np.sort(kept)
+        W2 = {"inputs": lambda: conv2_["W"][:, kept], "outputs": lambda: conv2_["W"][kept],
+              "none": lambda: conv2_["W"]}[conv2]()
+        return ({"W": W1[kept], "b": conv1["b"][kept] if cut_b1 else conv1["b"]},
+                {k: v[kept] if k in bn_cut else v for k, v in bn.items()},
+                {"W": W2, "b": conv2_["b"][kept] if cut_b2 else conv2_["b"]})
+    return prune_conv_pair
 
 
-def _keep_by_l2(W, keep):
-    return np.sort(np.argsort(-np.sqrt((W.reshape(len(W), -1) ** 2).sum(axis=1)))[:keep])
+def _pair_in_loops(conv1, bn, conv2, keep):
+    """Right, written differently: the mean |w| in float64 (the same order as the sum), one
+    channel at a time, indices as a list of Python ints, float64 copies returned."""
+    F = len(conv1["W"])
+    scores = [float(np.mean(np.abs(conv1["W"][f].astype(np.float64)))) for f in range(F)]
+    kept = sorted(sorted(range(F), key=lambda f: -scores[f])[:keep])
+    W2 = np.stack([conv2["W"][:, f] for f in kept], axis=1).astype(np.float64)
+    return ({"W": conv1["W"][kept].astype(np.float64),
+             "b": np.array([float(conv1["b"][f]) for f in kept])},
+            {name: np.array([bn[name][f] for f in kept]) for name in bn},
+            {"W": W2, "b": np.array(list(conv2["b"]))})
 
 
-def _keep_by_largest(W, keep):
-    return np.sort(np.argsort(-np.abs(W).reshape(len(W), -1).max(axis=1))[:keep])
-
-
-def _keep_by_mean_in_a_loop(W, keep):
-    """Right, written differently: the mean |w| (the same order as the sum), one channel at a
-    time, float64 inside."""
-    scores = [float(np.mean(np.abs(W[f].astype(np.float64)))) for f in range(W.shape[0])]
-    return sorted(sorted(range(len(scores)), key=lambda f: -scores[f])[:keep])
-
-
-def _keep_signed(W, keep):
-    return np.sort(np.argsort(-W.reshape(len(W), -1).sum(axis=1))[:keep])
-
-
-def _keep_smallest(W, keep):
-    return np.sort(np.argsort(np.abs(W).reshape(len(W), -1).sum(axis=1))[:keep])
-
-
-def _keep_unsorted(W, keep):
-    return np.argsort(-np.abs(W).reshape(len(W), -1).sum(axis=1), kind="stable")[:keep]
-
-
-def _keep_by_library(W, keep):
+def _pair_by_library(conv1, bn, conv2, keep):
     from dlcourse.prune import channels_to_keep
-    return channels_to_keep(W, keep)
+    kept = channels_to_keep(conv1["W"], keep)
+    return ({"W": conv1["W"][kept], "b": conv1["b"][kept]}, {k: v[kept] for k, v in bn.items()},
+            {"W": conv2["W"][:, kept], "b": conv2["b"]})
+
+
+def _abs_flat(W):
+    return np.abs(W).reshape(len(W), -1)
+
+
+@pytest.mark.parametrize("wrong, expected", [
+    (_pair(choose=lambda W: np.sqrt((W.reshape(len(W), -1) ** 2).sum(axis=1))), ["ABSOLUTE values", "L2"]),
+    (_pair(choose=lambda W: _abs_flat(W).max(axis=1)), ["L-infinity", "not the largest one"]),
+    (_pair(choose=lambda W: W.reshape(len(W), -1).sum(axis=1)), ["take absolute values before summing"]),
+    (_pair(choose=lambda W: -_abs_flat(W).sum(axis=1)), ["LARGEST norm"]),
+    (_pair(unsorted=True), ["in another order", "increasing order"]),
+    (_pair(cut_b1=False), ["conv1's b has shape (5,)", "a removed filter's bias goes with it"]),
+    (_pair(bn_cut=()), ["bn's gamma has shape (5,)", "EACH of its four arrays"]),
+    (_pair(bn_cut=("gamma", "beta")), ["bn's running_mean has shape (5,)", "running mean and variance too"]),
+    (_pair(conv2="outputs"), ["cut along its OUTPUT channels", "INPUT axis"]),
+    (_pair(conv2="none"), ["still has shape (3, 5, 1, 1)", "must lose the input channels"]),
+    (_pair(cut_b2=True), ["conv2's b has 2 entries", "leave it whole"]),
+    (_pair_by_library, ["dl.prune.channels_to_keep", "library's own"]),
+], ids=["l2", "linf", "signed", "smallest", "unsorted", "b1", "bn", "bn_stats", "axis0", "conv2",
+        "b2", "library"])
+def test_prune_conv_pair_names_the_mistake(wrong, expected):
+    with pytest.raises(dl.check.ExerciseError) as info:
+        dl.check.prune_conv_pair(wrong)
+    for text in expected:
+        assert text in str(info.value), str(info.value)
+
+
+def test_prune_conv_pair_passes_the_right_answer_and_one_written_differently(capsys):
+    dl.check.prune_conv_pair(_pair())
+    dl.check.prune_conv_pair(_pair_in_loops)
+    assert capsys.readouterr().out.count("\u2713") == 2
 
 
 @pytest.mark.parametrize("checker, wrong, expected", [
@@ -918,7 +952,7 @@ def _keep_by_library(W, keep):
     ("loss_scale_step", _scale_by_library, ["it calls dl.LossScaler", "library's own"]),
     ("quantize_symmetric", _quantize_by_library, ["dl.quantize.symmetric_scale", "library's own"]),
     ("magnitude_mask", _mask_by_library, ["it calls dl.Linear", "library's own"]),
-    # lesson 11a: integer-only requantization; lesson 11b: the channels to keep
+    # lesson 11a: integer-only requantization
     ("requantize", _requantize_truncates, ["round, do not truncate", "expected -7, got -8"]),
     ("requantize", _requantize_no_zero_point, ["zero point z_y", "expected 17, got 12"]),
     ("requantize", _requantize_no_saturation, ["saturate", "wraps around", "expected 127, got -103"]),
@@ -932,12 +966,6 @@ def _keep_by_library(W, keep):
     ("requantize", _requantize_int32_cast, ["overflow", "np.multiply on int32", "int64"]),
     ("requantize", _not_implemented, ["not implemented yet: HINT: the rule"]),
     ("requantize", _requantize_by_library, ["dl.quantize.requantize", "library's own"]),
-    ("channel_l1_keep", _keep_by_l2, ["ABSOLUTE values", "L2"]),
-    ("channel_l1_keep", _keep_by_largest, ["L-infinity", "not the largest one"]),   # issue 37
-    ("channel_l1_keep", _keep_signed, ["take absolute values before summing"]),
-    ("channel_l1_keep", _keep_smallest, ["LARGEST norm"]),
-    ("channel_l1_keep", _keep_unsorted, ["increasing order"]),
-    ("channel_l1_keep", _keep_by_library, ["dl.prune.channels_to_keep", "library's own"]),
 ])
 def test_checks_name_the_mistake(checker, wrong, expected):
     with pytest.raises(dl.check.ExerciseError) as info:
@@ -962,9 +990,7 @@ def test_checks_pass_the_right_answers(capsys):
     for written_differently in (_requantize_one_rounding, _requantize_floor_division,
                                 _requantize_python_ints):
         dl.check.requantize(written_differently)
-    dl.check.channel_l1_keep(_keep_right)
-    dl.check.channel_l1_keep(_keep_by_mean_in_a_loop)
-    assert capsys.readouterr().out.count("\u2713") == 9
+    assert capsys.readouterr().out.count("\u2713") == 7
 
 
 def test_a_cast_leaves_the_int8_weights_int8():

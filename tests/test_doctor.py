@@ -106,13 +106,14 @@ def test_missing_extras_are_named_per_lesson_with_the_command(monkeypatch):
                        rest_present=True)
     assert status == 0                                     # the library itself runs
     assert "fastapi is missing (lessons 12, 12b: the prediction service)" in out
-    assert "mpiexec is not on the PATH (lesson 13" in out
+    assert "mpiexec is not on the PATH (lessons 13, 13b" in out
     assert '  warn  12 needs fastapi: python -m pip install -e ".[serve]"' in out
     assert '  warn  12b needs fastapi: python -m pip install -e ".[serve]"' in out
     assert '  warn  13 needs mpi4py, mpiexec: python -m pip install -e ".[distributed]"' in out
     assert ('for lessons 12, 12b, run python -m pip install -e ".[serve]" in the course folder '
             '(it installs fastapi)') in out
-    assert "Result: ready for lessons 00-11b, 14, 15 and 16; not yet for 12, 12b and 13" in out
+    assert '  warn  13b needs mpi4py, mpiexec: python -m pip install -e ".[distributed]"' in out
+    assert "Result: ready for lessons 00-11b and 14-16b; not yet for 12-13b" in out
     assert "Result: ready for every lesson" not in out
 
 

@@ -43,9 +43,12 @@ def _imports(name: str, path: Path):
 
 def _graph():
     """module -> the dlcourse modules it imports. The root package, dlcourse/__init__.py, is
-    the public face that imports everything: an import of a name from it (its __version__)
-    is not followed; every other package (dlcourse.kernels, ...) is a module like the rest."""
-    return {name: {t for t, _ in _imports(name, path) if t in MODULES and t != "dlcourse"}
+    the public face that imports everything, so a name taken from it (``from .. import MLP``)
+    closes a circle through every module: it counts like any import. Only its __version__
+    (from _version.py, which imports nothing) is not followed. Every other package
+    (dlcourse.kernels, ...) is a module like the rest."""
+    return {name: {t for t, names in _imports(name, path) if t in MODULES
+                   and not (t == "dlcourse" and names and set(names) <= {"__version__"})}
             for name, path in MODULES.items()}
 
 
@@ -124,6 +127,18 @@ def test_no_module_is_over_700_lines_among_the_layers():
                  "shapes", "kernels.unfold", "kernels", "kernels._build"):
         lines = len(MODULES[f"dlcourse.{name}"].read_text().splitlines())
         assert lines <= 700, f"dlcourse.{name} has {lines} lines"
+
+
+def test_no_library_module_is_over_600_lines():
+    """Issue 40: a file holds one concern, and one past 600 lines is split along its seams, as
+    cli.py became cli/ (one module per family of commands, each under 400 lines), and
+    widgets/playground.py, train.py, student.py and checkpoint.py gave up their data sets and
+    picture, argument checks, student version and sync, and file format. dlcourse/check/ has
+    its own budget (below)."""
+    lines = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()
+             if name != "dlcourse.check" and not name.startswith("dlcourse.check.")}
+    assert {name: n for name, n in lines.items() if n > 600} == {}
+    assert {name: n for name, n in lines.items() if name.startswith("dlcourse.cli") and n > 400} == {}
 
 
 def test_no_check_module_is_over_700_lines():

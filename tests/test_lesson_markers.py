@@ -90,7 +90,7 @@ def _item(path, name, param_id=None):
     ("tests/test_compression.py", "test_requantize_is_the_float_rescale_within_one_step_and_exact"
      "_away_from_ties", "numpy", {"11a"}),
     ("tests/test_compression.py", "test_prune_channels_errors", None, {"11b"}),
-    ("tests/test_compression.py", "test_checks_name_the_mistake", "channel_l1_keep-_keep_by_l2",
+    ("tests/test_compression.py", "test_checks_name_the_mistake", "requantize-_requantize_truncates",
      {"10", "11a", "11b"}),
     ("notebooks/11b_pruning.ipynb", "Cell 3", None, {"11b"}),
 ])

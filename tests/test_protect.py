@@ -365,3 +365,81 @@ def test_load_signed_accepts_read_verify_reread_compare_refuse(capsys):
 def test_load_signed_refuses_verify_then_reopen():
     with pytest.raises(dl.check.ExerciseError, match="it loaded the forged model"):
         dl.check.load_signed(_signed_loader("load"))
+
+
+# ---- the two_time_pad exercise's check (lesson 12b): cribs of either message, one nonce
+def _pad(use=(1, 2), stream_of=None, unknown=None, contradictions=True, trim=False,
+         as_bytes=False):
+    """A learner's two_time_pad, right by default; each argument puts one mistake in: cribs of
+    only some messages used, the stream byte taken another way, unknown bytes as something
+    else than None, contradictions let through, p1 cut to c2's length, bytes returned."""
+    def two_time_pad(c1, c2, cribs):
+        stream = {}
+        for m, offset, fragment in cribs:
+            if m not in use:
+                continue
+            c = c1 if m == 1 else c2
+            for k, byte in enumerate(fragment):
+                i = offset + k
+                s = stream_of(c1, c2, m, i, byte) if stream_of else c[i] ^ byte
+                if contradictions and stream.get(i, s) != s:
+                    raise ValueError(f"cribs contradict at {i}")
+                stream[i] = s
+        p1, p2 = ([c[i] ^ stream[i] if i in stream else unknown for i in range(len(c))]
+                  for c in (c1, c2))
+        p1 = p1[:len(c2)] if trim else p1
+        if as_bytes:
+            return bytes(b or 0 for b in p1), bytes(b or 0 for b in p2)
+        return p1, p2
+    return two_time_pad
+
+
+def _pad_plain_compare(c1, c2, cribs):
+    """Compares the cribs' PLAINTEXT bytes at a shared position (wrong: they may differ)."""
+    seen = {}
+    for _, offset, fragment in cribs:
+        for k, byte in enumerate(fragment):
+            if seen.setdefault(offset + k, byte) != byte:
+                raise ValueError(offset + k)
+    return _pad()(c1, c2, cribs)
+
+
+def _pad_two_passes(c1, c2, cribs):
+    """Right, written differently: a NumPy array of the stream with -1 for unknown, and tuples."""
+    n = max(len(c1), len(c2))
+    stream = np.full(n, -1)
+    for m, offset, fragment in cribs:
+        c = np.frombuffer(c1 if m == 1 else c2, np.uint8)[offset:offset + len(fragment)]
+        s = c ^ np.frombuffer(fragment, np.uint8)
+        old = stream[offset:offset + len(fragment)]
+        bad = (old >= 0) & (old != s)
+        if bad.any():
+            raise ValueError(f"position {offset + int(np.argmax(bad))}: two cribs disagree")
+        stream[offset:offset + len(fragment)] = s
+    return tuple(tuple(int(b) ^ int(stream[i]) if stream[i] >= 0 else None
+                       for i, b in enumerate(c)) for c in (c1, c2))
+
+
+def test_two_time_pad_passes_the_right_answer_and_one_written_differently(capsys):
+    dl.check.two_time_pad(_pad())
+    dl.check.two_time_pad(_pad_two_passes)
+    assert capsys.readouterr().out.count("all 5 cases pass") == 2
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (_pad(use=(1,)), ["crib of the OTHER message", "Cribs of either message reveal both"]),
+    (_pad(stream_of=lambda c1, c2, m, i, byte: byte), ["that is the stream byte"]),
+    (_pad(stream_of=lambda c1, c2, m, i, byte: ((c2 if m == 1 else c1) + bytes(64))[i] ^ byte),
+     ["OTHER message's byte", "ITS OWN ciphertext"]),
+    (_pad(unknown=0), ["expected None", "0 is a byte value"]),
+    (_pad(contradictions=False), ["cribs that contradict", "raise ValueError"]),
+    (_pad_plain_compare, ["agree wherever they overlap", "not the plaintext bytes"]),
+    (_pad(trim=True), ["p1 has 33 items; c1 has 41 bytes"]),
+    (_pad(as_bytes=True), ["p1 is bytes", "None where it is unknown"]),
+], ids=["one_message_only", "crib_as_stream", "other_ciphertext", "zero_for_unknown",
+        "no_contradiction", "plaintext_compare", "trimmed", "bytes"])
+def test_two_time_pad_names_the_mistake(wrong, words):
+    with pytest.raises(dl.check.ExerciseError) as info:
+        dl.check.two_time_pad(wrong)
+    for word in words:
+        assert word in str(info.value), str(info.value)

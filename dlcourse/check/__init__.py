@@ -34,6 +34,7 @@ module                     lessons
 ``quantization.py``        11a: int8 quantization, integer-only requantization
 ``deploy.py``              12-12b: from a checkpoint to a service, protecting a model
 ``data_parallel.py``       13: data parallelism
+``sharding.py``            13b: overlapped buckets, ZeRO-1 sharding, recomputation
 ``capstone.py``            14: autograd
 ``self_attention.py``      15-16: attention by hand, FlashAttention
 ``transformer_block.py``   15b: the transformer block and the language model
@@ -59,14 +60,16 @@ from .gpu_performance import (bank_conflicts, bias_relu_backward,  # lessons 08c
 from .harness import ExerciseError, derivation
 from .hints import hint, progress, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
-from .compression import (bf16_round, channel_l1_keep, loss_scale_step,  # lessons 10, 11b
+from .compression import (bf16_round, loss_scale_step, prune_conv_pair,  # lessons 10, 11b
                           magnitude_mask)
 from .quantization import quantize_symmetric, requantize  # lesson 11a
 from .deploy import fold_batchnorm, load_signed, two_time_pad, validate_batch  # lessons 12, 12b
 from .data_parallel import fit_alpha_beta, ring_all_reduce  # lesson 13
+from .sharding import (bucket_plan, recompute_memory, reduce_scatter,  # lesson 13b
+                       sharded_adam_step)
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
-from .self_attention import (attention_backward, causal_mask, merge_softmax,  # lessons 15-16
-                             naive_attention_bytes)
+from .self_attention import (attention_backward, attention_bytes, causal_mask,  # lessons 15-16
+                             merge_softmax)
 from .transformer_block import (lm_loss, mha_forward, train_step,  # lesson 15b
                                 transformer_block_backward)
 from .flash_tiled import flash_backward, flash_forward_tiled  # lesson 16b
@@ -103,15 +106,17 @@ __all__ = [
     "decision_grid", "early_stop", "mlp_parameter_count",
     # lessons 10-11b
     "loss_scale_step", "bf16_round", "quantize_symmetric", "requantize", "magnitude_mask",
-    "channel_l1_keep",
+    "prune_conv_pair",
     # lessons 12 and 12b
     "fold_batchnorm", "validate_batch", "load_signed", "two_time_pad",
     # lesson 13
     "ring_all_reduce", "fit_alpha_beta",
+    # lesson 13b (sharding.py)
+    "bucket_plan", "reduce_scatter", "sharded_adam_step", "recompute_memory",
     # lesson 14
     "unbroadcast", "tensor_mul", "topological_order",
     # lessons 15-16 (self_attention.py)
-    "attention_backward", "causal_mask", "merge_softmax", "naive_attention_bytes",
+    "attention_backward", "causal_mask", "merge_softmax", "attention_bytes",
     # lesson 15b (transformer_block.py)
     "mha_forward", "transformer_block_backward", "lm_loss", "train_step",
     # lesson 16b (flash_tiled.py)

@@ -5,8 +5,10 @@
 - ``bf16_round(fn)`` (lesson 10): ``fn(x) -> float32 array of x's shape``, x rounded to the
   nearest bfloat16 on its bits (ties to even), compared bit for bit with ml_dtypes;
 - ``magnitude_mask(fn)`` (lesson 11b): ``fn(w, sparsity) -> mask``, boolean of w's shape;
-- ``channel_l1_keep(fn)`` (lesson 11b): ``fn(W, keep) -> indices``, the output channels of W
-  that channel pruning keeps (largest L1 norm), in increasing order.
+- ``prune_conv_pair(fn)`` (lesson 11b): ``fn(conv1, bn, conv2, keep) -> (conv1, bn, conv2)``,
+  the channel pruning of conv1 -> BatchNorm -> ReLU -> conv2 (dicts of arrays): conv1's output
+  channels of largest L1 norm kept in increasing order, BatchNorm's entries and conv2's input
+  channels cut to match; compared with ``dl.prune_channels``.
 
 Each check runs your function on several cases and prints one line when all pass, or raises
 ``ExerciseError`` naming the case, the problem and the likely mistake, e.g.
@@ -21,7 +23,7 @@ from .harness import (call, expect_close, expect_on_gpu, expect_shape,
                       expect_tuple, expect_unchanged, fail, gpu, passed, rng, shape_text,
                       to_array, to_number)
 
-__all__ = ["loss_scale_step", "bf16_round", "magnitude_mask", "channel_l1_keep"]
+__all__ = ["loss_scale_step", "bf16_round", "magnitude_mask", "prune_conv_pair"]
 
 
 # ======================================================================================
@@ -344,8 +346,9 @@ def _count_mask(w, k):
 
 
 # ======================================================================================
-# Lesson 11b: the channels that channel pruning keeps
+# Lesson 11b: channel pruning of a convolution pair (conv1 -> BatchNorm -> ReLU -> conv2)
 # ======================================================================================
+_BN_KEYS = ("gamma", "beta", "running_mean", "running_var")
 
 
 def _keep_of(norms, keep):
@@ -353,58 +356,172 @@ def _keep_of(norms, keep):
     return np.sort(np.argsort(-norms, kind="stable")[:keep])
 
 
-def channel_l1_keep(fn):
-    """``fn(W, keep) -> indices``: the ``keep`` output channels (axis 0 of W (F, C, KH, KW)) of
-    largest L1 norm, in increasing order."""
+def _pair_reference(conv1, bn, conv2, keep):
+    """The oracle: dl.prune_channels on conv1 -> BatchNorm2d -> ReLU -> conv2 built from the
+    arrays (run before the learner's function, with the library open)."""
+    __tracebackhide__ = True
+    from ..conv import Conv2d
+    from ..layers import BatchNorm2d, ReLU, Sequential
+    from ..prune import prune_channels
+    F, C, KH, KW = conv1["W"].shape
+    G, _, KH2, KW2 = conv2["W"].shape
+    model = Sequential(Conv2d(C, F, (KH, KW)), BatchNorm2d(F), ReLU(), Conv2d(F, G, (KH2, KW2)))
+    model.layers[0].load_state_dict({"W": conv1["W"], "b": conv1["b"]})
+    model.layers[1].load_state_dict({k: bn[k] for k in _BN_KEYS})
+    model.layers[3].load_state_dict({"W": conv2["W"], "b": conv2["b"]})
+    small = prune_channels(model, 0, keep).layers
+    return ({k: np.asarray(v) for k, v in small[0].state_dict().items()},
+            {k: np.asarray(v) for k, v in small[1].state_dict().items()},
+            {k: np.asarray(v) for k, v in small[3].state_dict().items()})
+
+
+def _pair_cases():
+    """(name, conv1, bn, conv2, keep). The hand case's filters rank differently by L1, L2, the
+    largest |w|, the signed sum and the BatchNorm scale, and its bn.gamma is largest on the
+    channels of smallest L1 norm; every case has G != F != keep, so a cut on the wrong axis has
+    a shape of its own."""
     __tracebackhide__ = True
     gen = rng(112)
-    # keep 2: by L1 {0, 2}; by L2 {1, 2}; by the largest |w| (L-infinity) {1, 4}; by the signed
-    # sum {2, 4}; the smallest L1 {1, 3}; unsorted [2, 0]: each mistake gives its own answer
+
+    def pair(W1, G, k2):
+        __tracebackhide__ = True
+        F = W1.shape[0]
+        return ({"W": W1, "b": gen.standard_normal(F).astype(np.float32)},
+                {"gamma": gen.uniform(0.5, 1.5, F).astype(np.float32),
+                 "beta": gen.standard_normal(F).astype(np.float32),
+                 "running_mean": gen.standard_normal(F).astype(np.float32),
+                 "running_var": gen.uniform(0.5, 2.0, F).astype(np.float32)},
+                {"W": gen.standard_normal((G, F, k2, k2)).astype(np.float32),
+                 "b": gen.standard_normal(G).astype(np.float32)})
+
+    # keep 2: by L1 {0, 2}; by L2 {1, 2}; by the largest |w| {1, 4}; by the signed sum {2, 4};
+    # the smallest L1 {1, 3}
     hand = np.zeros((5, 1, 2, 2), np.float32)
     hand[0] = [[[-0.8, -0.8], [-0.8, -0.8]]]      # L1 3.2, L2 1.6, max 0.8, sum -3.2
     hand[1] = [[[2.0, 0.0], [0.0, 0.0]]]          # L1 2.0, L2 2.0, max 2.0
     hand[2] = [[[1.2, 1.2], [1.2, 1.2]]]          # L1 4.8, L2 2.4, max 1.2
     hand[3] = [[[0.1, -0.1], [0.1, 0.0]]]         # L1 0.3
     hand[4] = [[[1.9, 0.5], [0.0, 0.0]]]          # L1 2.4, L2 1.96, max 1.9
+    c1, b, c2 = pair(hand, 3, 1)
+    b["gamma"][:] = [0.2, 3.0, 0.1, 2.0, 0.3]     # |gamma| ranks {1, 3}: not the rule here
+    cases = [("a hand case: conv1 W (5, 1, 2, 2), conv2 W (3, 5, 1, 1)", c1, b, c2, 2)]
     wide = gen.standard_normal((16, 8, 3, 3)).astype(np.float32)
     wide[::3] *= 0.2
-    cases = [("a hand case (5, 1, 2, 2)", hand, 2),
-             ("a (16, 8, 3, 3) convolution", wide, 8),
-             ("a (6, 3, 1, 5) convolution, keep 5", gen.standard_normal((6, 3, 1, 5)).astype(np.float32) *
-              np.array([3, 1, 0.1, 2, 0.5, 1.5], np.float32)[:, None, None, None], 5),
-             ("keep all 3 channels", gen.standard_normal((3, 2, 3, 3)).astype(np.float32), 3)]
-    for name, W, keep in cases:
-        case = f"{name}, W of shape {shape_text(W.shape)}, keep={keep}"
-        given = W.copy()
-        got = to_array(call(fn, given, keep, case=case), fn, case,
-                       "indices")
-        expect_unchanged(fn, case, [("W", W, given)])
-        F = W.shape[0]
-        flat = np.abs(W).reshape(F, -1)
-        want = _keep_of(flat.sum(axis=1), keep)
-        if got.shape == want.shape and np.array_equal(np.sort(got), want) \
-                and not np.array_equal(got, want):
-            fail(fn, case, f"the indices {got.tolist()} are the right channels in another order.",
-                 "return them in increasing order (sort them), so the kept channels stay in the "
-                 "order they had and the next layer's inputs line up with them.")
-        expect_close(got.astype(np.float64), want.astype(np.float64), fn, case, "indices",
-                     atol=0, rtol=0, mistakes=[
-            (lambda: _keep_of(flat.max(axis=1), keep),
+    cases.append(("conv1 W (16, 8, 3, 3), conv2 W (12, 16, 3, 3)",) + pair(wide, 12, 3) + (6,))
+    W1 = gen.standard_normal((6, 3, 1, 5)).astype(np.float32) * \
+        np.array([3, 1, 0.1, 2, 0.5, 1.5], np.float32)[:, None, None, None]
+    cases.append(("conv1 W (6, 3, 1, 5), conv2 W (4, 6, 3, 3)",) + pair(W1, 4, 3) + (5,))
+    cases.append(("keep all 3 channels: conv1 W (3, 2, 3, 3), conv2 W (2, 3, 1, 1)",)
+                 + pair(gen.standard_normal((3, 2, 3, 3)).astype(np.float32), 2, 1) + (3,))
+    return cases
+
+
+def _as_dict(value, keys, fn, case, what):
+    """The learner's dict of arrays (a mapping holding ``keys``), as NumPy arrays."""
+    __tracebackhide__ = True
+    if not hasattr(value, "keys") or any(k not in value for k in keys):
+        fail(fn, case, f"{what} is {type(value).__name__}"
+                       f"{' with keys ' + str(sorted(value.keys())) if hasattr(value, 'keys') else ''}"
+                       f", expected a dict with the keys {list(keys)}, as it came in.",
+             "return a new dict for each of the three, with the keys it was given.")
+    return {k: to_array(value[k], fn, case, f"{what}'s {k}") for k in keys}
+
+
+def prune_conv_pair(fn):
+    """``fn(conv1, bn, conv2, keep) -> (conv1, bn, conv2)``: channel pruning of conv1 -> BatchNorm
+    -> ReLU -> conv2, the arrays as dicts (conv1 {"W": (F, C, KH, KW), "b": (F,)}, bn {"gamma",
+    "beta", "running_mean", "running_var"}: (F,) each, conv2 {"W": (G, F, KH2, KW2), "b": (G,)}):
+    keep the ``keep`` output channels of conv1 of largest L1 norm, in increasing order, and cut
+    everything that holds one entry per such channel to match. Compared with ``dl.prune_channels``
+    (closed while the function runs)."""
+    __tracebackhide__ = True
+    cases = _pair_cases()
+    for name, conv1, bn, conv2, keep in cases:
+        F, G = conv1["W"].shape[0], conv2["W"].shape[0]
+        case = f"{name}, keep={keep}"
+        want = _pair_reference(conv1, bn, conv2, keep)
+        given = [{k: v.copy() for k, v in d.items()} for d in (conv1, bn, conv2)]
+        out = expect_tuple(call(fn, *given, keep, case=case), 3, fn, case, "conv1, bn, conv2")
+        for d, ref, what in zip(given, (conv1, bn, conv2), ("conv1", "bn", "conv2")):
+            expect_unchanged(fn, case, [(f"{what}'s {k}", ref[k], d[k]) for k in ref],
+                             "build new arrays (indexing with a list of indices copies).")
+        got1 = _as_dict(out[0], ("W", "b"), fn, case, "conv1")
+        gotb = _as_dict(out[1], _BN_KEYS, fn, case, "bn")
+        got2 = _as_dict(out[2], ("W", "b"), fn, case, "conv2")
+        # the channels: conv1's W decides which were kept
+        flat = np.abs(conv1["W"]).reshape(F, -1)
+        kept = _keep_of(flat.sum(axis=1), keep)
+        W1 = got1["W"]
+        expect_shape(W1, (keep,) + conv1["W"].shape[1:], fn, case, "conv1's W",
+                     "conv1 keeps `keep` of its F filters (axis 0); each filter stays whole.")
+        rows = [np.flatnonzero((conv1["W"] == w).all(axis=(1, 2, 3))) for w in W1]
+        if all(r.size for r in rows) and sorted(int(r[0]) for r in rows) == kept.tolist() \
+                and not np.array_equal(W1, conv1["W"][kept]):
+            fail(fn, case, "conv1 keeps the right filters, in another order.",
+                 "keep them in increasing order of their index (sort the indices), so that the "
+                 "pruned model lists its channels as the old one did and matches "
+                 "dl.prune_channels' state_dict.")
+        expect_close(W1, want[0]["W"], fn, case, "conv1's W", atol=0, rtol=0, mistakes=[
+            (lambda: conv1["W"][_keep_of(flat.max(axis=1), keep)],
              "the L1 norm is the sum of the ABSOLUTE values over the whole filter, not the "
              "largest one (that is the L-infinity norm): a filter of many medium weights can "
              "outweigh one with a single large weight."),
-            (lambda: _keep_of(np.sqrt((W.reshape(F, -1) ** 2).sum(axis=1)), keep),
+            (lambda: conv1["W"][_keep_of(np.sqrt((conv1["W"].reshape(F, -1) ** 2).sum(axis=1)),
+                                         keep)],
              "the L1 norm is the sum of the ABSOLUTE values, not the square root of the sum of "
              "squares (that is L2): here the two rank the channels differently."),
-            (lambda: _keep_of(W.reshape(F, -1).sum(axis=1), keep),
+            (lambda: conv1["W"][_keep_of(conv1["W"].reshape(F, -1).sum(axis=1), keep)],
              "take absolute values before summing: a channel of large negative weights matters "
              "as much as one of large positive weights."),
-            (lambda: np.sort(np.argsort(flat.sum(axis=1), kind="stable")[:keep]),
+            (lambda: conv1["W"][np.sort(np.argsort(flat.sum(axis=1), kind="stable")[:keep])],
              "keep the channels of LARGEST norm: yours are the smallest (the ones to remove)."),
-            (lambda: _keep_of(np.abs(W).sum(axis=(0, 2, 3)), keep),
-             "a channel is one output filter, W[f] (axis 0): the norm sums over everything else "
-             "(the input channels and the kernel), not over axis 0.")])
-    passed(fn, len(cases))
+            (lambda: conv1["W"][_keep_of(np.abs(bn["gamma"]), keep)],
+             "the rule of this exercise ranks conv1's filters by their L1 norm, not by the "
+             "BatchNorm scale |gamma| (that is network slimming, an exercise at the end)."),
+            (lambda: conv1["W"][_keep_of(np.abs(conv2["W"]).sum(axis=(0, 2, 3)), keep)],
+             "rank conv1's own filters W1[f]: conv2's weights that read a channel are cut to "
+             "match, they do not choose it."),
+        ], fix="rank the F filters W1[f] by the sum of |w| over the input channels and the "
+               "kernel, and keep the largest.")
+        expect_shape(got1["b"], (keep,), fn, case, "conv1's b",
+                     "conv1's bias holds one number per output channel: a removed filter's bias "
+                     "goes with it.")
+        expect_close(got1["b"], want[0]["b"], fn, case, "conv1's b", atol=0, rtol=0,
+                     fix="cut the bias with the same indices as the filters.")
+        for k in _BN_KEYS:
+            expect_shape(gotb[k], (keep,), fn, case, f"bn's {k}",
+                         "BatchNorm holds one entry per channel in EACH of its four arrays, the "
+                         "running mean and variance too: a removed channel's entries go with it.")
+            expect_close(gotb[k], want[1][k], fn, case, f"bn's {k}", atol=0, rtol=0,
+                         mistakes=[(lambda: bn[k][np.arange(keep)],
+                                    "BatchNorm's entries must be those of the KEPT channels, the "
+                                    "same indices as conv1's, not the first `keep` of them.")],
+                         fix="cut every BatchNorm array with the same indices as conv1.")
+        W2 = got2["W"]
+        KH2, KW2 = conv2["W"].shape[2:]
+        if W2.shape == (keep, F, KH2, KW2):
+            fail(fn, case, f"conv2's W has shape {shape_text(W2.shape)}: it was cut along its "
+                           f"OUTPUT channels (axis 0).",
+                 "conv2 reads conv1's channels through its INPUT axis (axis 1): it keeps all its "
+                 "G filters, each losing the slices that read a removed channel.")
+        if W2.shape == conv2["W"].shape and keep < F:
+            fail(fn, case, f"conv2's W still has shape {shape_text(W2.shape)}: it reads {F} "
+                           f"input channels, and the pruned conv1 produces {keep}.",
+                 "conv2 must lose the input channels that read the removed ones (axis 1).")
+        expect_shape(W2, (G, keep, KH2, KW2), fn, case, "conv2's W",
+                     "conv2 keeps its G filters; each reads only the kept channels.")
+        expect_close(W2, want[2]["W"], fn, case, "conv2's W", atol=0, rtol=0, mistakes=[
+            (lambda: conv2["W"][:, :keep], "conv2 must keep the slices of the KEPT channels (the "
+                                           "same indices as conv1's), not the first `keep`."),
+        ], fix="cut conv2's axis 1 with the same indices as conv1's axis 0.")
+        if got2["b"].shape == (keep,) and keep != G:
+            fail(fn, case, f"conv2's b has {keep} entries: it was cut.",
+                 "conv2's bias belongs to its OUTPUT channels, which all stay: leave it whole.")
+        expect_shape(got2["b"], (G,), fn, case, "conv2's b",
+                     "conv2's bias has one entry per output channel of conv2, all kept.")
+        expect_close(got2["b"], want[2]["b"], fn, case, "conv2's b", atol=0, rtol=0,
+                     fix="conv2's bias is not touched by the cut.")
+    passed(fn, len(cases), name="prune_conv_pair")
 
 
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
@@ -437,13 +554,15 @@ HINTS: dict[str, list[str]] = {
          'one per weight; the indices of the k smallest |w| (an argsort over the flattened '
          'magnitudes) become False; give keep the shape of w. Section 1 describes the rule'),
     ],
-    'channel_l1_keep': [
-        ('one number per output channel f: the L1 norm of the filter W[f], the sum of the '
-         'absolute values over its input channels and kernel positions. Which channels have '
-         'the keep largest of these numbers?'),
-        ('pseudo-code: norms = |W| reshaped to (F, ___), summed over axis ___; order = the '
-         'channel indices sorted by decreasing norm (argsort of ___); take the first keep of '
-         'them; sort those indices in increasing order and return them'),
+    'prune_conv_pair': [
+        ('three questions in order. Which channels: one number per output channel f of conv1, '
+         'the sum of |w| over its filter W1[f], and the keep largest, listed by index. Then, for '
+         'each array of the three layers: which of its axes has one entry per channel of '
+         'conv1\'s output? Cut that axis, and leave every other axis whole'),
+        ('pseudo-code: norms = |W1| summed over every axis but ___; kept = the indices of the '
+         'keep largest norms, sorted ___; conv1: W and b indexed by kept on axis ___; bn: each '
+         'of its ___ arrays indexed by kept; conv2: W indexed by kept on axis ___, and its bias '
+         '___. Return three new dicts with the keys they came in with'),
     ],
 }
 
@@ -454,5 +573,6 @@ ANSWER_TOKENS: dict[str, list[str]] = {
     'loss_scale_step': ['halve', 'half the scale', 'doubles', 'double the scale', 'scale / 2',
         'scale * 2', 'counted first', 'count first', 'back to zero', 'from zero'],
     'magnitude_mask': ['argsort', 'np.sort(', 'np.partition', 'np.quantile', 'np.percentile'],
-    'channel_l1_keep': ['argsort', 'np.sort(', 'reshape(F, -1)', 'np.abs(W).sum', '[-keep:]'],
+    'prune_conv_pair': ['argsort', 'np.sort(', 'reshape(F, -1)', 'np.abs(W1).sum', '[-keep:]',
+        '[:, kept]', 'axis 1', 'axis=1', 'bias whole', 'leave the bias', 'input channels of conv2'],
 }

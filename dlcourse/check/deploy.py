@@ -6,7 +6,7 @@ check                       your function
 :func:`fold_batchnorm`      ``(W, b, gamma, beta, mean, var, eps) -> (W_folded, b_folded)``
 :func:`validate_batch`      ``(inputs, shape) -> float32 array (N, *shape)``, or ValueError
 :func:`load_signed`         ``(path, public_key_file) -> model``, or an error (12b)
-:func:`two_time_pad`        ``(c1, c2, p1) -> p2`` (bytes; 12b)
+:func:`two_time_pad`        ``(c1, c2, cribs) -> (p1, p2)`` (lists, None unknown; 12b)
 ==========================  ===============================================================
 
 Each check runs your function on several cases and prints one line when all pass, or raises
@@ -232,7 +232,7 @@ def load_signed(fn) -> None:
     import tempfile
     from pathlib import Path
 
-    from .. import MLP
+    from ..models import MLP
     from ..checkpoint import save
     from ..protect import keygen, write_signature
     with tempfile.TemporaryDirectory() as folder:
@@ -312,40 +312,123 @@ def load_signed(fn) -> None:
     passed(fn, 1 + len(refusals) + 1, name="load_signed")
 
 
+def _pad_cases():
+    """(name, p1, p2, cribs, contradiction): two plaintexts and what the attacker knows of
+    them. The first knows all of p1 (the lesson's setting before the cribs); the second only a
+    fragment of p2; the third fragments of both, c1 longer than c2, with a crib of p1 past the
+    end of c2; the fourth two cribs that overlap and agree; the last two that contradict (the
+    position where they first do)."""
+    __tracebackhide__ = True
+    gen = np.random.default_rng(7)
+    noise = bytes(gen.integers(0, 256, 40, dtype=np.uint8))
+    a = b"weights of model A: 0.12 -0.5 3.25 ......"
+    b = b"weights of model B: 9.99 0.001 -7"
+    header = b"PK\x03\x04\x14\x00\x00\x00"
+    return [
+        ("all of p1 known", a, b, [(1, 0, a)], None),
+        ("a crib of p2 only", noise, header + b"__arrays__.bin and more", [(2, 0, header)], None),
+        ("cribs of both, c1 longer than c2", a + b"\x00" * 12, b,
+         [(2, 0, b"weights of model "), (1, 25, b"-0.5 3.25"), (1, 40, b"\x00" * 8)], None),
+        ("two cribs that overlap and agree", a, b, [(1, 0, a[:22]), (2, 17, b[17:30])], None),
+        ("two cribs that contradict", a, b, [(1, 0, a[:20]), (2, 18, b"X" + b[19:25])], 18),
+    ]
+
+
+def _call_pad(fn, c1, c2, cribs, case):
+    """(what fn returned, None), or (None, the ValueError it raised); any other error fails."""
+    __tracebackhide__ = True
+    try:
+        with closed(fn, case, handed=(c1, c2, cribs)):
+            return fn(c1, c2, cribs), None
+    except ExerciseError:
+        raise
+    except ValueError as err:
+        return None, err
+    except Exception:  # noqa: BLE001 - the usual messages ("not implemented yet", the error)
+        call(fn, c1, c2, cribs, case=case)
+        raise
+
+
 def two_time_pad(fn) -> None:
-    """Check ``fn(c1, c2, p1)``: c1 and c2 are two plaintexts encrypted with AES-GCM under the
-    same key AND the same nonce (the 16-byte tags removed), p1 is the first plaintext; return
-    the second plaintext, p2 (bytes), as far as c2 goes."""
+    """Check ``fn(c1, c2, cribs)`` -> ``(p1, p2)``: c1 and c2 are two plaintexts encrypted with
+    AES-GCM under the same key AND the same nonce (the 16-byte tags removed), ``cribs`` a list
+    of ``(message, offset, fragment)``: ``fragment`` (bytes) is known to stand at ``offset`` in
+    plaintext ``message`` (1 or 2). Return p1 and p2 as lists as long as c1 and c2, each item
+    the byte (an int 0-255) where the cribs tell it and None where they do not; raise
+    ValueError when two cribs contradict each other."""
     __tracebackhide__ = True
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    gen = np.random.default_rng(7)
-    texts = [(b"weights of model A: 0.12 -0.5 3.25", b"weights of model B: 9.99 0.001 -7"),
-             (bytes(gen.integers(0, 256, 64, dtype=np.uint8)),
-              bytes(gen.integers(0, 256, 40, dtype=np.uint8))),
-             (b"\x00" * 48, b"an all-zero p1 gives c1 = the keystream")]
-    for i, (p1, p2) in enumerate(texts):
+    gen = np.random.default_rng(8)
+    cases = _pad_cases()
+    for name, p1, p2, cribs, clash in cases:
         key, nonce = bytes(gen.integers(0, 256, 32, dtype=np.uint8)), b"\x01" * 12
         aes = AESGCM(key)
         c1, c2 = aes.encrypt(nonce, p1, None)[:-16], aes.encrypt(nonce, p2, None)[:-16]
-        case = f"case {i + 1}: p1 of {len(p1)} bytes, p2 of {len(p2)} bytes, one nonce"
-        got = call(fn, c1, c2, p1, case=case)
-        if isinstance(got, np.ndarray):
-            got = got.astype(np.uint8).tobytes()
-        if not isinstance(got, (bytes, bytearray)):
-            fail(fn, case, f"it returned {type(got).__name__}, not bytes.",
-                 "bytes(...) of a list of integers 0-255 (or of a uint8 array) is bytes.")
-        got = bytes(got)
-        if len(got) != len(p2):
-            fail(fn, case, f"it returned {len(got)} bytes; p2 has {len(p2)} (as many as c2).",
-                 "the keystream is cancelled byte by byte: go as far as c2 goes (p1 is longer).")
-        if got == p2:
-            continue
-        xored = bytes(a ^ b for a, b in zip(c1, c2))
-        if got == xored[:len(p2)]:
-            fail(fn, case, "it returned c1 XOR c2, which is p1 XOR p2, not p2.",
-                 "the keystream is gone from c1 XOR c2; one more XOR removes p1.")
-        fail(fn, case, "the bytes it returned are not p2.")
-    passed(fn, len(texts), name="two_time_pad")
+        stream = bytes(x ^ y for x, y in zip(c1, p1))
+        case = (f"{name}: c1 of {len(c1)} bytes, c2 of {len(c2)}, cribs "
+                + ", ".join(f"({m}, {o}, {len(f)} bytes)" for m, o, f in cribs))
+        known = {}                                  # position -> stream byte, from the cribs
+        for m, o, frag in cribs:
+            for i, byte in enumerate(frag):
+                known.setdefault(o + i, (c1 if m == 1 else c2)[o + i] ^ byte)
+        got, err = _call_pad(fn, c1, c2, list(cribs), case)
+        if clash is not None:
+            if err is not None:
+                continue
+            fail(fn, case, f"it returned {type(got).__name__} for cribs that contradict: at "
+                           f"position {clash} they imply two different stream bytes.",
+                 "each crib byte gives the stream byte at its position; when two cribs cover "
+                 "one position and give two different stream bytes, one of the guesses is "
+                 "wrong: raise ValueError, naming the position.")
+        if err is not None:
+            fail(fn, case, f"it raised ValueError ({err}), but these cribs agree wherever they "
+                           f"overlap.",
+                 "compare the STREAM bytes two cribs give at one position (each crib byte XOR its "
+                 "own ciphertext's byte), not the plaintext bytes: a crib of p1 and a crib of p2 "
+                 "at one position hold different letters and still agree.")
+        out = expect_tuple(got, 2, fn, case, "p1, p2")
+        want = [[(c[i] ^ known[i]) if i in known else None for i in range(len(c))]
+                for c in (c1, c2)]
+        for j, (g, w, c) in enumerate(zip(out, want, (c1, c2)), start=1):
+            what = f"p{j}"
+            if isinstance(g, (bytes, bytearray)):
+                fail(fn, case, f"{what} is {type(g).__name__}: the bytes the cribs do not tell "
+                               f"cannot be shown as bytes.",
+                     "return a list with one item per byte of the ciphertext: the byte's value, "
+                     "or None where it is unknown.")
+            g = list(g)
+            if len(g) != len(c):
+                fail(fn, case, f"{what} has {len(g)} items; c{j} has {len(c)} bytes.",
+                     "one item per ciphertext byte, None where the cribs say nothing: a crib of "
+                     "one message can lie beyond the end of the other.")
+            if g == w:
+                continue
+            bad = next(i for i in range(len(c)) if g[i] != w[i])
+            shown = f"{what}[{bad}] is {g[bad]!r}, expected {w[bad]!r}"
+            if w[bad] is None:
+                fix = ("no crib covers this position, of either message: mark it None (0 is a "
+                       "byte value, and it would be a guess).")
+                fail(fn, case, f"{shown}.", fix)
+            own = any(m == j and o <= bad < o + len(f) for m, o, f in cribs)
+            other = any(m != j and o <= bad < o + len(f) for m, o, f in cribs)
+            if g[bad] is None and own:
+                fix = ("a crib of this message covers the position: it tells this message's own "
+                       "byte, even where the other ciphertext has ended.")
+            elif g[bad] is None and other:
+                fix = ("a crib of the OTHER message covers this position: it gives the stream "
+                       "byte there, and the stream byte gives this message's byte. Cribs of "
+                       "either message reveal both.")
+            elif bad < len(want[2 - j]) and g[bad] == want[2 - j][bad]:
+                fix = ("that is the OTHER message's byte at this position: the stream byte "
+                       "comes from a crib and ITS OWN ciphertext; only then XOR it with this "
+                       "message's ciphertext.")
+            elif g[bad] == stream[bad]:
+                fix = "that is the stream byte: XOR it with this message's ciphertext byte."
+            else:
+                fix = ("write both ciphertext bytes at this position as plaintext XOR stream: "
+                       "what does a known plaintext byte tell you, and what then?")
+            fail(fn, case, f"{shown}.", fix)
+    passed(fn, len(cases), name="two_time_pad")
 
 
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
@@ -382,9 +465,13 @@ HINTS: dict[str, list[str]] = {
     ],
     'two_time_pad': [
         ('counter mode, which GCM uses, encrypts by XOR with a keystream that depends only on the '
-         'key and the nonce. Write c1 and c2 that way: what is c1 XOR c2?'),
-        ('pseudo-code: for each position i up to the length of c2: p2[i] = c1[i] XOR ___ XOR ___; '
-         'return them as bytes'),
+         'key and the nonce, the same for both messages. A known byte of either plaintext, with '
+         'its own ciphertext byte, gives what? And that, with the other ciphertext byte?'),
+        ('pseudo-code: stream = an empty dict (position -> byte); for each crib (m, offset, '
+         'fragment), for each byte of the fragment at position i = offset + k: s = (c1 or c2, '
+         'by m)[i] XOR ___; if i already has a different stream byte, raise ___; else store it. '
+         'Then p1 = [c1[i] XOR stream[i] if i is in stream else ___ for every i below len(c1)], '
+         'and p2 the same with ___'),
     ],
 }
 
@@ -398,5 +485,6 @@ ANSWER_TOKENS: dict[str, list[str]] = {
         '.reshape(-1, *shape)'],
     'load_signed': ['read once', 'read the file once', 'read it once', 'read_bytes', 'only once',
         'load_bytes(path, data)'],
-    'two_time_pad': ['c1 ^ c2 ^ p1', 'c1[i] ^ c2[i] ^ p1[i]', 'xor p1', 'p1 xor', 'xor with p1'],
+    'two_time_pad': ['c1 ^ c2 ^ p1', 'c1[i] ^ c2[i] ^ p1[i]', 'xor p1', 'p1 xor', 'xor with p1',
+        '^ byte', 'stream[i]', 'c[i] ^', 'reveal both', 'either message reveals'],
 }

@@ -165,7 +165,10 @@ def check_wrapper(answer=None):
     """``@check_wrapper(fn)``: mark a function a check made around the learner's ``fn`` (judged
     as ``fn`` is: a function of the library passed as the answer is refused), or, with no
     answer (``@check_wrapper()``), one that holds no answer of the learner's."""
+    __tracebackhide__ = True
+
     def mark(wrapper):
+        __tracebackhide__ = True
         wrapper._check_wraps = answer
         return wrapper
     return mark

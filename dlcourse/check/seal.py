@@ -52,6 +52,7 @@ _LEARNER, _STDLIB, _OPEN, _LIBRARY, _OTHER = range(5)
 
 
 def _dirs(paths):
+    __tracebackhide__ = True
     out = []
     for p in paths:
         if p and os.path.isdir(p):
@@ -62,6 +63,7 @@ def _dirs(paths):
 
 
 def _site_dirs():
+    __tracebackhide__ = True
     paths = [sysconfig.get_paths().get(k) for k in ("purelib", "platlib")]
     try:
         paths += site.getsitepackages()
@@ -78,6 +80,7 @@ _STDLIB_DIRS = _dirs([sysconfig.get_paths().get(k) for k in ("stdlib", "platstdl
 
 
 def _package_dirs(names):
+    __tracebackhide__ = True
     out = []
     for name in names:
         spec = None
@@ -96,6 +99,7 @@ _kinds: dict[str, int] = {}
 
 
 def _file_kind(filename: str) -> int:
+    __tracebackhide__ = True
     kind = _kinds.get(filename)
     if kind is None:
         kind = _kinds[filename] = _classify(filename)
@@ -103,6 +107,7 @@ def _file_kind(filename: str) -> int:
 
 
 def _classify(filename: str) -> int:
+    __tracebackhide__ = True
     if filename.startswith("<frozen"):
         return _STDLIB
     if not filename or filename.startswith("<"):
@@ -125,6 +130,7 @@ _module_kinds: dict[str, int] = {"builtins": _STDLIB, "": _STDLIB}
 
 
 def _module_kind(module: str) -> int:
+    __tracebackhide__ = True
     top = module.partition(".")[0]
     kind = _module_kinds.get(top)
     if kind is None:
@@ -149,6 +155,7 @@ _method_modules: dict = {}
 def _c_module(fn) -> str:
     """The module of a C function, or of the class that defines a C method (NumPy's reshape,
     even on a check's ndarray subclass)."""
+    __tracebackhide__ = True
     module = getattr(fn, "__module__", None)
     if module is None:
         owner = getattr(fn, "__self__", None)
@@ -170,6 +177,7 @@ def _c_module(fn) -> str:
 def _codes_of(obj, seen=None) -> set:
     """The code objects of a function, a method, a class (every method, property and nested
     class of it that the library defines), a partial, or a callable instance."""
+    __tracebackhide__ = True
     seen = set() if seen is None else seen
     if id(obj) in seen:
         return set()
@@ -203,6 +211,7 @@ def _codes_of(obj, seen=None) -> set:
 
 def _nested(code) -> set:
     """A code object and those of the functions defined inside it (a closure's grad_fn)."""
+    __tracebackhide__ = True
     out = {code}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
@@ -212,6 +221,7 @@ def _nested(code) -> set:
 
 def _resolve(dotted: str):
     """A dotted name -> ("module", prefix of its file or folder) or ("object", the object)."""
+    __tracebackhide__ = True
     import importlib
     try:
         module = importlib.import_module(dotted)
@@ -237,6 +247,7 @@ def _resolve(dotted: str):
 def handed(cls):
     """Mark a check module's class as handed to the learner (a counting communicator, a fake
     file): its methods are open while a check runs, wherever the learner's code meets it."""
+    __tracebackhide__ = True
     _HANDED.update(_codes_of(cls))
     return cls
 
@@ -248,6 +259,7 @@ _ALWAYS: set | None = None
 def _always_open() -> set:
     """The library's exception classes and its backend (``dl.get_array_module`` and the rest of
     ``backend.py``: how NumPy and CuPy are chosen and bridged)."""
+    __tracebackhide__ = True
     global _ALWAYS
     if _ALWAYS is None:
         codes = set()
@@ -272,6 +284,7 @@ def _always_open() -> set:
 def describe(code_or_fn) -> str:
     """``dl.attention`` for a function dl exports, ``dlcourse.autograd.Tensor.backward`` for the
     rest, ``torch.softmax`` for a C function of another package."""
+    __tracebackhide__ = True
     if isinstance(code_or_fn, types.CodeType):
         code = code_or_fn
         path = os.path.abspath(code.co_filename)
@@ -300,6 +313,7 @@ def describe(code_or_fn) -> str:
 def _qualname(code, module: str) -> str:
     """``Class.method`` for a method's code (``co_qualname`` from Python 3.11; on 3.10, found
     in the module)."""
+    __tracebackhide__ = True
     qual = getattr(code, "co_qualname", None)
     if qual is not None:
         return qual
@@ -313,6 +327,7 @@ def _qualname(code, module: str) -> str:
 
 
 def _module_of_file(path: str) -> str:
+    __tracebackhide__ = True
     for root in _SITE + _STDLIB_DIRS:
         if path.startswith(root):
             return os.path.splitext(path[len(root):])[0].replace(os.sep, ".").removesuffix(
@@ -323,6 +338,7 @@ def _module_of_file(path: str) -> str:
 def library_object(obj) -> str | None:
     """The name of ``obj`` when it is the library's own function (or another package's) passed
     as an answer, else None: a partial, a bound method or a callable instance is looked through."""
+    __tracebackhide__ = True
     if isinstance(obj, functools.partial):
         return library_object(obj.func)
     if isinstance(obj, types.MethodType):
@@ -359,13 +375,16 @@ class _ClosedType:
     which refuses."""
 
     def __init__(self, seal, name):
+        __tracebackhide__ = True
         self._seal, self._name = seal, name
 
     @property
     def dtype(self):
+        __tracebackhide__ = True
         self._seal._refuse(f"{self._name} (a cast to it)", _OTHER)
 
     def __repr__(self):
+        __tracebackhide__ = True
         return f"{self._name} (closed while the check runs your function)"
 
 
@@ -382,6 +401,7 @@ class sealed:
     """
 
     def __init__(self, fn, case: str, opens=(), handed=()):
+        __tracebackhide__ = True
         self.fn, self.case = fn, case
         self.codes = set(_HANDED) | _always_open()
         self.prefixes: list[str] = []
@@ -396,6 +416,7 @@ class sealed:
         self._saved_threads = None
 
     def _open(self, item):
+        __tracebackhide__ = True
         if isinstance(item, str):
             kind, what = _resolve(item)
             self.opened_names.append(item.replace("dlcourse.", "dl.", 1) if item.startswith(
@@ -413,6 +434,7 @@ class sealed:
         self.codes |= _codes_of(item)
 
     def _hand(self, value, depth=0):
+        __tracebackhide__ = True
         if callable(value) and not isinstance(value, type):
             self.codes |= _codes_of(value)
             if not hasattr(value, "__code__"):
@@ -427,6 +449,7 @@ class sealed:
 
     # the decision ---------------------------------------------------------------------------
     def _is_open_code(self, code) -> bool:
+        __tracebackhide__ = True
         if code in self.codes:
             return True
         if self.prefixes:
@@ -439,6 +462,7 @@ class sealed:
     def _from_learner(frame, into_library: bool) -> bool:
         """Whether the first frame from ``frame`` up that is not the standard library (nor, for
         a call into dlcourse, NumPy or CuPy) is the learner's code."""
+        __tracebackhide__ = True
         while frame is not None:
             kind = _file_kind(frame.f_code.co_filename)
             if kind == _STDLIB or (into_library and kind == _OPEN):
@@ -450,9 +474,11 @@ class sealed:
     def _make_profile(self):
         """The hook: one dictionary look-up per call on the fast path (the learner's code,
         NumPy, the standard library), the frame walk only for a call into a closed package."""
+        __tracebackhide__ = True
         kinds, module_kinds, library = _kinds, _module_kinds, _LIBRARY
 
         def profile(frame, event, arg):
+            __tracebackhide__ = True
             if event == "call":
                 filename = frame.f_code.co_filename
                 kind = kinds.get(filename)
@@ -470,17 +496,20 @@ class sealed:
         return profile
 
     def _closed_call(self, frame, kind):
+        __tracebackhide__ = True
         code = frame.f_code
         if not self._is_open_code(code) and self._from_learner(frame.f_back, kind == _LIBRARY):
             self._refuse(describe(code), kind)
 
     def _closed_c_call(self, frame, arg, module, kind):
+        __tracebackhide__ = True
         if module in self.c_modules or module.partition(".")[0] in self.c_modules:
             return
         if self._from_learner(frame, kind == _LIBRARY):
             self._refuse(describe(arg), kind)
 
     def _refuse(self, what: str, kind: int):
+        __tracebackhide__ = True
         if self.refused is None:
             self.refused = (what, "dlcourse" if kind == _LIBRARY else what.partition(".")[0])
         raise Refusal(f"{what} is closed while the check runs your function")
@@ -489,6 +518,7 @@ class sealed:
     def _swap_types(self):
         """Swap each closed package's scalar types for stand-ins, in the package and wherever
         the learner's namespace holds them; :meth:`_restore_types` puts them back."""
+        __tracebackhide__ = True
         import numpy as np
         self._swapped = []
         learner = getattr(self.fn, "__globals__", None)
@@ -507,11 +537,13 @@ class sealed:
                             learner[name] = stand_in
 
     def _restore_types(self):
+        __tracebackhide__ = True
         for namespace, key, value in reversed(self._swapped):
             namespace[key] = value
         self._swapped = []
 
     def __enter__(self):
+        __tracebackhide__ = True
         self._swap_types()
         self._saved = sys.getprofile()
         self._saved_threads = getattr(threading, "_profile_hook", None)
@@ -521,10 +553,12 @@ class sealed:
         return self
 
     def __exit__(self, *exc):
+        __tracebackhide__ = True
         sys.setprofile(self._saved)
         threading.setprofile(self._saved_threads)
         self._restore_types()
         return False
 
     def opened(self) -> str:
+        __tracebackhide__ = True
         return ", ".join(self.opened_names)

@@ -13,7 +13,8 @@ lesson                 check                         your function
 15_attention           :func:`attention_backward`    ``(dout, cache) -> dq, dk, dv``
 15_attention           :func:`causal_mask`           ``(Tq, Tk) -> bool (Tq, Tk)``
 16_flash_attention     :func:`merge_softmax`         ``(m1, l1, o1, m2, l2, o2) -> m, l, o``
-16_flash_attention     :func:`naive_attention_bytes` ``(N, H, T, d, itemsize) -> bytes``
+16_flash_attention     :func:`attention_bytes`       ``(N, H, T, d, itemsize, Br, causal)``
+                                                     ``-> (naive, tiled)`` bytes
 =====================  ============================  ==========================================
 
 (The module shares its name with ``dlcourse/attention.py`` on purpose: it checks that lesson's
@@ -29,7 +30,7 @@ import numpy as np
 from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_tuple,
                       expect_unchanged, fail, gpu, passed, rng, shape_text, to_array, to_number)
 
-__all__ = ["attention_backward", "causal_mask", "merge_softmax", "naive_attention_bytes"]
+__all__ = ["attention_backward", "causal_mask", "merge_softmax", "attention_bytes"]
 
 
 # While the learner's function runs the library is closed (harness.call; seal.py): an answer
@@ -383,46 +384,121 @@ def merge_softmax(fn) -> None:
 
 
 # ======================================================================================
-# 16_flash_attention: naive_attention_bytes
+# 16_flash_attention: attention_bytes
 # ======================================================================================
-def naive_attention_bytes(fn) -> None:
-    """Check ``fn(N, H, T, d, itemsize)`` -> the bytes one naive attention forward pass reads
-    and writes in memory (self-attention, Tq = Tk = T), counted from the shapes as lesson 16
-    sets it up: three steps (the scores, the softmax, the weighted sum), each reading its
-    inputs from memory and writing its output there once. Compared with
-    ``dl.flash_attention``'s ``attention_traffic`` (refused while it runs)."""
+def _tiled_rows(T, Br, causal, last, cap=True):
+    """Key (and value) rows the tiled forward reads, summed over its query tiles: every key, or
+    (causal) the keys up to ``last(i0, i1)`` of each tile, at most T unless ``cap`` is False
+    (wrong rules, for the mistakes)."""
+    __tracebackhide__ = True
+    tiles = [(i0, min(i0 + Br, T)) for i0 in range(0, T, Br)]
+    return sum((min(T, last(i0, i1)) if cap else last(i0, i1)) if causal else T
+               for i0, i1 in tiles)
+
+
+def _attention_bytes_cases():
+    """(N, H, T, d, itemsize, Br, causal). Ragged T (100 = 3 tiles of 32 and one of 4), a T
+    below one tile, T = 1, causal and not, fp16 and fp32. The first has three query tiles, so
+    reading k and v once in all and reading only k per tile give different counts."""
+    __tracebackhide__ = True
+    return [(1, 1, 12, 4, 4, 4, False), (1, 2, 100, 16, 4, 32, False), (2, 3, 16, 8, 4, 8, True),
+            (4, 8, 256, 64, 2, 64, False), (1, 2, 100, 16, 4, 32, True), (1, 1, 5, 2, 4, 8, True),
+            (1, 2, 1, 1, 4, 1, False), (2, 2, 4096, 64, 2, 128, True)]
+
+
+def attention_bytes(fn) -> None:
+    """Check ``fn(N, H, T, d, itemsize, Br, causal)`` -> ``(naive, tiled)``: the bytes one
+    attention forward pass reads plus writes in memory (self-attention, Tq = Tk = T), counted
+    from the shapes as lesson 16 sets it up. naive: three steps (the scores, the softmax, the
+    weighted sum), each reading its inputs from memory and writing its output there once, the
+    matrices whole whatever the mask. tiled: query tiles of Br rows (the last may be shorter),
+    each reading its rows of q, every key and value row (causal: those up to the tile's last
+    row), and writing its rows of out and one log-sum-exp per row. Compared with
+    ``dl.flash_attention``'s ``attention_traffic`` (closed while it runs)."""
     __tracebackhide__ = True
     from ..flash_attention import attention_traffic
-    cases = [(1, 1, 8, 4, 4), (2, 3, 16, 8, 4), (4, 8, 256, 64, 2), (1, 2, 1, 1, 4)]
-    for N, H, T, d, b in cases:
-        case = f"N={N}, H={H}, T={T}, d={d}, itemsize={b} bytes"
-        got = to_number(call(fn, N, H, T, d, b, case=case),
-                        fn, case, "the byte count", "return one number: bytes read plus written.")
-        want = attention_traffic(N, H, T, d, itemsize=b)["naive"]
-        if got == want:
-            continue
+    cases = _attention_bytes_cases()
+    for N, H, T, d, b, Br, causal in cases:
+        case = (f"N={N}, H={H}, T={T}, d={d}, itemsize={b} bytes, Br={Br}"
+                + (", causal" if causal else "") + (f" (T is not a multiple of Br)"
+                                                     if T % Br and T > Br else ""))
+        out = expect_tuple(call(fn, N, H, T, d, b, Br, causal, case=case), 2, fn, case,
+                           "naive, tiled")
+        naive, tiled = (to_number(v, fn, case, f"the {n} byte count",
+                                  "return two numbers: bytes read plus written, naive then tiled.")
+                        for v, n in zip(out, ("naive", "tiled")))
+        want = attention_traffic(N, H, T, d, itemsize=b, block=(Br, Br), causal=causal)
+        problems = N * H * b
         square, rows = T * T, T * d
+        if naive != want["naive"]:
+            mistakes = [
+                (N * H * (4 * square + 4 * rows), "that counts elements: multiply by itemsize, "
+                                                  "the bytes of one number."),
+                ((4 * square + 4 * rows) * b, "that is one head of one sample: every (sample, "
+                                              "head) pair has its own q, k, v and T x T scores."),
+                (problems * (2 * square + 4 * rows), "the softmax step is missing: it READS the "
+                                                     "scores and WRITES the weights, T x T each."),
+                (problems * (2 * square + rows), "count reads too, not only writes: each step "
+                                                 "reads its inputs back from memory."),
+                (problems * (3 * square + 4 * rows), "one T x T pass is missing: the scores are "
+                                                     "written, read by the softmax, the weights "
+                                                     "written, and read by the product with v."),
+                (problems * (4 * square + 3 * rows), "one (T, d) array is missing: q and k are "
+                                                     "read for the scores, v for the product, and "
+                                                     "out is written."),
+                (problems * (2 * T * (T + 1) + 4 * rows) if causal else None,
+                 "the naive version masks entries in place: its matrices stay T x T, and each is "
+                 "written and read whole, causal or not."),
+            ]
+            fix = next((why for wrong, why in mistakes if wrong is not None and naive == wrong),
+                       "go step by step: for each of the three steps, which arrays does it read, "
+                       "which does it write, and how many numbers does each hold?")
+            fail(fn, case, f"naive is {naive:,.0f} bytes, expected {want['naive']:,}.", fix)
+        expected = want["flash"]
+        if tiled == expected:
+            continue
+        kv = _tiled_rows(T, Br, causal, lambda i0, i1: i1)
+
+        def count(kv_rows, lse=True, v_too=True):
+            __tracebackhide__ = True
+            return problems * (2 * rows + (2 if v_too else 1) * kv_rows * d + (T if lse else 0))
         mistakes = [
-            (N * H * (4 * square + 4 * rows), "that counts elements: multiply by itemsize, the "
-                                              "bytes of one number."),
-            ((4 * square + 4 * rows) * b, "that is one head of one sample: every (sample, head) "
-                                          "pair has its own q, k, v and T x T scores."),
-            (N * H * (2 * square + 4 * rows) * b, "the softmax step is missing: it READS the "
-                                                  "scores and WRITES the weights, T x T each."),
-            (N * H * (2 * square + rows) * b, "count reads too, not only writes: each step reads "
-                                              "its inputs back from memory."),
-            (N * H * (3 * square + 4 * rows) * b, "one T x T pass is missing: the scores are "
-                                                  "written, read by the softmax, the weights "
-                                                  "written, and read by the product with v."),
-            (N * H * (4 * square + 3 * rows) * b, "one (T, d) array is missing: q and k are read "
-                                                  "for the scores, v for the product, and out "
-                                                  "is written."),
+            (problems * (4 * rows + T), "that reads k and v once in all, the ideal: the tiled "
+                                        "version streams every key and value row once PER QUERY "
+                                        "TILE, and there are as many tiles as it takes to cover "
+                                        "T rows."),
+            (count(T * (T // Br)) if T % Br else None,
+             "the number of query tiles is rounded DOWN: a last, shorter tile still reads every "
+             "key and value row (round T / Br up)."),
+            (count(T * T / Br) if T % Br else None,
+             "T / Br query tiles is not a whole number here: count the tiles, the last one "
+             "shorter (round up)."),
+            (count(kv, lse=False), "the log-sum-exp is missing: each query row writes one "
+                                   "number of it, kept for the backward pass."),
+            (count(kv, v_too=False), "v is streamed with k: each query tile reads both, row for "
+                                     "row."),
+            (count(_tiled_rows(T, Br, False, None)) if causal else None,
+             "causal: a query tile reads only the keys up to its own last row; the later ones are "
+             "masked for every row of the tile, so they are skipped."),
+            (count(T * (T + 1) // 2) if causal and Br > 1 else None,
+             "causal keys are read per TILE, not per row: each row of a tile gets the keys up to "
+             "the tile's LAST row, those it does not see are masked after the read."),
+            (count(_tiled_rows(T, Br, True, lambda i0, i1: i0)) if causal else None,
+             "a causal query tile reads the keys up to its LAST row (i1 keys for a tile ending "
+             "before row i1), not up to its first."),
+            (count(_tiled_rows(T, Br, True, lambda i0, i1: i0 + Br, cap=False)) if causal and T % Br
+             else None, "a causal tile reads keys up to its last row, and there are only T of "
+                        "them: the last, shorter tile does not read past T."),
+            (count(kv) // (N * H) if N * H > 1 else None,
+             "that is one head of one sample: every (sample, head) pair is its own problem."),
+            (count(kv) // b if b > 1 else None, "that counts elements: multiply by itemsize."),
         ]
-        fix = next((why for wrong, why in mistakes if got == wrong),
-                   "go step by step: for each of the three steps, which arrays does it read, "
-                   "which does it write, and how many numbers does each hold?")
-        fail(fn, case, f"got {got:,.0f} bytes, expected {want:,} bytes.", fix)
-    passed(fn, len(cases))
+        fix = next((why for wrong, why in mistakes if wrong is not None and tiled == wrong),
+                   "count per query tile: its rows of q read and of out written, the key and "
+                   "value rows it reads, one number per row written at the end; then add the "
+                   "tiles, and scale by the problems and the bytes per number.")
+        fail(fn, case, f"tiled is {tiled:,.0f} bytes, expected {expected:,}.", fix)
+    passed(fn, len(cases), name="attention_bytes")
 
 
 # Deeper hint levels of this module's exercises (level 1 is the `# HINT:` line in the
@@ -453,13 +529,16 @@ HINTS: dict[str, list[str]] = {
          "difference, at most 0); l = a_1 l_1 + ___; o = (a_1 l_1 o_1 + ___) / ___. A block "
          "with m_b = -inf gets a_b = 0 by itself."),
     ],
-    "naive_attention_bytes": [
-        ("list the three steps: scores = q k^T (reads q and k, writes the scores), p = softmax "
-         "(reads the scores, writes p), out = p v (reads p and v, writes out). How many numbers "
-         "does each array hold for one (sample, head)?"),
-        ("for one (sample, head): q, k, v, out hold T times ___ numbers each; the scores and p "
-         "hold T times ___ each. Add each array once per read or write, then multiply by N, H "
-         "and ___."),
+    "attention_bytes": [
+        ("naive: list the three steps, which arrays each reads and which it writes, and how many "
+         "numbers each array holds for one (sample, head). tiled: take one query tile of Br rows "
+         "and list what IT reads and writes; how many tiles cover T rows when Br does not divide "
+         "T? With a causal mask, which key rows can a tile skip?"),
+        ("for one (sample, head): naive = (the scores step: ___) + (the softmax: ___) + (the "
+         "weighted sum: ___), each term a count of T x d or T x T arrays. tiled = q read once + "
+         "out written once + ___ (one number per row) + 2 x d x (key rows read, summed over the "
+         "tiles); a tile reads ___ key rows, or with the mask the keys up to row ___ of the "
+         "tile. Multiply both by N, H and ___."),
     ],
 }
 
@@ -469,7 +548,9 @@ ANSWER_TOKENS: dict[str, list[str]] = {
     'causal_mask': ['Tk - Tq', 'tk - tq', '<=', 'np.tril', 'tril'],
     'attention_backward': ['a product with p and one sum per row', 'one sum per row', 'p * (dP',
         'p * (dp', 'dP - ', 'row sum', 'sum(p * dP', '(dP * p).sum'],
-    'naive_attention_bytes': ['4 * T * d', '4*T*d', '3 * T * T', 'T * T *', 'T*T', '6 * T * d'],
+    'attention_bytes': ['4 * T * d', '4*T*d', '3 * T * T', 'T * T *', 'T*T', '6 * T * d',
+        'ceil', '-(-T // Br)', '(T + Br - 1) // Br', 'T / Br', 'min(T, i0 + Br)',
+        'min(i0 + Br, T)', 'T * (T + Br)', '2 * T * d'],
     'merge_softmax': ['the larger one', 'np.maximum(m1, m2)', 'exp(m1 - m', 'exp(m_b - m)',
         'exponential of a difference', 'share of the merged sum', "weighted by each block's",
         "rescale each block's sum"],

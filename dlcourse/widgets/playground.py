@@ -13,6 +13,10 @@ usable and on the CPU otherwise. The widgets are a thin layer over plain functio
   the coloured background of the decision-boundary plot;
 * :func:`probability_image` -- those probabilities as an RGB picture.
 
+They live beside this module: the data sets in ``playground_data.py``, the network in
+``playground_model.py``, the decision boundary in ``decision_boundary.py``, the drawing in
+``playground_figure.py``; this module holds the panel's controls and its training run.
+
 How the panel stays responsive: **Train** starts :func:`fit` in a background thread and
 returns at once, so JupyterLab keeps delivering widget messages (the **Stop** click) to the
 kernel. ``on_step`` checks a stop flag after every step and redraws at most every
@@ -33,29 +37,20 @@ import numbers
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 
-import numpy as np
-from matplotlib.ticker import MaxNLocator
-
-from .. import data as dldata
-from .._validate import whole_number
-from ..backend import describe_device, get_device, to_numpy
-from ..layers import eval_mode
-from ..losses import SoftmaxCrossEntropy, softmax
-from ..models import MLP
-from ..optim import SGD, Adam
+from ..backend import describe_device, get_device
+from ..losses import SoftmaxCrossEntropy
 from ..train import StopTraining, TrainingDiverged, fit
-from ._common import FigurePNG, Panel, class_colors, ipywidgets, model_input, status_html
+from ._common import FigurePNG, Panel, ipywidgets, status_html
+from .decision_boundary import decision_grid, probability_image
+from .playground_data import DATASET_LABELS, DATASETS, PlaygroundData, load_dataset
+from .playground_figure import PlaygroundFigure
+from .playground_model import (ACTIVATION_NAMES, OPTIMIZERS, build_model, count_parameters,
+                               make_optimizer, mlp_sizes)
 
 __all__ = ["DATASETS", "PlaygroundData", "load_dataset", "build_model", "decision_grid",
            "probability_image", "Playground", "playground"]
 
-DATASETS = ("blobs", "xor", "circles", "spirals", "digits")
-DATASET_LABELS = {"blobs": "blobs (2-D)", "xor": "XOR (2-D)", "circles": "circles (2-D)",
-                  "spirals": "spirals (2-D, 3 classes)", "digits": "digits (8×8, 10 classes)"}
-ACTIVATION_NAMES = ("relu", "tanh", "sigmoid")
-OPTIMIZERS = ("SGD", "Adam")
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What each control can be set to: the controls are built from these, and a setting outside
 # them is refused (a slider would silently clamp it)
@@ -83,166 +78,7 @@ def _check_setting(name, value):
 DIVERGENCE_FACTOR = 3.0
 
 
-# ======================================================================================
-# Data
-# ======================================================================================
-@dataclass(eq=False)
-class PlaygroundData:
-    """One data set of the playground. X_*: float32 (N, D); y_*: int64 (N,) in 0..K-1."""
-
-    name: str
-    X_train: np.ndarray
-    y_train: np.ndarray
-    X_val: np.ndarray
-    y_val: np.ndarray
-    classes: tuple
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    @property
-    def num_features(self) -> int:
-        return self.X_train.shape[1]
-
-    @property
-    def is_2d(self) -> bool:
-        """True for points in the plane (a decision boundary can be drawn)."""
-        return self.num_features == 2
-
-    def __repr__(self) -> str:
-        return (f"PlaygroundData({self.name!r}, train={self.X_train.shape}, "
-                f"val={self.X_val.shape}, classes={self.num_classes})")
-
-
-_DATA_CACHE: dict = {}
-
-
-def load_dataset(name: str, n: int = 400, seed: int = 0) -> PlaygroundData:
-    """One of :data:`DATASETS`, split into training and validation sets.
-
-    The 2-D sets (``"blobs"``, ``"xor"``, ``"circles"``, ``"spirals"`` -- three arms) are
-    ``n`` points from :mod:`dlcourse.data` made with ``seed``; the first 75 % train, the rest
-    validate.
-    ``"digits"`` is :func:`dlcourse.data.load_digits` (1257 train, 270 validation, 64
-    features, 10 classes). Results are cached: the same arguments give the same arrays.
-    """
-    if name not in DATASETS:
-        raise ValueError(f"Unknown dataset {name!r}: the playground has {', '.join(DATASETS)}.")
-    key = (name, n, seed)
-    if key in _DATA_CACHE:
-        return _DATA_CACHE[key]
-    if name == "digits":
-        d = dldata.load_digits()
-        result = PlaygroundData(name, d.X_train, d.y_train, d.X_val, d.y_val, d.classes)
-    else:
-        maker = dldata.POINT_SETS[name]
-        kwargs = {"classes": 3} if name == "spirals" else {}   # 3 arms: harder than 2
-        X, y = maker(n, seed=seed, **kwargs)       # already shuffled
-        X, y = X.astype(np.float32), y.astype(np.int64)
-        cut = int(0.75 * n)
-        K = int(y.max()) + 1
-        result = PlaygroundData(name, X[:cut], y[:cut], X[cut:], y[cut:],
-                                tuple(f"class {k}" for k in range(K)))
-    _DATA_CACHE[key] = result
-    return result
-
-
-# ======================================================================================
-# Model
-# ======================================================================================
-def build_model(num_features: int, num_classes: int, hidden_layers: int = 1, units: int = 8,
-                activation: str = "tanh", seed: int | None = 0) -> MLP:
-    """The panel's network: ``MLP([D] + [units] * hidden_layers + [K])``.
-
-    With ``hidden_layers=0`` it is a single Linear layer (softmax regression): its decision
-    boundaries are straight lines.
-    """
-    hidden_layers = whole_number(hidden_layers, "build_model(hidden_layers=...)", minimum=0)
-    units = whole_number(units, "build_model(units=...)")
-    return MLP(mlp_sizes(num_features, num_classes, hidden_layers, units), activation=activation,
-               seed=seed)
-
-
-def mlp_sizes(num_features, num_classes, hidden_layers, units) -> list:
-    return [int(num_features)] + [int(units)] * int(hidden_layers) + [int(num_classes)]
-
-
-def count_parameters(sizes) -> int:
-    """Weights and biases of an MLP with layer sizes ``[D, H1, ..., K]``."""
-    return sum(d_in * d_out + d_out for d_in, d_out in zip(sizes[:-1], sizes[1:]))
-
-
-def make_optimizer(name: str, model, lr: float):
-    """``"SGD"`` (plain, no momentum, as in TensorFlow Playground) or ``"Adam"``."""
-    if name == "SGD":
-        return SGD(model, lr=lr)
-    if name == "Adam":
-        return Adam(model, lr=lr)
-    raise ValueError(f"optimizer must be 'SGD' or 'Adam', got {name!r}.")
-
-
-# ======================================================================================
-# The decision boundary
-# ======================================================================================
-def grid_extent(X, pad: float = 0.5) -> tuple:
-    """``(x0, x1, y0, y1)``: the bounding box of the points X (N, 2), widened by ``pad``."""
-    X = to_numpy(X)
-    (x0, y0), (x1, y1) = X.min(axis=0) - pad, X.max(axis=0) + pad
-    return float(x0), float(x1), float(y0), float(y1)
-
-
-def decision_grid(model, X, resolution: int = 80, pad: float = 0.5):
-    """The model's class probabilities on a ``resolution × resolution`` grid covering X.
-
-    model: maps (N, 2) -> logits (N, K) (K = 1: one logit of a sigmoid classifier).
-    X: (N, 2) points; the grid spans their bounding box widened by ``pad``.
-
-    Returns ``(probs, extent)``: ``probs`` is a NumPy array (R, R, K) with
-    ``probs[i, j]`` the probabilities at the point ``(xs[j], ys[i])`` -- row ``i`` is the
-    ``i``-th y value from the bottom, as ``imshow(..., origin="lower", extent=extent)`` wants;
-    ``extent = (x0, x1, y0, y1)``. The model runs in evaluation mode (its mode is restored),
-    on its own device.
-    """
-    X = to_numpy(X)
-    if X.ndim != 2 or X.shape[1] != 2:
-        raise ValueError(f"decision_grid needs points in the plane, X of shape (N, 2); got "
-                         f"{X.shape}. A decision boundary can only be drawn for 2-D inputs.")
-    R = int(resolution)
-    x0, x1, y0, y1 = extent = grid_extent(X, pad)
-    gx, gy = np.meshgrid(np.linspace(x0, x1, R), np.linspace(y0, y1, R))   # (R, R) each
-    points = np.stack([gx.ravel(), gy.ravel()], axis=1)                    # (R*R, 2)
-    with eval_mode(model):
-        logits = to_numpy(model.forward(model_input(model, points)))
-    logits = logits.astype(np.float64).reshape(len(points), -1)            # (R*R, K)
-    if logits.shape[1] == 1:                                               # sigmoid: p(class 1)
-        p1 = 1.0 / (1.0 + np.exp(-logits))
-        probs = np.concatenate([1.0 - p1, p1], axis=1)
-    else:
-        probs = softmax(logits)
-    return probs.reshape(R, R, -1), extent
-
-
-def probability_image(probs, colors=None, strength: float = 0.65):
-    """An RGB picture (R, R, 3) in [0, 1] of class probabilities probs (R, R, K).
-
-    Each pixel is the probability-weighted mix of the class colours, faded towards white
-    where the model is unsure: white on the decision boundary, coloured where it is sure.
-    """
-    probs = np.asarray(probs, dtype=np.float64)
-    K = probs.shape[-1]
-    colors = class_colors(K) if colors is None else np.asarray(colors, dtype=np.float64)
-    mix = probs @ colors                                                   # (R, R, 3)
-    sure = (probs.max(axis=-1, keepdims=True) - 1.0 / K) / (1.0 - 1.0 / K)  # 0 unsure .. 1 sure
-    sure = np.nan_to_num(sure, nan=0.0).clip(0.0, 1.0)
-    alpha = strength * sure
-    return np.clip((1.0 - alpha) * 1.0 + alpha * mix, 0.0, 1.0)
-
-
-# ======================================================================================
-# The panel
-# ======================================================================================
-class Playground(Panel):
+class Playground(PlaygroundFigure, Panel):
     """The interactive panel: controls on the left, the live plot on the right.
 
     Drive it from code exactly as a learner does with the mouse::
@@ -557,90 +393,7 @@ class Playground(Panel):
         if self._stop.is_set():
             raise StopTraining
 
-    # -- drawing ------------------------------------------------------------------------
-    def _build_figure(self):
-        fig = self._figure.fig
-        self.ax_data = fig.add_axes([0.025, 0.03, 0.40, 0.82])
-        self.ax_loss = fig.add_axes([0.545, 0.60, 0.435, 0.35])
-        self.ax_acc = fig.add_axes([0.545, 0.14, 0.435, 0.35])
-        ax = self.ax_loss
-        ax.set_yscale("log")
-        ax.set_ylabel("loss (log scale)")
-        ax.grid(True, alpha=0.3)
-        (self.line_loss,) = ax.plot([], [], color="C0", label="train")
-        (self.line_val_loss,) = ax.plot([], [], color="C1", label="validation")
-        self.line_chance_loss = ax.axhline(np.log(2), color="grey", ls="--", lw=1,
-                                           label="guessing (ln K)")
-        ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
-        ax = self.ax_acc
-        ax.set_ylabel("accuracy")
-        ax.set_xlabel("epoch")
-        ax.set_ylim(0, 1.03)
-        ax.grid(True, alpha=0.3)
-        (self.line_acc,) = ax.plot([], [], color="C0", label="train")
-        (self.line_val_acc,) = ax.plot([], [], color="C1", label="validation")
-        self.line_chance_acc = ax.axhline(0.5, color="grey", ls="--", lw=1, label="guessing (1/K)")
-        ax.legend(loc="lower right", fontsize=7, framealpha=0.8)
-        for ax in (self.ax_loss, self.ax_acc):
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-    def _setup_data_axes(self):
-        """(Re)create the left plot's artists for the current data set. Called when the data
-        set changes, never while training."""
-        ax, d = self.ax_data, self.data
-        ax.cla()
-        K = d.num_classes
-        if d.is_2d:
-            self._extent = grid_extent(d.X_train)
-            blank = np.ones((2, 2, 3))
-            self.boundary = ax.imshow(blank, extent=self._extent, origin="lower",
-                                      interpolation="bilinear", aspect="auto", zorder=0)
-            colors = class_colors(K)[d.y_train]
-            ax.scatter(d.X_train[:, 0], d.X_train[:, 1], c=colors, s=16, edgecolors="white",
-                       linewidths=0.6, zorder=2)
-            ax.set_xlim(self._extent[:2])
-            ax.set_ylim(self._extent[2:])
-            ax.set_xticks([])
-            ax.set_yticks([])
-            self.mosaic_texts = []
-        else:                       # digits: a mosaic of validation images with predictions
-            rows, cols, side = 4, 8, int(round(np.sqrt(d.num_features)))
-            gap, label = 1, 4                 # pixels between digits; above each, its label
-            n = rows * cols
-            mosaic = np.ones((rows * (side + label), cols * (side + gap) - gap))
-            for i in range(n):
-                r, c = divmod(i, cols)
-                top, left = r * (side + label) + label, c * (side + gap)
-                mosaic[top:top + side, left:left + side] = 1.0 - d.X_val[i].reshape(side, side)
-            ax.imshow(mosaic, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
-            self.boundary = None
-            self.mosaic_texts = [
-                ax.text((i % cols) * (side + gap) + side / 2 - 0.5,
-                        (i // cols) * (side + label) + label - 0.8, "", ha="center",
-                        va="bottom", fontsize=10, fontweight="bold", color="grey")
-                for i in range(n)]
-            ax.set_xticks([])
-            ax.set_yticks([])
-        self.title = ax.set_title(self._data_title(), fontsize=10)
-        self.line_chance_loss.set_ydata([np.log(K)] * 2)
-        self.line_chance_acc.set_ydata([1.0 / K] * 2)
-
-    def _data_title(self, extra: str = "") -> str:
-        d = self.data
-        if d.is_2d:
-            base = "training points; background: the network's prediction"
-        else:
-            base = "predicted labels (green: right, red: wrong)"
-        return base + (f"\n{extra}" if extra else "")
-
-    def _reset_curves(self, epochs: int):
-        for line in (self.line_loss, self.line_val_loss, self.line_acc, self.line_val_acc):
-            line.set_data([], [])
-        for ax in (self.ax_loss, self.ax_acc):
-            ax.set_xlim(0.5, max(epochs, 2) + 0.5)
-        K = self.data.num_classes
-        self.ax_loss.set_ylim(np.log(K) / 20, np.log(K) * 4)
-
+    # -- drawing (the figure's artists: PlaygroundFigure) -------------------------------
     def redraw(self, live: bool = False) -> bytes:
         """Update the plot from the current model and history; returns the PNG bytes (also
         put into ``self.image.value``). ``live=True`` (from the training loop): a coarser
@@ -661,58 +414,6 @@ class Playground(Panel):
                 text += f", validation accuracy {self.history.val_accuracy[-1]:.2f}"
             self.status.value = status_html(text + ". Click Stop to stop.")
         return png
-
-    def _draw_model(self, resolution):
-        d, model = self.data, self.shown_model       # a copy: never the model mid-step
-        extra = ""
-        if self.history is not None and self.history.epochs:
-            extra = (f"epoch {self.history.epochs}: validation accuracy "
-                     f"{self.history.val_accuracy[-1]:.2f}")
-        self.title.set_text(self._data_title(extra))
-        if model is None:
-            if self.boundary is not None:
-                self.boundary.set_data(np.ones((2, 2, 3)))
-            for t in self.mosaic_texts:
-                t.set_text("")
-            return
-        if d.is_2d:
-            probs, extent = decision_grid(model, d.X_train, resolution=resolution)
-            self.boundary.set_data(probability_image(probs))
-            self.boundary.set_extent(extent)
-        else:
-            n = len(self.mosaic_texts)
-            X = model_input(model, d.X_val[:n])
-            pred = to_numpy(model.predict(X))
-            for t, p, y in zip(self.mosaic_texts, pred, d.y_val[:n]):
-                t.set_text(d.classes[int(p)])
-                t.set_color("#1b8e20" if p == y else "#d01010")
-
-    def _draw_curves(self):
-        h = self.history
-        if h is None or not h.epochs:
-            for line in (self.line_loss, self.line_val_loss, self.line_acc, self.line_val_acc):
-                line.set_data([], [])
-            return
-        e = np.arange(1, h.epochs + 1)
-        marker = "o" if h.epochs <= 30 else ""     # a single epoch is a dot, not a line
-        for line in (self.line_loss, self.line_val_loss, self.line_acc, self.line_val_acc):
-            line.set_marker(marker)
-            line.set_markersize(3)
-        self.line_loss.set_data(e, h.train_loss)
-        self.line_val_loss.set_data(e[:len(h.val_loss)], h.val_loss)
-        if h.train_accuracy and h.train_accuracy[0] is not None:
-            self.line_acc.set_data(e, h.train_accuracy)
-            self.line_val_acc.set_data(e[:len(h.val_accuracy)], h.val_accuracy)
-        finite = [v for v in list(h.train_loss) + list(h.val_loss)
-                  if v is not None and np.isfinite(v) and v > 0]
-        if finite:
-            K = self.data.num_classes
-            lo = min(min(finite) / 1.5, np.log(K) / 20)
-            hi = max(max(finite) * 1.5, np.log(K) * 4)
-            self.ax_loss.set_ylim(lo, hi)
-        right = max(self._run_info.get("epochs", h.epochs), h.epochs, 2)
-        for ax in (self.ax_loss, self.ax_acc):
-            ax.set_xlim(0.5, right + 0.5)
 
     # -- display ------------------------------------------------------------------------
     def __repr__(self) -> str:

@@ -2,18 +2,22 @@
 
 A *claim* is a sentence of a markdown cell that comes after the lesson's first code cell (so it
 may describe an output) and states
-  * a measured number: a number with a unit or a ratio (``16.0 ms``, ``0.3x``, ``59-61 %``,
-    ``2.02×``, ``213,851 samples/s``) or a decimal with two or more digits (``0.582``);
-  * a comparison about a result: faster/slower/lower/higher/better/worse/beats/... in a sentence
-    that also gives a number or points at a result (measured, printed, the output, this run,
-    recorded, every seed, ...).
-Questions (``...?``), headings and the closing ``## Exercises`` section are not claims.
+  * a measured number: a number with a unit of time, rate, size or share, or a ratio
+    (``16.0 ms``, ``0.3x``, ``59-61 %``, ``2.02×``, ``3 points``); not a shape (``32 × 32``),
+    a count or a lesson's number;
+  * or a comparison of results (faster, slower, lower, higher, better, beats, ...) in a cell
+    that directly follows a code cell's output, or in a sentence that points at a result
+    (measured, the printout, this run, recorded, every seed, here, above, ...).
+Questions (``...?``), worked examples (``By hand: ...``), headings and the closing
+``## Exercises`` section are not claims.
 
 A claim is *held* when the code cell just before or just after its markdown cell checks it: the
 cell asserts (``assert``) or freezes its output (``# NBVAL_CHECK_OUTPUT``, compared by nbval), and
-every number the sentence states appears in that cell's source or output. A sentence that
-reports a measurement is better still *printed*: an f-string in the code cell, so that the prose
-and the output cannot part; then it is not in the markdown at all.
+every number the sentence states appears in that cell's source or output (59 % also as 0.59).
+A faster/slower claim without a number needs a comparison (``<``, ``>``) asserted or printed by
+such a cell. Better still, the code prints the sentence (an f-string from the outputs it
+describes): then the prose and the output cannot part, and the markdown states no number.
+The test cannot read what an assertion means: a reviewer checks that it holds the sentence.
 """
 from __future__ import annotations
 

@@ -1,0 +1,49 @@
+"""``dlcourse generate MODEL.npz`` (lesson 15): continue a prompt with a saved character
+transformer."""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import PROG, CLIError, add_protection_options, nonnegative_int, number, positive_int
+
+
+def add_command(commands) -> None:
+    gen = commands.add_parser(
+        "generate", help="continue a prompt with a saved character transformer",
+        description="Load a transformer saved by `dlcourse train --model transformer --dataset "
+                    "text --save MODEL.npz` and continue --prompt by --steps characters, "
+                    "drawn with a key/value cache.")
+    gen.add_argument("model", metavar="MODEL.npz")
+    gen.add_argument("--prompt", default="The ", help='the text to continue (default: "The ")')
+    gen.add_argument("--steps", type=positive_int, default=300, help="characters to add "
+                                                                      "(default: 300)")
+    gen.add_argument("--temperature", type=number(float, lambda v: v >= 0 and np.isfinite(v),
+                                                   "a number >= 0"), default=0.8,
+                     help="below 1: safer, above 1: wilder, 0: always the likeliest (default 0.8)")
+    gen.add_argument("--top-k", type=positive_int, help="draw only among the k likeliest")
+    gen.add_argument("--seed", type=nonnegative_int, default=0, help="default: 0")
+    add_protection_options(gen)
+    gen.set_defaults(run=_generate)
+
+
+def _generate(args) -> int:
+    from ..checkpoint import load
+    from ..data import Characters
+    from ..generate import generate
+    model = load(args.model, key=args.key, public_key=args.public_key)
+    chars = getattr(model, "chars", None)
+    if not chars or not hasattr(model, "step"):
+        raise CLIError(f"{args.model} is a {type(model).__name__} without a character "
+                       f"vocabulary: generate continues text with a transformer saved by "
+                       f"`{PROG} train --model transformer --dataset text --save FILE`.")
+    vocab = Characters(chars)
+    try:
+        prompt = vocab.encode(args.prompt)
+    except ValueError as err:
+        raise CLIError(f"--prompt: {err}") from None
+    if not len(prompt):
+        raise CLIError("--prompt is empty: give at least one character to begin with.")
+    ids = generate(model, prompt, args.steps, temperature=args.temperature, top_k=args.top_k,
+                   seed=args.seed)
+    print(vocab.decode(ids))
+    return 0
