@@ -467,11 +467,12 @@ HINTS: dict[str, list[str]] = {
         ('counter mode, which GCM uses, encrypts by XOR with a keystream that depends only on the '
          'key and the nonce, the same for both messages. A known byte of either plaintext, with '
          'its own ciphertext byte, gives what? And that, with the other ciphertext byte?'),
-        ('pseudo-code: stream = an empty dict (position -> byte); for each crib (m, offset, '
-         'fragment), for each byte of the fragment at position i = offset + k: s = (c1 or c2, '
-         'by m)[i] XOR ___; if i already has a different stream byte, raise ___; else store it. '
-         'Then p1 = [c1[i] XOR stream[i] if i is in stream else ___ for every i below len(c1)], '
-         'and p2 the same with ___'),
+        ('pseudo-code: keep a table from position to stream byte, empty at first. For each crib '
+         '(m, offset, fragment) and each byte of its fragment: its position is the offset plus '
+         'the byte\'s place in the fragment; the stream byte there is the ciphertext of message '
+         '___ at that position XOR ___; if the table already holds a DIFFERENT byte there, '
+         'raise ___; else store it. Then, for every position of c1: its byte XOR the table\'s '
+         'byte where the table has one, else ___; the same for c2'),
     ],
 }
 

@@ -75,7 +75,3 @@ def main(argv=None) -> int:
                                     or text_needs_transformer(args)):
         args.usage_error(problem)      # the same, for options that belong to another model
     return run_command(args.run, args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
