@@ -40,6 +40,8 @@ from .flash_attention import flash_attention
 from .transformer import (GELU, Embedding, FeedForward, PositionalEmbedding, SequenceCrossEntropy,
                           Transformer, TransformerBlock)
 from .generate import generate                      # lesson 15: sampling, with a key/value cache
+from .modern_block import RMSNorm, SwiGLU, rope, rope_backward   # Llama's block (issue 42)
+from .recurrent import LSTM, RNN, RecurrentLM       # issue 42: sequences before attention
 from .zero import ShardedOptimizer                    # lesson 13b: ZeRO-1
 from .recompute import recompute                      # lesson 13b: activation recomputation
 from .memory import memory_report                     # lesson 13b: where a step's memory goes
@@ -82,6 +84,10 @@ __all__ = [
     "attention", "flash_attention", "MultiHeadAttention", "Embedding", "PositionalEmbedding",
     "GELU", "FeedForward", "TransformerBlock", "Transformer", "SequenceCrossEntropy",
     "generate", "PluggedTransformer", "train_language_model",
+    # the modern block: RMSNorm, rotary positions, SwiGLU (Llama's)
+    "RMSNorm", "SwiGLU", "rope", "rope_backward",
+    # recurrent layers and the recurrent character model (sequences, before attention)
+    "RNN", "LSTM", "RecurrentLM",
     # past one device's limits (lesson 13b)
     "ShardedOptimizer", "recompute", "memory_report",
 ]

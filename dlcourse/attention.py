@@ -57,6 +57,7 @@ import numpy as np
 from ._validate import float_dtype, shape_str, whole_number
 from .backend import get_array_module, rng
 from .layer_base import Layer, checked
+from .modern_block import rope, rope_backward
 from .ops import matmul
 
 __all__ = ["attention", "attention_forward", "attention_backward", "causal_mask", "check_qkv",
@@ -200,12 +201,14 @@ class MultiHeadAttention(Layer):
     ``mha_forward`` takes the four matrices only).
     ``forward(x, mask=None)``: mask as in :func:`attention` (bool: True = attend; float: added
     to the scores), broadcasting to (N, heads, T, T), besides ``causal``.
+    ``rope=True``: q and k of each head turned by their position (``dl.rope``, rotary position
+    embeddings, as Llama) before the scores; backward turns dq and dk back.
     """
 
     input_shape, input_ndim = "(N, T, d_model)", 3
 
     def __init__(self, d_model: int, heads: int, causal: bool = False, dtype=np.float32,
-                 seed=None, bias: bool = True):
+                 seed=None, bias: bool = True, rope: bool = False):
         super().__init__()
         self.d_model = D = whole_number(d_model, "MultiHeadAttention(d_model=...)")
         self.heads = H = whole_number(heads, "MultiHeadAttention(heads=...)")
@@ -213,7 +216,11 @@ class MultiHeadAttention(Layer):
             raise ValueError(f"MultiHeadAttention(d_model={D}, heads={H}): d_model must be a "
                              f"multiple of heads, each head gets d_model / heads numbers. E.g. "
                              f"heads={max(h for h in range(1, H + 1) if D % h == 0)}.")
-        self.causal, self.bias = bool(causal), bool(bias)
+        self.causal, self.bias, self.rope = bool(causal), bool(bias), bool(rope)
+        if self.rope and (D // H) % 2:
+            raise ValueError(f"MultiHeadAttention(d_model={D}, heads={H}, rope=True): rope turns "
+                             f"each head's {D // H} numbers in pairs, so d_model / heads must be "
+                             f"even. Pick another number of heads.")
         dtype = float_dtype(dtype)
         gen = rng(seed)
         self.params = {}
@@ -243,6 +250,8 @@ class MultiHeadAttention(Layer):
         N, T, D = x.shape
         x2 = x.reshape(N * T, D)
         q, k, v = (self.split_heads(self.project(x2, n).reshape(N, T, D)) for n in "qkv")
+        if self.rope:                                      # positions 0 ... T-1
+            q, k = rope(q), rope(k)
         a, att_cache = attention_forward(q, k, v, mask, self.causal)
         a2 = self.merge_heads(a).reshape(N * T, D)
         self.cache = (x2, a2, att_cache)
@@ -257,6 +266,8 @@ class MultiHeadAttention(Layer):
         grads = {"Wo": matmul(a2.T, dout2), **({"bo": dout2.sum(axis=0)} if self.bias else {})}
         da = self.split_heads(matmul(dout2, p["Wo"].T).reshape(N, T, D))
         dq, dk, dv = attention_backward(da, att_cache)
+        if self.rope:
+            dq, dk = rope_backward(dq), rope_backward(dk)
         dx2 = 0
         for name, dy in (("q", dq), ("k", dk), ("v", dv)):
             dy2 = self.merge_heads(dy).reshape(N * T, D)
@@ -278,6 +289,9 @@ class MultiHeadAttention(Layer):
         xp = get_array_module(x)
         x2 = x.reshape(N * T, D)
         q, k, v = (self.split_heads(self.project(x2, n).reshape(N, T, D)) for n in "qkv")
+        if self.rope:                          # the new positions go on from where past ends
+            start = 0 if past is None else past[0].shape[2]
+            q, k = rope(q, start), rope(k, start)
         if past is not None:
             k, v = xp.concatenate([past[0], k], axis=2), xp.concatenate([past[1], v], axis=2)
         a = attention(q, k, v, causal=self.causal)
@@ -293,4 +307,4 @@ class MultiHeadAttention(Layer):
 
     def get_config(self):
         return {"d_model": self.d_model, "heads": self.heads, "causal": self.causal,
-                **({} if self.bias else {"bias": False})}
+                **({} if self.bias else {"bias": False}), **({"rope": True} if self.rope else {})}

@@ -1,6 +1,7 @@
 """Convolution and max pooling: naive loops beside one im2col version, and their backward.
 
-Introduced in notebook ``06_convolution``.
+Introduced in notebooks ``06a_convolution_and_im2col`` (the forward passes, im2col) and
+``06b_pooling_and_convolution_backward`` (max pooling, the backward passes).
 
 Shapes (the same letters in the code):
 
@@ -12,7 +13,7 @@ Shapes (the same letters in the code):
 A 1-D signal of length L is a 1×L image: ``Conv2d(1, 8, (1, 5), padding=(0, 2))`` slides a
 5-wide window along it.
 
-Reading map (lesson 06). The ``*_naive`` functions loop over every output pixel: slow,
+Reading map (lessons 06a-06b). The ``*_naive`` functions loop over every output pixel: slow,
 obviously right, and the oracle the fast version is tested against. The fast version turns
 convolution into one matrix product: :func:`unfold` (im2col, one column per window) and its
 adjoint :func:`fold`, looping only over the KH*KW kernel offsets; ``Conv2d.forward`` /

@@ -45,9 +45,9 @@ COURSE_INSTALL = 'python -m pip install -e ".[course]"'   # README's first comma
 LESSON_NEEDS: dict[str, tuple[str, ...]] = {
     "04b": ("mnist1d", "ipywidgets"),
     "04c": ("mnist1d",),
+    "04d": ("ipywidgets",),
     "07": ("mnist1d", "ipywidgets"),
     "07b": ("mnist1d",),
-    "09": ("ipywidgets",),
     "10": ("ml_dtypes",),
     "12": ("onnx", "onnxruntime", "fastapi", "uvicorn"),
     "12b": ("cryptography", "fastapi", "uvicorn"),

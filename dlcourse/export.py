@@ -31,8 +31,17 @@ MultiHeadAttn.     ``MatMul`` + ``Add`` per projection, ``Reshape``/``Transpose`
                    ``MatMul``, ``Mul`` by 1/sqrt(d), the causal mask (``Trilu``) added,
                    ``Softmax``, ``MatMul``, heads merged, output projection
 FeedForward        ``MatMul`` + ``Add``, GELU, ``MatMul`` + ``Add``
+RMSNorm            x / ``Sqrt``(``ReduceMean``(x·x) + eps) · g (opset 17 has no
+                   RMSNormalization; it came in opset 23)
+SwiGLU             ``MatMul`` ×2, x·``Sigmoid``(x) · up, ``MatMul``
+MHA, rope=True     as above, q and k turned first: angles from ``Range`` over T, ``Cos``,
+                   ``Sin``, the pairs as ``Reshape`` + ``Slice``, ``Mul``/``Sub``/``Add``,
+                   ``Concat``
 Transformer        ``Gather``, the blocks (Sequentials of Residuals), ``LayerNormalization``,
                    the head as ``MatMul`` + ``Add``; its input is int64 token ids (N, T)
+RNN, LSTM          ``Transpose`` to time-first, ONNX's ``RNN`` / ``LSTM`` (gates reordered
+                   i, f, g, o -> i, o, f, c; no initial state: it starts at zeros), back
+RecurrentLM        ``Gather``, its RNN/LSTM layers, the head as ``MatMul`` + ``Add``
 =================  ====================================================================
 
 A new layer type (the int8 layers of quantization, say) adds its own pattern with
@@ -61,6 +70,8 @@ from .layers import (BatchNorm2d, Dropout, Flatten, GlobalAvgPool2d, Identity, L
 from .shapes import as_pair
 from .attention import MultiHeadAttention
 from .transformer import GELU, GELU_A, GELU_C, Embedding, FeedForward, PositionalEmbedding, Transformer
+from .modern_block import ROPE_BASE, RMSNorm, SwiGLU
+from .recurrent import LSTM, RNN, RecurrentLM
 
 __all__ = ["export_onnx", "register_exporter", "EXPORTERS", "ExportError", "OnnxGraph",
            "OPSET", "IR_VERSION", "INPUT_NAME", "OUTPUT_NAME", "CHARS_KEY", "require"]
@@ -302,6 +313,10 @@ def _multi_head_attention(layer, g, x):
         y = _matmul_add(g, x, p[f"W{name}"], p.get(f"b{name}"), name)
         return g.node("Transpose", [g.node("Reshape", [y, heads_shape])], perm=perm)
     q, kT, v = heads("q", [0, 2, 1, 3]), heads("k", [0, 2, 3, 1]), heads("v", [0, 2, 1, 3])
+    if layer.rope:                  # turn q and k (N, H, T, d) by their positions
+        q = _rope(g, q, x, d)
+        kT = g.node("Transpose", [_rope(g, g.node("Transpose", [kT], perm=[0, 1, 3, 2]), x, d)],
+                    perm=[0, 1, 3, 2])
     scores = g.node("Mul", [g.node("MatMul", [q, kT]), _constant(g, "scale", 1 / np.sqrt(d))])
     if layer.causal:                # add -1e9 above the diagonal: exp() makes those weights 0
         T = g.node("Slice", [g.node("Shape", [x]), _constant(g, "one", [1], np.int64),
@@ -316,6 +331,45 @@ def _multi_head_attention(layer, g, x):
     return _matmul_add(g, merged, p["Wo"], p.get("bo"), "o")
 
 
+def _rope(g, y, x, d):
+    """dl.rope of y (N, H, T, d), T read from x (N, T, D): the angles t·θ_i computed in the
+    graph (Range, Cos, Sin), so any T runs; the pairs (y[2i], y[2i+1]) as a last axis of 2."""
+    T = g.node("Slice", [g.node("Shape", [x]), _constant(g, "one", [1], np.int64),
+                         _constant(g, "two", [2], np.int64)])
+    T = g.node("Squeeze", [T])                                                 # a scalar
+    t = g.node("Cast", [g.node("Range", [_constant(g, "zero_i", 0, np.int64), T,
+                                         _constant(g, "one_i", 1, np.int64)])], to=1)  # float
+    theta = ROPE_BASE ** (-np.arange(0, d, 2, dtype=np.float64) / d)                   # (d/2,)
+    angles = g.node("Mul", [g.node("Unsqueeze", [t, _constant(g, "axis1", [1], np.int64)]),
+                            g.weight("theta", theta)])                                 # (T, d/2)
+    last = _constant(g, "last", [-1], np.int64)
+    cos, sin = (g.node("Unsqueeze", [g.node(op, [angles]), last]) for op in ("Cos", "Sin"))
+    pairs = g.node("Reshape", [y, _constant(g, "pairs", [0, 0, 0, d // 2, 2], np.int64)])
+    x0, x1 = (g.node("Slice", [pairs, _constant(g, f"from{i}", [i], np.int64),
+                               _constant(g, f"to{i}", [i + 1], np.int64), last]) for i in (0, 1))
+    y0 = g.node("Sub", [g.node("Mul", [x0, cos]), g.node("Mul", [x1, sin])])
+    y1 = g.node("Add", [g.node("Mul", [x0, sin]), g.node("Mul", [x1, cos])])
+    return g.node("Reshape", [g.node("Concat", [y0, y1], axis=-1),
+                              _constant(g, "head_shape", [0, 0, 0, d], np.int64)])
+
+
+@register_exporter(RMSNorm)
+def _rmsnorm(layer, g, x):
+    # g · x / sqrt(mean(x²) + eps) over the last axis
+    ms = g.node("ReduceMean", [g.node("Mul", [x, x])], axes=[-1], keepdims=1)
+    rms = g.node("Sqrt", [g.node("Add", [ms, _constant(g, "eps", layer.eps)])])
+    return g.node("Mul", [g.node("Div", [x, rms]), g.weight("g", layer.params["g"])])
+
+
+@register_exporter(SwiGLU)
+def _swiglu(layer, g, x):
+    p = layer.params
+    a = _matmul_add(g, x, p["W_gate"], None, "gate.")
+    b = _matmul_add(g, x, p["W_up"], None, "up.")
+    h = g.node("Mul", [g.node("Mul", [a, g.node("Sigmoid", [a])]), b])
+    return _matmul_add(g, h, p["W_down"], None, "down.")
+
+
 @register_exporter(Transformer)
 def _transformer(model, g, x):
     outer = g.prefix
@@ -323,6 +377,38 @@ def _transformer(model, g, x):
         layer = getattr(model, name)
         g.prefix = f"{outer}{name}."
         x = _exporter(layer)(layer, g, x)
+    g.prefix = f"{outer}head."
+    x = _matmul_add(g, x, model.head.params["W"], model.head.params["b"])
+    g.prefix = outer
+    return x
+
+
+@register_exporter(RNN, LSTM)
+def _recurrent(layer, g, x):
+    # ONNX's RNN/LSTM are time-first: X (T, N, D) -> Y (T, 1, N, H); W (1, G·H, D),
+    # R (1, G·H, H), B (1, 2·G·H) = [input bias, recurrent bias]. Its LSTM gates are i, o, f, c.
+    p, H = layer.params, layer.hidden
+    order = [0, 3, 1, 2] if isinstance(layer, LSTM) else [0]           # ours: i, f, g, o
+
+    def onnx_gates(a):              # (..., G·H) -> the gate blocks in ONNX's order
+        return np.concatenate([to_numpy(a)[..., k * H:(k + 1) * H] for k in order], axis=-1)
+    W, R = onnx_gates(p["Wx"]).T[None], onnx_gates(p["Wh"]).T[None]
+    B = np.concatenate([onnx_gates(p["b"]), np.zeros(len(order) * H)])[None]
+    xt = g.node("Transpose", [x], perm=[1, 0, 2])
+    y = g.node(type(layer).__name__, [xt, g.weight("W", W), g.weight("R", R), g.weight("B", B)],
+               hidden_size=H)
+    y = g.node("Squeeze", [y, _constant(g, "axis1", [1], np.int64)])      # (T, N, H)
+    return g.node("Transpose", [y], perm=[1, 0, 2])
+
+
+@register_exporter(RecurrentLM)
+def _recurrent_lm(model, g, x):
+    outer = g.prefix
+    g.prefix = f"{outer}embedding."
+    x = _embedding(model.embedding, g, x)
+    for i, layer in enumerate(model.rnn.layers):
+        g.prefix = f"{outer}rnn.{i}."
+        x = _recurrent(layer, g, x)
     g.prefix = f"{outer}head."
     x = _matmul_add(g, x, model.head.params["W"], model.head.params["b"])
     g.prefix = outer

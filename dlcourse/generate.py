@@ -6,7 +6,8 @@ Introduced in notebook ``15_attention`` (samples at several temperatures) and ti
 
 One step of generation: run the model on the context, take the logits of the last position
 (N, V), divide by the temperature, keep the ``top_k`` largest (the rest get probability 0),
-softmax, draw one id per row, append it, repeat.
+softmax, keep the nucleus (``top_p``: the smallest set of the likeliest ids whose probability
+reaches p; Holtzman et al., 2020), draw one id per row, append it, repeat.
 
 **Without a cache** each step runs ``model.forward`` on the whole context: T positions of
 work for one new token. **With the cache** (``model.step(ids, past)``) each block keeps the keys
@@ -25,6 +26,10 @@ paths follow the same rule, so they stay comparable token by token.
 The draws use a NumPy generator on the host (``seed``), whatever the model's device: the
 (N, V) probabilities are copied there, a few hundred numbers per step.
 
+**A recurrent model** (``dl.RecurrentLM``, ``recurrent = True``, no ``max_len``) has no window:
+its ``step(ids, state)`` has the same form, the state (each layer's last h, and c) playing the
+part of the cache, so one new token costs one step however long the context.
+
 **What it refuses.** A model that is not a causal language model: one without ``max_len`` (an
 MLP, a CNN), or a Transformer built with ``causal=False``, whose positions see the ones after
 them, which do not exist yet while generating (and the cache, which only ever holds the past,
@@ -42,14 +47,18 @@ from .backend import get_array_module, to_numpy
 from .data.text import Characters
 from .layer_base import eval_mode, every_layer
 
-__all__ = ["generate", "sample_next", "check_language_model"]
+__all__ = ["generate", "sample_next", "nucleus", "check_language_model"]
 
 
-def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, gen=None):
+def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, gen=None,
+                top_p: float | None = None):
     """One id per row from logits (N, V): softmax(logits / temperature) restricted to the
-    ``top_k`` largest logits (None: all). ``temperature=0`` takes the largest (greedy).
-    ``gen``: a ``np.random.Generator`` (None: a fresh unseeded one). Returns int64 (N,),
-    on the host."""
+    ``top_k`` largest logits (None: all), then to the nucleus: ids sorted likeliest first, the
+    shortest prefix whose probabilities sum to at least ``top_p`` kept (the likeliest id
+    always; ties in the order of the ids), renormalized. ``top_p`` in (0, 1]; None or 1: all,
+    so the draw is plain sampling's, for the same ``gen``. ``temperature=0`` takes the largest
+    (greedy). ``gen``: a ``np.random.Generator`` (None: a fresh unseeded one). Returns int64
+    (N,), on the host."""
     z = to_numpy(logits).astype(np.float64)
     if z.ndim != 2:
         raise ValueError(f"sample_next expects logits of shape (N, V), got {z.shape}: take the "
@@ -63,9 +72,25 @@ def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, gen=
         z = np.where(z >= kth, z, -np.inf)
     p = np.exp(z - z.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
+    if top_p is not None and number(top_p, "top_p", "top_p=0.9", 0.0, 1.0, low_open=True,
+                                    high_open=False) < 1:
+        p = nucleus(p, top_p)
     gen = np.random.default_rng() if gen is None else gen
     u = gen.random((z.shape[0], 1))                             # one uniform number per row
     return np.minimum((p.cumsum(axis=1) < u).sum(axis=1), z.shape[1] - 1)   # inverse CDF
+
+
+def nucleus(p, top_p: float):
+    """p (N, V) rows of probabilities -> the same rows with all but the nucleus set to 0 and
+    renormalized: in each row, sorted likeliest first, keep an id while the probability of the
+    ids before it is still below top_p (so the kept set is the smallest that reaches top_p)."""
+    order = np.argsort(-p, axis=1, kind="stable")                   # likeliest first
+    sorted_p = np.take_along_axis(p, order, axis=1)
+    before = np.cumsum(sorted_p, axis=1) - sorted_p                 # mass of the ids before
+    keep = np.zeros_like(p, dtype=bool)
+    np.put_along_axis(keep, order, before < top_p, axis=1)
+    p = np.where(keep, p, 0.0)
+    return p / p.sum(axis=1, keepdims=True)
 
 
 def _device_ids(model, ids):
@@ -79,7 +104,9 @@ def check_language_model(model, cache: bool = True) -> None:
     if isinstance(model, type):
         raise model_class_error(model, "generate")
     name = type(model).__name__
-    if getattr(model, "max_len", None) is None or not callable(getattr(model, "forward", None)):
+    recurrent = getattr(model, "recurrent", False)      # dl.RecurrentLM: no max_len, a state
+    if (getattr(model, "max_len", None) is None and not recurrent) \
+            or not callable(getattr(model, "forward", None)):
         raise TypeError(f"generate continues a prompt with a causal language model (token ids "
                         f"(N, T) -> logits (N, T, vocab), knowing max_len positions), such as "
                         f"dl.Transformer(vocab, d_model, heads, layers, max_len); got {name}, "
@@ -136,7 +163,7 @@ def _prompt_ids(model, prompt):
 
 
 def generate(model, prompt, steps: int, *, temperature: float = 1.0, top_k: int | None = None,
-             seed: int | None = None, cache: bool = True):
+             seed: int | None = None, cache: bool = True, top_p: float | None = None):
     """Continue ``prompt`` by ``steps`` ids drawn from a causal ``model``.
 
     model: token ids (N, T) -> logits (N, T, V) with ``max_len`` (such as ``dl.Transformer``);
@@ -144,12 +171,16 @@ def generate(model, prompt, steps: int, *, temperature: float = 1.0, top_k: int 
     prompt: int ids (N, T0) or (T0,), at least one id per row. Returns int64 (N, T0 + steps)
     (or (T0 + steps,) for a 1-D prompt), on the host: the prompt, then the new ids. A model
     that carries its characters (``chars``) also takes a str, and then returns a str.
-    temperature, top_k: as :func:`sample_next`; seed: the draws' generator (same seed, same
+    temperature, top_k, top_p: as :func:`sample_next`; seed: the draws' generator (same seed, same
     model, same prompt: same ids, with the cache or without). The model runs in evaluation mode.
     """
     steps = whole_number(steps, "generate(steps=...)", minimum=0)
     if top_k is not None:
         top_k = whole_number(top_k, "generate(top_k=...)")
+    if top_p is not None:
+        top_p = number(top_p, "generate(top_p=...)", "top_p=0.9 (keep the likeliest ids "
+                       "holding 90 % of the probability)", 0.0, 1.0, low_open=True,
+                       high_open=False)
     check_language_model(model, cache)
     seq, one, vocab = _prompt_ids(model, prompt)                       # (N, T0), host
     gen = np.random.default_rng(seed)
@@ -157,14 +188,14 @@ def generate(model, prompt, steps: int, *, temperature: float = 1.0, top_k: int 
     start, past, seen = 0, None, 0       # window start; the cache holds seq[:, start:start+seen]
     with eval_mode(model):
         for _ in range(steps):
-            if seq.shape[1] - start > max_len:                 # the window is full: restart it
+            if max_len is not None and seq.shape[1] - start > max_len:   # full: restart it
                 start, past, seen = seq.shape[1] - max(1, max_len // 2), None, 0
             if cache:
                 logits, past = model.step(_device_ids(model, seq[:, start + seen:]), past)
                 seen = seq.shape[1] - start
             else:
                 logits = model.forward(_device_ids(model, seq[:, start:]))
-            new = sample_next(logits[:, -1], temperature, top_k, gen)
+            new = sample_next(logits[:, -1], temperature, top_k, gen, top_p)
             seq = np.concatenate([seq, new[:, None]], axis=1)
     if vocab is not None:
         return vocab.decode(seq[0])

@@ -18,7 +18,7 @@ runs on whichever backend its input lives on: ``xp = get_array_module(x)``.
 Reading map: here each layer's ``forward``/``backward`` (the math) and its ``check`` (the input
 it takes). ``@checked`` (which runs the checks), the ``Layer`` base class (modes, device and
 dtype moves, state dicts, configs) and rebuilding from a checkpoint: ``layer_base.py``.
-Conv2d, MaxPool2d: ``conv.py`` (lesson 06); the fused layers: ``fusion.py`` (lesson 08d).
+Conv2d, MaxPool2d: ``conv.py`` (lessons 06a-06b); the fused layers: ``fusion.py`` (lesson 08d).
 """
 from __future__ import annotations
 

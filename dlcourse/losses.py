@@ -1,7 +1,9 @@
 """Losses: ``forward(prediction, target)`` returns the mean loss as a Python float,
 ``backward()`` returns d(loss)/d(prediction).
 
-Introduced in notebook ``02_loss_and_gradient_descent``.
+Introduced in notebooks ``02a_loss_and_softmax`` (``MSELoss``, ``softmax``, ``log_softmax``,
+``SoftmaxCrossEntropy``) and ``02b_gradient_descent`` (``SigmoidCrossEntropy``,
+``MulticlassHingeLoss``).
 """
 from __future__ import annotations
 

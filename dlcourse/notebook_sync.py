@@ -26,6 +26,10 @@ RENAMED = {
                                  "08c_bank_conflicts_occupancy_and_tensor_cores"),
     "08c_fusion_and_graphs": ("08d_fusion_and_graphs",),
     "11_quantization_and_pruning": ("11a_quantization", "11b_pruning"),
+    # issue 39: one sitting each, and the playground after the training lessons it plays with
+    "02_loss_and_gradient_descent": ("02a_loss_and_softmax", "02b_gradient_descent"),
+    "06_convolution": ("06a_convolution_and_im2col", "06b_pooling_and_convolution_backward"),
+    "09_playground": ("04d_playground",),
 }
 
 

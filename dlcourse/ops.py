@@ -1,6 +1,6 @@
 """The matrix product every layer uses, in one place.
 
-Introduced in notebook ``03_backpropagation`` (``Linear``: ``x @ W``); ``06_convolution``
+Introduced in notebook ``03_backpropagation`` (``Linear``: ``x @ W``); ``06a_convolution_and_im2col``
 (``Conv2d``: one matrix product after im2col) and ``08d_fusion_and_graphs`` (the fused layers) use it
 too. Every matrix product of ``Linear``, ``Conv2d``, ``LinearReLU`` and ``Conv2dReLU``, forward
 and backward, goes through :func:`matmul`, so a change of how products are computed is made

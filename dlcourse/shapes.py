@@ -1,6 +1,6 @@
 """Sizes shared by the layers and the kernels: a window's output size, a shape as text.
 
-Introduced in notebook ``06_convolution`` (the output size of a convolution). It depends on
+Introduced in notebook ``06a_convolution_and_im2col`` (the output size of a convolution). It depends on
 nothing, so the layers (``dlcourse/conv.py``), the CUDA wrappers and their NumPy references
 (``dlcourse/kernels/``), ``dl.infer`` and the exercise checks can all use it without
 importing each other. The one output-size function (:func:`output_size`) and the one shape

@@ -1,7 +1,7 @@
 """One timing rule for every lesson: warm up, repeat, take the median; synchronize on a GPU.
 
 Introduced in notebook ``00_setup_and_gpu_arrays`` (built there by hand as ``time_it``); used in
-``05_gpu_batching``, ``06_convolution`` and the GPU lessons ``08a``, ``08b`` and ``08d``.
+``05_gpu_batching``, ``06a_convolution_and_im2col`` and the GPU lessons ``08a``, ``08b`` and ``08d``.
 
     seconds = dl.timeit(lambda: a @ b)                       # CPU or GPU, wall clock
     seconds = dl.timeit(kernel, A, B, cuda_events=True)       # GPU time from CUDA events

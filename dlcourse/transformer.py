@@ -13,6 +13,9 @@ it into a model:
   two ``dl.Residual`` blocks: x + attention(LayerNorm(x)), then x + feedforward(LayerNorm(x));
 * :class:`Transformer` ``(vocab, d_model, heads, layers, max_len)``: embedding + positions +
   blocks + final LayerNorm + Linear head; token ids (N, T) -> logits (N, T, vocab);
+* ``norm="rms", pos="rope", mlp="swiglu"`` (on both): the block of today's open models, as
+  Llama: :class:`~dlcourse.modern_block.RMSNorm`, rotary positions inside attention (no
+  learned position vectors), :class:`~dlcourse.modern_block.SwiGLU` (``modern_block.py``);
 * :class:`SequenceCrossEntropy`: ``dl.SoftmaxCrossEntropy`` over the (N·T, vocab) rows, so
   ``dl.fit(model, dl.SequenceCrossEntropy(), opt, X, Y)`` trains on X, Y: (N, T) token ids
   (Y is X shifted by one position: the next character).
@@ -32,8 +35,9 @@ from ._validate import float_dtype, number, shape_str, whole_number
 from .attention import MultiHeadAttention
 from .backend import get_array_module, rng
 from .layer_base import Container, Layer, checked
-from .layers import LayerNorm, Linear, Residual, Sequential
+from .layers import Identity, LayerNorm, Linear, Residual, Sequential
 from .losses import Loss, SoftmaxCrossEntropy
+from .modern_block import RMSNorm, SwiGLU, swiglu_hidden
 from .ops import matmul
 
 __all__ = ["Embedding", "PositionalEmbedding", "GELU", "FeedForward", "TransformerBlock",
@@ -233,20 +237,33 @@ class TransformerBlock(Sequential):
     The normalisation sits inside each branch, so the skip path from input to output is the
     identity all the way: the gradient reaches the first block undamped (lesson 07b). The
     feed-forward part is ``mlp_ratio`` times wider than D. Keys: ``0.block.0.*`` (the first
-    LayerNorm), ``0.block.1.*`` (attention), ``1.block.0.*``, ``1.block.1.fc1.*``, ... ."""
+    LayerNorm), ``0.block.1.*`` (attention), ``1.block.0.*``, ``1.block.1.fc1.*``, ... .
+
+    The modern block (as Llama): ``norm="rms"`` puts RMSNorm where LayerNorm was (key ``g``),
+    ``pos="rope"`` turns q and k by their positions inside attention (``"learned"``, the
+    default: the block adds no position, the model's PositionalEmbedding did), ``mlp="swiglu"``
+    the gated SwiGLU feed-forward, 2/3 as wide so that it has the GELU one's parameters (keys
+    ``1.block.1.W_gate``, ``W_up``, ``W_down``)."""
 
     def __init__(self, d_model: int, heads: int, causal: bool = True, mlp_ratio=4,
-                 dtype=np.float32, seed=None, attention_bias: bool = True):
+                 dtype=np.float32, seed=None, attention_bias: bool = True, norm: str = "layer",
+                 pos: str = "learned", mlp: str = "gelu"):
         self.d_model = whole_number(d_model, "TransformerBlock(d_model=...)")
         self.mlp_ratio = number(mlp_ratio, "TransformerBlock(mlp_ratio=...)", "mlp_ratio=4", 0.0,
                                 None, low_open=True)
+        self.options = block_options("TransformerBlock", norm, pos, mlp)     # (norm, pos, mlp)
         gen = rng(seed) if seed is not None else None
         attn = MultiHeadAttention(self.d_model, heads, causal, dtype=dtype, seed=_child_seed(gen),
-                                  bias=attention_bias)
-        mlp = FeedForward(self.d_model, max(1, round(self.mlp_ratio * self.d_model)), dtype=dtype,
-                          seed=_child_seed(gen))
-        super().__init__(Residual(Sequential(LayerNorm(self.d_model, dtype=dtype), attn)),
-                         Residual(Sequential(LayerNorm(self.d_model, dtype=dtype), mlp)))
+                                  bias=attention_bias, rope=pos == "rope")
+        if mlp == "swiglu":
+            ff = SwiGLU(self.d_model, swiglu_hidden(self.d_model, self.mlp_ratio), dtype=dtype,
+                        seed=_child_seed(gen))
+        else:
+            ff = FeedForward(self.d_model, max(1, round(self.mlp_ratio * self.d_model)),
+                             dtype=dtype, seed=_child_seed(gen))
+        Norm = RMSNorm if norm == "rms" else LayerNorm
+        super().__init__(Residual(Sequential(Norm(self.d_model, dtype=dtype), attn)),
+                         Residual(Sequential(Norm(self.d_model, dtype=dtype), ff)))
 
     @property
     def attention(self) -> MultiHeadAttention:
@@ -263,7 +280,8 @@ class TransformerBlock(Sequential):
     def get_config(self):
         return {"d_model": self.d_model, "heads": self.attention.heads,
                 "causal": self.attention.causal, "mlp_ratio": self.mlp_ratio,
-                **({} if self.attention.bias else {"attention_bias": False})}
+                **({} if self.attention.bias else {"attention_bias": False}),
+                **block_config(*self.options)}
 
 
 # ==== The model =======================================================================
@@ -283,6 +301,9 @@ class Transformer(Container):
     the config so that a saved character model can read a prompt (``dlcourse generate``).
     ``attention_bias=False``: the attention projections without biases (x @ W alone), the model
     lesson 15b's learner trains with their own functions.
+    ``norm="rms", pos="rope", mlp="swiglu"``: the blocks as :class:`TransformerBlock`'s, the
+    final norm an RMSNorm too, and with ``pos="rope"`` no learned positions (``position`` is
+    an Identity; the positions enter inside each attention).
     """
 
     layer_names = ("embedding", "position", "blocks", "norm", "head")
@@ -290,7 +311,8 @@ class Transformer(Container):
 
     def __init__(self, vocab: int, d_model: int, heads: int, layers: int, max_len: int,
                  causal: bool = True, mlp_ratio=4, dtype=np.float32, seed=None, chars=None,
-                 attention_bias: bool = True):
+                 attention_bias: bool = True, norm: str = "layer", pos: str = "learned",
+                 mlp: str = "gelu"):
         self.vocab = whole_number(vocab, "Transformer(vocab=...)")
         if chars is not None and (not isinstance(chars, str) or len(chars) != self.vocab):
             raise ValueError(f"Transformer(chars=...) names the character of each of the "
@@ -300,15 +322,19 @@ class Transformer(Container):
         self.d_model = whole_number(d_model, "Transformer(d_model=...)")
         self.n_layers = whole_number(layers, "Transformer(layers=...)")
         self.max_len = whole_number(max_len, "Transformer(max_len=...)")
+        self.options = block_options("Transformer", norm, pos, mlp)
         gen = rng(seed) if seed is not None else None
         D = self.d_model
         self.embedding = Embedding(self.vocab, D, dtype=dtype, seed=_child_seed(gen))
-        self.position = PositionalEmbedding(self.max_len, D, dtype=dtype, seed=_child_seed(gen))
+        position_seed = _child_seed(gen)       # drawn either way: the other layers keep theirs
+        self.position = Identity() if pos == "rope" else \
+            PositionalEmbedding(self.max_len, D, dtype=dtype, seed=position_seed)
         self.blocks = Sequential(*[TransformerBlock(D, heads, causal, mlp_ratio, dtype=dtype,
                                                     seed=_child_seed(gen),
-                                                    attention_bias=attention_bias)
+                                                    attention_bias=attention_bias, norm=norm,
+                                                    pos=pos, mlp=mlp)
                                    for _ in range(self.n_layers)])
-        self.norm = LayerNorm(D, dtype=dtype)
+        self.norm = (RMSNorm if norm == "rms" else LayerNorm)(D, dtype=dtype)
         self.head = Linear(D, self.vocab, dtype=dtype, seed=_child_seed(gen), init="xavier")
         super().__init__(self.embedding, self.position, self.blocks, self.norm, self.head)
 
@@ -335,7 +361,9 @@ class Transformer(Container):
         self.check(idx)
         N, T = idx.shape
         start = 0 if past is None else past[0][0].shape[2]
-        h = self.position.forward(self.embedding.forward(idx), start)
+        h = self.embedding.forward(idx)
+        if isinstance(self.position, PositionalEmbedding):      # (rope: inside attention)
+            h = self.position.forward(h, start)
         present = []
         for i, block in enumerate(self.blocks.layers):
             h, kv = block.step(h, None if past is None else past[i])
@@ -345,13 +373,13 @@ class Transformer(Container):
         return logits, present
 
     def generate(self, prompt, steps: int, *, temperature: float = 1.0, top_k=None, seed=None,
-                 cache: bool = True):
+                 cache: bool = True, top_p=None):
         """Continue ``prompt`` (int ids (N, T0) or (T0,)) by ``steps`` sampled ids: see
         ``dlcourse.generate.generate`` (``cache=True`` runs :meth:`step` with a key/value
         cache, ``False`` the whole context through ``forward`` at every step)."""
         from .generate import generate
         return generate(self, prompt, steps, temperature=temperature, top_k=top_k, seed=seed,
-                        cache=cache)
+                        cache=cache, top_p=top_p)
 
     def check(self, idx):
         check_tokens(f"Transformer(vocab={self.vocab}, max_len={self.max_len})", idx,
@@ -364,6 +392,7 @@ class Transformer(Container):
                 "max_len": self.max_len, "causal": block.attention.causal if block else True,
                 "mlp_ratio": block.mlp_ratio if block else 4,
                 **({} if not block or block.attention.bias else {"attention_bias": False}),
+                **block_config(*self.options),
                 **({"chars": self.chars} if self.chars is not None else {})}
 
 
@@ -390,6 +419,25 @@ class SequenceCrossEntropy(Loss):
     def backward(self):
         self._need_forward()
         return self.rows.backward().reshape(self.cache)
+
+
+BLOCK_OPTIONS = {"norm": ("layer", "rms"), "pos": ("learned", "rope"), "mlp": ("gelu", "swiglu")}
+
+
+def block_options(owner: str, norm, pos, mlp) -> tuple:
+    """(norm, pos, mlp) checked against :data:`BLOCK_OPTIONS` (the first of each: lesson 15's)."""
+    for name, value in (("norm", norm), ("pos", pos), ("mlp", mlp)):
+        if value not in BLOCK_OPTIONS[name]:
+            choices = " or ".join(repr(c) for c in BLOCK_OPTIONS[name])
+            raise ValueError(f"{owner}({name}={value!r}): {name} is {choices} (the first is "
+                             f"lesson 15's block, the second Llama's).")
+    return norm, pos, mlp
+
+
+def block_config(norm, pos, mlp) -> dict:
+    """The options that differ from lesson 15's block (a default block's config is unchanged)."""
+    return {name: value for name, value in (("norm", norm), ("pos", pos), ("mlp", mlp))
+            if value != BLOCK_OPTIONS[name][0]}
 
 
 def _child_seed(gen):

@@ -38,9 +38,8 @@ BACKENDS = [pytest.param("cpu", id="numpy"),
 
 
 # --------------------------------------------------------------------------------------
-# Lessons: ``pytest -m lesson06`` runs lesson 06's tests (the markers lesson00 ... lesson14,
-# lesson04a-04c, lesson07b, lesson08a-08d, lesson11a-11b are registered in pyproject.toml, one
-# per notebook).
+# Lessons: ``pytest -m lesson06a`` runs lesson 06a's tests (the markers lesson00 ... lesson16b,
+# one per notebook, are registered in pyproject.toml).
 # --------------------------------------------------------------------------------------
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSON_OF_NOTEBOOK = {p.stem: p.stem.split("_")[0] for p in sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))}
@@ -56,20 +55,20 @@ LESSONS: dict[str, object] = {
     "test_autograd.py": ("14",),
     "test_backend.py": ("00", "05"),
     "test_benchmarks.py": TOOLING,
-    "test_browser.py": ("09",),
+    "test_browser.py": ("04d",),
     "test_check_gpu.py": ("08c",),
-    "test_check_cnn.py": {"softmax": ("02",),
+    "test_check_cnn.py": {"softmax": ("02a",),
                           "minibatches|accuracy": ("04a",),
                           "sgd|dropout|adam": ("04b",),
                           "fwd": ("05",),
-                          "cos|conv|i2c|cb|mp|max_window": ("06",),
+                          "cos|conv|i2c": ("06a",), "cb|mp|max_window": ("06b",),
                           "cp|bn|batchnorm": ("07",),
                           "grid_size|global_index|warp": ("08a",),
                           "tiled": ("08b",),
                           "bias_relu": ("08d",),
                           "time_it": ("00",), "dead_fraction": ("04c",),
                           "batch_requests": ("05",), "launches": ("08d",),
-                          "": ("04a", "04b", "05", "06", "07")},
+                          "": ("04a", "04b", "05", "06a", "06b", "07")},
     "test_check_number_formats.py": ("10",),
     "test_check_residual.py": ("07b",),
     "test_check_sharding.py": ("13b",),
@@ -97,7 +96,7 @@ LESSONS: dict[str, object] = {
                             "overlap": ("13b",), "": ("13",)},
     "test_docs_links.py": TOOLING,
     "test_doctor.py": TOOLING,
-    "test_errors.py": {"conv|kernel|stride|sizes": ("06",), "optimizer_settings": ("04b",),
+    "test_errors.py": {"conv|kernel|stride|sizes": ("06a", "06b"), "optimizer_settings": ("04b",),
                        "": ("03", "04a")},
     "test_export.py": ("12",),
     "test_fast_inference.py": ("12",),
@@ -106,18 +105,18 @@ LESSONS: dict[str, object] = {
     "test_fusion.py": ("08d",),
     "test_gpu_check.py": TOOLING,
     "test_gradcheck.py": ("03",),
-    "test_hinge.py": ("02",),
+    "test_hinge.py": ("02b",),
     "test_hints.py": ALL,
     "test_imports.py": ALL,
     "test_io.py": TOOLING,
     "test_kernel_emulation.py": ("08a", "08b", "08c", "08d"),
     "test_kernels.py": ("08a", "08b", "08c", "08d"),
     "test_lesson_shape.py": ALL,
-    "test_layers.py": {"conv|maxpool|im2col": ("06",),
+    "test_layers.py": {"conv|im2col": ("06a", "06b"), "maxpool": ("06b",),
                        "batchnorm": ("07",),
                        "dropout|optimizers|sgd": ("04b",),
                        "linear_init|layer_stats": ("04c",),
-                       "loss|softmax|sigmoid": ("02",),
+                       "softmax": ("02a",), "sigmoid": ("02b",), "loss": ("02a", "02b"),
                        "perceptron": ("01",),
                        "model_moves": ("05",),
                        "": ("03",)},
@@ -128,17 +127,19 @@ LESSONS: dict[str, object] = {
     "test_nbgrader.py": ALL,
     "test_norm_residual.py": ("07b",),
     "test_notebook_api.py": ALL,
-    "test_older_surfaces.py": {"perceptron": ("01",), "softmax": ("02",),
+    "test_older_surfaces.py": {"perceptron": ("01",), "softmax": ("02a",),
                                "mlp|astype|load_state_dict": ("03", "04a"),
                                "standardizer|batches|fit|confusion": ("04a",),
-                               "im2col": ("06",), "cnn|data_folder": ("07",),
-                               "playground": ("09",), "": TOOLING},   # student_notebooks
+                               "im2col": ("06a",), "cnn|data_folder": ("07",),
+                               "playground": ("04d",), "": TOOLING},   # student_notebooks
     "test_optim.py": ("04b",),
     "test_protect.py": ("12b",),
-    "test_properties.py": {"linear": ("03",), "softmax": ("02",), "": ("06",)},
+    "test_properties.py": {"linear": ("03",), "softmax": ("02a",), "maxpool": ("06b",),
+                           "": ("06a",)},
     "test_readme_commands.py": TOOLING,
     "test_progress.py": TOOLING,
     "test_recompute_and_memory.py": ("13b",),
+    "test_recurrent.py": ("14",),
     "test_recorded.py": ("00", "05", "08a", "08b", "08c", "08d", "10"),
     "test_sealed.py": ALL,
     "test_saved_checkpoints.py": ("04a", "07", "08d"),
@@ -148,11 +149,13 @@ LESSONS: dict[str, object] = {
     "test_start_lock.py": TOOLING,
     "test_setup_files.py": TOOLING,
     "test_student.py": ALL,
+    "test_tokenizer.py": ("15",),
+    "test_modern_block.py": ("15", "15b"),
     "test_text_model.py": ("15",),
     "test_threaded_step.py": ("07",),
-    "test_timing.py": ("00", "05", "06"),
+    "test_timing.py": ("00", "05", "06a"),
     "test_train.py": {"clip": ("04b",), "": ("04a",)},
-    "test_widgets.py": ("07", "09"),
+    "test_widgets.py": ("04d", "07"),
     "test_workspace.py": TOOLING,
 }
 
@@ -170,7 +173,7 @@ def _lesson_of_each_check() -> dict[str, str]:
 
 
 def _lessons_named_by(param_id: str, check_lessons: dict[str, str]) -> set[str]:
-    """The lessons a test's parameters name: a notebook (``06_convolution``), an exercise
+    """The lessons a test's parameters name: a notebook (``06a_convolution_and_im2col``), an exercise
     (``conv2d_naive``, or a variant of it: ``grid_size_launch_config``), or a module of dl.check
     (``cnn``: the lessons of its checks)."""
     named = set()

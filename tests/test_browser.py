@@ -1,11 +1,12 @@
 """The playground in a real browser: JupyterLab started on the instructor notebooks,
-the lesson 09_playground opened in headless Chromium, every cell run, then Train and Stop
+the lesson 04d_playground opened in headless Chromium, every cell run, then Train and Stop
 clicked in the panel.
 
 Needs the ``playwright`` Python package and a Chromium on the PATH (Debian's ``chromium``;
 nothing is downloaded); skips with the reason otherwise. Leaves screenshots in
 ``test-artifacts/`` (``playground.png``: the page after Train and Stop;
-``playground-training.png``: the panel while training; ``cnn-explorer.png``).
+``playground-training.png``: the panel while training). The CNN explorer moved with the CNN to
+lesson 07 (issue 39), whose training is too long for this test; tests/test_widgets.py builds it.
 Run only this test with ``pytest -m browser``; leave it out with ``-m "not browser"``.
 """
 import json
@@ -24,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[1]
-LESSON = "09_playground.ipynb"
+LESSON = "04d_playground.ipynb"
 ARTIFACTS = REPO / "test-artifacts"
 SCREENSHOT = ARTIFACTS / "playground.png"
 
@@ -171,10 +172,6 @@ def test_playground_renders_and_trains_in_jupyterlab(browser_tools, lab):
             plot = panel.locator("img.dlcourse-playground-plot")
             sync_api.expect(plot).to_be_visible()
             assert plot.evaluate("img => img.complete && img.naturalWidth > 100")
-            explorer = page.locator(".dlcourse-cnn-explorer")
-            sync_api.expect(explorer.locator("img")).to_be_visible()
-            explorer.screenshot(path=str(ARTIFACTS / "cnn-explorer.png"))
-            panel.scroll_into_view_if_needed()
 
             # Count every new picture the kernel sends (each one is a new blob URL).
             plot.evaluate("""img => { window.__plotChanges = 0;

@@ -28,7 +28,7 @@ ALLOWED: dict[tuple[str, str], tuple[str, str]] = {
         ("definition", "the memory wall: why arithmetic intensity matters, counted in the cell after"),
     ("00_setup_and_gpu_arrays", "A copy to or from the GPU crosses the bus"):
         ("definition", "what PCIe/NVLink are: the lesson measures the copy itself"),
-    ("02_loss_and_gradient_descent", "The scores stay raw; the right class's score should beat"):
+    ("02b_gradient_descent", "The scores stay raw; the right class's score should beat"):
         ("definition", "the hinge loss's margin"),
     ("04b_optimizers_and_regularization", "The paper's test accuracies"):
         ("published", "Greydanus"),
@@ -36,9 +36,9 @@ ALLOWED: dict[tuple[str, str], tuple[str, str]] = {
         ("definition", "dropout=0.3 zeroes 30 % of the units: the setting"),
     ("04c_initialization", "With and 20 layers"):
         ("definition", "arithmetic: 0.9**20 = 0.12, 1.1**20 = 6.7"),
-    ("06_convolution", "The output is smaller than the input"):
+    ("06a_convolution_and_im2col", "The output is smaller than the input"):
         ("definition", "a valid convolution's output size"),
-    ("06_convolution", "**padding and stride**"):
+    ("06a_convolution_and_im2col", "**padding and stride**"):
         ("definition", "what padding and stride are"),
     ("07_training_a_cnn", "**Why does it help?**"):
         ("published", "Ioffe"),
@@ -56,9 +56,9 @@ ALLOWED: dict[tuple[str, str], tuple[str, str]] = {
         ("definition", "the roofline: below the ridge, bandwidth sets the speed"),
     ("08d_fusion_and_graphs", "Read the ratio with its range"):
         ("definition", "how to read the printed range"),
-    ("09_playground", "**data**: four sets of points"):
+    ("04d_playground", "**data**: four sets of points"):
         ("definition", "the playground's 75/25 split"),
-    ("09_playground", "The panel calls a run *diverged*"):
+    ("04d_playground", "The panel calls a run *diverged*"):
         ("definition", "the panel's threshold"),
     ("10_number_formats_and_mixed_precision", "Near 1 the numbers of bf16"):
         ("definition", "bf16's spacing at 1, 2**-7"),

@@ -235,8 +235,8 @@ def test_bad_numbers_say_what_was_expected_and_given(option, value, message, cap
     (["--model", "perceptron", "--hidden", "8", "--dropout", "0.1", "--batch-size", "8",
       "--optimizer", "sgd", "--channels", "8,16"],
      "--model perceptron does not use --hidden (mlp only), --channels (cnn only), --dropout "
-     "(mlp and cnn only), --batch-size (mlp, cnn and transformer only), --optimizer (mlp, cnn "
-     "and transformer only): "
+     "(mlp and cnn only), --batch-size (mlp, cnn, transformer and lstm only), --optimizer "
+     "(mlp, cnn, transformer and lstm only): "
      "leave them out"),
 ])
 def test_options_of_another_model_are_a_usage_error(args, message, capsys):

@@ -99,10 +99,10 @@ def _stub_leaks(nb, student, name, earlier):
 
 
 def test_the_conv2d_naive_stub_does_not_show_the_output_size_formula():
-    """Issue 37: the code around a learner's box is on screen; 06's conv2d_naive once computed
+    """Issue 37: the code around a learner's box is on screen; 06a's conv2d_naive once computed
     OH with the formula that exercise 1 (conv_output_size) asks for."""
-    nb = nbformat.read(NOTEBOOKS / "06_convolution.ipynb", as_version=4)
-    student = make_student_notebook(nb, "06")
+    nb = nbformat.read(NOTEBOOKS / "06a_convolution_and_im2col.ipynb", as_version=4)
+    student = make_student_notebook(nb, "06a")
     assert _stub_leaks(nb, student, "conv2d_naive", "conv_output_size") == []
     cell = next(ex.cell for ex in exercises(nb) if ex.name == "conv2d_naive")
     assert "//" not in student.cells[cell].source

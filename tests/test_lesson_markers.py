@@ -1,4 +1,4 @@
-"""Tests marked by lesson (issue 32): ``pytest -m lesson06`` runs lesson 06's tests. The table
+"""Tests marked by lesson (issue 32): ``pytest -m lesson06a`` runs lesson 06a's tests. The table
 that decides it is ``LESSONS`` in tests/conftest.py; these tests keep it whole and true."""
 from __future__ import annotations
 
@@ -48,26 +48,36 @@ def _item(path, name, param_id=None):
 
 
 @pytest.mark.parametrize("path, name, param_id, expected", [
-    ("tests/test_layers.py", "test_conv_im2col_matches_naive", "numpy", {"06"}),
+    ("tests/test_layers.py", "test_conv_im2col_matches_naive", "numpy", {"06a", "06b"}),
+    ("tests/test_layers.py", "test_maxpool_matches_naive", "numpy", {"06b"}),
+    ("tests/test_layers.py", "test_softmax_cross_entropy_value", "numpy", {"02a"}),
+    ("tests/test_layers.py", "test_sigmoid_cross_entropy_stable", "numpy", {"02b"}),
     ("tests/test_layers.py", "test_batchnorm_running_statistics", "numpy", {"07"}),
     ("tests/test_layers.py", "test_layer_gradcheck", "numpy", {"03"}),
-    ("tests/test_check_cnn.py", "test_i2c", None, {"06"}),
+    ("tests/test_check_cnn.py", "test_i2c", None, {"06a"}),
+    ("tests/test_check_cnn.py", "test_cb", None, {"06b"}),
+    ("tests/test_hinge.py", "test_anything", None, {"02b"}),
+    ("tests/test_widgets.py", "test_anything", None, {"04d", "07"}),
     ("tests/test_check_cnn.py", "test_minibatches", None, {"04a"}),
     ("tests/test_check_cnn.py", "test_adam_step", None, {"04b"}),
     ("tests/test_train.py", "test_fit_learns_xor_and_fills_history", "numpy", {"04a"}),
     ("tests/test_train.py", "test_clip_norm_is_checked", "0-ValueError", {"04b"}),
     ("tests/test_optim.py", "test_clip_grad_norm_equals_torchs_clip_grad_norm_", None, {"04b"}),
     ("tests/test_check_cnn.py", "test_cp", None, {"07"}),
-    ("tests/test_properties.py", "test_conv_fast_equals_naive", None, {"06"}),
-    ("notebooks/06_convolution.ipynb", "Cell 3", None, {"06"}),
+    ("tests/test_properties.py", "test_conv_fast_equals_naive", None, {"06a"}),
+    ("notebooks/06a_convolution_and_im2col.ipynb", "Cell 3", None, {"06a"}),
+    ("notebooks/06b_pooling_and_convolution_backward.ipynb", "Cell 3", None, {"06b"}),
+    ("notebooks/04d_playground.ipynb", "Cell 3", None, {"04d"}),
     ("tests/test_hints.py", "test_no_hint_level_holds_solution_code",
-     "06_convolution-conv2d_naive", {"06"}),
+     "06a_convolution_and_im2col-conv2d_naive", {"06a"}),
+    ("tests/test_hints.py", "test_no_hint_level_holds_solution_code",
+     "06b_pooling_and_convolution_backward-conv2d_backward", {"06b"}),
     ("tests/test_student.py", "test_checks_name_the_mistake", "init_std-<lambda>-expected36",
      {"04c"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution", "cnn",
      {"07"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
-     "convolution", {"06"}),
+     "convolution", {"06a", "06b"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
      "init_and_batching", {"04c", "05"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
@@ -77,7 +87,7 @@ def _item(path, name, param_id=None):
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
      "basics", {"00", "01"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
-     "gradient_descent", {"02"}),
+     "gradient_descent", {"02a", "02b"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",
      "cuda", {"08a", "08b"}),
     ("tests/test_hints.py", "test_no_check_message_holds_a_line_of_a_reference_solution",

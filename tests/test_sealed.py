@@ -90,6 +90,11 @@ OPENED = {
     "tensor_mul": lambda: dl.autograd.unbroadcast(np.ones((2, 3)), (3,)),
     "load_signed": lambda: __import__("cryptography.hazmat.primitives.serialization"),
     "decision_grid": lambda: dl.softmax(np.ones((2, 3))),
+    "topological_order": lambda: dl.autograd.Tensor(np.ones(2)).shape,
+    "mha_forward": lambda: attention_module.attention(*[np.ones((1, 1, 2, 4))] * 3),
+    "transformer_block_backward": lambda: (
+        attention_module.attention_forward(*[np.ones((1, 1, 2, 4))] * 3),
+        importlib.import_module("dlcourse.transformer").gelu(np.ones(3))),
 }
 
 

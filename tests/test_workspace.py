@@ -144,6 +144,44 @@ def test_reset_of_a_lesson_that_was_split_says_where_its_content_went(tmp_path, 
     assert main(["reset", "04b", exercise, *args]) == 0     # the new name works
 
 
+@pytest.mark.parametrize("old, new, exercise", [
+    ("02_loss_and_gradient_descent", ("02a_loss_and_softmax", "02b_gradient_descent"), "hinge_grad"),
+    ("06_convolution", ("06a_convolution_and_im2col", "06b_pooling_and_convolution_backward"),
+     "conv2d_backward"),
+    ("09_playground", ("04d_playground",), "early_stop")], ids=["02", "06", "09"])
+def test_issue_39s_split_and_moved_lessons_migrate_an_old_workspace(tmp_path, capsys, old, new,
+                                                                     exercise):
+    """Issue 39 split 02 and 06 into two sittings each and moved the playground (09) after the
+    training lessons (04d): an old workspace's untouched lesson goes, a changed one stays, the
+    report says where its content went, and ``reset`` with the old number points to the new."""
+    assert student.RENAMED[old] == new
+    source = tmp_path / "course"
+    source.mkdir()
+    for name in new:
+        shutil.copy(NOTEBOOKS / f"{name}.ipynb", source)
+    older = tmp_path / "older"
+    older.mkdir()
+    shutil.copy(NOTEBOOKS / f"{new[-1]}.ipynb", older / f"{old}.ipynb")   # as the old course wrote it
+    for changed in (False, True):
+        ws = tmp_path / f"ws-{changed}"
+        sync_notebooks(older, ws)
+        if changed:
+            _edit(ws / f"{old}.ipynb", 0, "my notes")
+        done = {p.name: what for what, p in sync_notebooks(source, ws)}
+        assert done[f"{old}.ipynb"] == ("kept, retired" if changed else "retired")
+        assert (ws / f"{old}.ipynb").exists() == changed
+        workspace._report([(w, ws / n) for n, w in done.items()], ws)
+        assert (f"{old}.ipynb is no longer a lesson (its content is now in "
+                f"{' and '.join(new)})") in capsys.readouterr().out
+    number, holder = old.split("_")[0], new[-1]
+    args = ["--dir", str(tmp_path / "ws-True"), "--source", str(source)]
+    assert main(["reset", number, exercise, *args]) == 1
+    err = capsys.readouterr().err
+    assert f"lesson '{number}' ({old}) was {'split' if len(new) > 1 else 'renamed'}" in err, err
+    assert f"{exercise} is in {holder}: dlcourse reset {holder.split('_')[0]} {exercise}" in err, err
+    assert main(["reset", holder.split("_")[0], exercise, *args]) == 0
+
+
 def test_solution_only_on_request_and_after_trying(capsys, tmp_path, monkeypatch):
     from dlcourse.check import learner_record
     monkeypatch.delenv(learner_record.SOLUTIONS_ENV, raising=False)

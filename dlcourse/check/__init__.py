@@ -20,16 +20,16 @@ module per stretch of the course, each with a table of its checks and its ``HINT
 module                     lessons
 =========================  ===================================================================
 ``basics.py``              00-01: arrays on NumPy and CuPy, timing, the perceptron
-``gradient_descent.py``    02: losses and their gradients
+``gradient_descent.py``    02a-02b: losses and their gradients, gradient descent
 ``backprop.py``            03: backpropagation
 ``training.py``            04a-04b: the training loop, optimizers and regularization
+``playground.py``          04d: the playground
 ``init_and_batching.py``   04c-05: initialization, GPU batching
-``convolution.py``         06: convolution
+``convolution.py``         06a-06b: convolution, im2col, max pooling, their backward passes
 ``cnn.py``                 07: training a CNN
 ``residual.py``            07b: LayerNorm and residual networks
 ``cuda.py``                08a-08b: GPU execution and memory, tiling and the roofline
 ``gpu_performance.py``     08c-08d: bank conflicts and occupancy, fusion and launches
-``playground.py``          09: the playground
 ``compression.py``         10, 11b: number formats and mixed precision, pruning
 ``quantization.py``        11a: int8 quantization, integer-only requantization
 ``deploy.py``              12-12b: from a checkpoint to a service, protecting a model
@@ -42,14 +42,14 @@ module                     lessons
 =========================  ===================================================================
 """
 from .basics import normalize_rows, perceptron_predict, perceptron_update, time_it  # 00-01
-from .gradient_descent import (cross_entropy, hinge_grad, sigmoid_ce_grad,  # lesson 02
+from .gradient_descent import (cross_entropy, hinge_grad, sigmoid_ce_grad,  # lessons 02a-02b
                                sigmoid_derivative, softmax, softmax_ce_grad)
 from .backprop import linear_backward, linear_forward, relu_backward  # lesson 03
 from .training import (accuracy, adam_step, dropout_backward, dropout_forward,  # 04a-04b
                        iterate_minibatches, sgd_momentum_step)
 from .init_and_batching import (batch_requests, dead_fraction, init_std,  # lessons 04c, 05
                                 mlp_forward_batched)
-from .convolution import (conv2d_backward, conv2d_naive, conv_output_size,  # lesson 06
+from .convolution import (conv2d_backward, conv2d_naive, conv_output_size,  # lessons 06a-06b
                           conv_output_size_2d, im2col_simple, max_window_grad, maxpool_backward)
 from .cnn import batchnorm_backward, batchnorm_forward, batchnorm_running, conv_params  # lesson 07
 from .residual import layernorm_backward, residual_backward  # lesson 07b
@@ -59,7 +59,7 @@ from .gpu_performance import (bank_conflicts, bias_relu_backward,  # lessons 08c
                               launches_per_step, occupancy)
 from .harness import ExerciseError, derivation
 from .hints import hint, progress, solution
-from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 09
+from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 04d
 from .compression import (bf16_round, loss_scale_step, prune_conv_pair,  # lessons 10, 11b
                           magnitude_mask)
 from .quantization import quantize_symmetric, requantize  # lesson 11a
@@ -79,7 +79,8 @@ __all__ = [
     "ExerciseError", "hint", "solution", "derivation", "progress",
     # lessons 00-01 (basics.py)
     "normalize_rows", "perceptron_predict", "perceptron_update", "time_it",
-    # lesson 02 (gradient_descent.py)
+    # lessons 02a (softmax, cross_entropy, softmax_ce_grad), 02b (sigmoid_derivative,
+    # sigmoid_ce_grad, hinge_grad) (gradient_descent.py)
     "softmax", "cross_entropy", "softmax_ce_grad", "sigmoid_derivative", "sigmoid_ce_grad",
     "hinge_grad",
     # lesson 03 (backprop.py)
@@ -89,7 +90,10 @@ __all__ = [
     "dropout_backward", "adam_step",
     # lessons 04c and 05 (init_and_batching.py)
     "init_std", "dead_fraction", "mlp_forward_batched", "batch_requests",
-    # lesson 06 (convolution.py)
+    # lesson 04d (playground.py)
+    "decision_grid", "early_stop", "mlp_parameter_count",
+    # lessons 06a (conv_output_size ... im2col_simple), 06b (max_window_grad ...
+    # conv2d_backward) (convolution.py)
     "conv_output_size", "conv_output_size_2d", "conv2d_naive", "im2col_simple",
     "max_window_grad", "maxpool_backward", "conv2d_backward",
     # lesson 07 (cnn.py)
@@ -102,8 +106,6 @@ __all__ = [
     # lessons 08c (bank_conflicts, occupancy), 08d (bias_relu_backward, launches_per_step)
     # (gpu_performance.py)
     "bank_conflicts", "occupancy", "bias_relu_backward", "launches_per_step",
-    # lesson 09
-    "decision_grid", "early_stop", "mlp_parameter_count",
     # lessons 10-11b
     "loss_scale_step", "bf16_round", "quantize_symmetric", "requantize", "magnitude_mask",
     "prune_conv_pair",

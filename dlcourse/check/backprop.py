@@ -18,7 +18,7 @@ lesson              check                            your function
 03_backpropagation  :func:`relu_backward`            ``(dout, cache) -> dx``
 ==================  ===============================  ========================================
 
-The checks of lessons 00-01 are in ``basics.py``, lesson 02's (losses and their gradients) in
+The checks of lessons 00-01 are in ``basics.py``, lessons 02a-02b's (losses and their gradients) in
 ``gradient_descent.py``; the shared machinery (``call``, ``fail``, ``expect_close``, ...) lives
 in ``harness.py``.
 """

@@ -19,7 +19,7 @@ lesson                        check                            your function
 01_perceptron                 :func:`perceptron_update`        ``(w, b, x, y, lr) -> w, b``
 ============================  ===============================  ===============================
 
-The checks of lesson 02 (losses and their gradients) are in ``gradient_descent.py``, the
+The checks of lessons 02a-02b (losses and their gradients) are in ``gradient_descent.py``, the
 backpropagation lesson's (03) in ``backprop.py``; the shared machinery (``call``, ``fail``,
 ``expect_close``, ...) lives in ``harness.py``.
 """

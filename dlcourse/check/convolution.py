@@ -1,4 +1,4 @@
-"""Checks for lesson 06: convolution.
+"""Checks for lessons 06a and 06b: convolution, im2col, max pooling and their backward passes.
 
 Each check takes *your* function, runs it on several small cases, compares it with the
 library's reference (``dlcourse/conv.py``, ``shapes.py``) and either prints one line saying
@@ -7,17 +7,17 @@ for the common mistakes, the likely fix::
 
     dl.check.conv2d_naive(conv2d_naive)
 
-=================  ===============================  =========================================
-lesson             check                            your function
-=================  ===============================  =========================================
-06_convolution     :func:`conv_output_size`         ``(H, K, stride, padding) -> int``
-06_convolution     :func:`conv_output_size_2d`      ``(H, W, kernel_size, stride, padding)``
-06_convolution     :func:`conv2d_naive`             ``(x, W, b, stride, padding) -> out``
-06_convolution     :func:`im2col_simple`            ``(x, KH, KW) -> cols``
-06_convolution     :func:`max_window_grad`          ``(window) -> gradient of its max``
-06_convolution     :func:`maxpool_backward`         ``(dout, x, K, stride) -> dx``
-06_convolution     :func:`conv2d_backward`          ``(dout, x, W, stride, padding)``
-=================  ===============================  =========================================
+====================================  ===============================  ========================================
+lesson                                check                            your function
+====================================  ===============================  ========================================
+06a_convolution_and_im2col            :func:`conv_output_size`         ``(H, K, stride, padding) -> int``
+06a_convolution_and_im2col            :func:`conv_output_size_2d`      ``(H, W, kernel_size, stride, padding)``
+06a_convolution_and_im2col            :func:`conv2d_naive`             ``(x, W, b, stride, padding) -> out``
+06a_convolution_and_im2col            :func:`im2col_simple`            ``(x, KH, KW) -> cols``
+06b_pooling_and_convolution_backward  :func:`max_window_grad`          ``(window) -> gradient of its max``
+06b_pooling_and_convolution_backward  :func:`maxpool_backward`         ``(dout, x, K, stride) -> dx``
+06b_pooling_and_convolution_backward  :func:`conv2d_backward`          ``(dout, x, W, stride, padding)``
+====================================  ===============================  ========================================
 
 The checks of training a CNN (07) are in ``cnn.py``, the MLP lessons' (04a-05) in
 ``training.py`` and ``init_and_batching.py``; the shared machinery (``call``, ``fail``,
@@ -43,7 +43,7 @@ _CONV_BACKWARD_OPENS = ["dlcourse.conv.im2col", "dlcourse.conv.col2im"]
 
 
 # ======================================================================================
-# 06_convolution
+# 06a_convolution_and_im2col (max pooling and the backward passes: 06b, below)
 # ======================================================================================
 def conv_output_size(fn) -> None:
     """Check ``fn(H, K, stride=1, padding=0)``: how many positions a K-wide window takes

@@ -1,7 +1,8 @@
-"""Checks for lesson 02: losses and their gradients (softmax, cross-entropy, the sigmoid, the
+"""Checks for lessons 02a and 02b: losses and their gradients (softmax, cross-entropy, the sigmoid, the
 multiclass hinge loss).
 
-Used in notebook ``02_loss_and_gradient_descent``: after you write a function, a check cell
+Used in notebooks ``02a_loss_and_softmax`` and ``02b_gradient_descent``: after you write a
+function, a check cell
 runs it on a few small cases, for example::
 
     dl.check.softmax_ce_grad(softmax_ce_grad)
@@ -14,12 +15,12 @@ what the likely fix is. A function that still raises ``NotImplementedError`` get
 ============================  ===============================  ===============================
 lesson                        check                            your function
 ============================  ===============================  ===============================
-02_loss_and_gradient_descent  :func:`softmax`                  ``(z) -> probabilities``
-02_loss_and_gradient_descent  :func:`cross_entropy`            ``(logits, labels) -> float``
-02_loss_and_gradient_descent  :func:`softmax_ce_grad`          ``(logits, labels) -> dlogits``
-02_loss_and_gradient_descent  :func:`sigmoid_derivative`       ``(s) -> ds/dz``
-02_loss_and_gradient_descent  :func:`sigmoid_ce_grad`          ``(z, y) -> dL/dz``
-02_loss_and_gradient_descent  :func:`hinge_grad`               ``(scores, y, margin) -> L, ds``
+02a_loss_and_softmax          :func:`softmax`                  ``(z) -> probabilities``
+02a_loss_and_softmax          :func:`cross_entropy`            ``(logits, labels) -> float``
+02a_loss_and_softmax          :func:`softmax_ce_grad`          ``(logits, labels) -> dlogits``
+02b_gradient_descent          :func:`sigmoid_derivative`       ``(s) -> ds/dz``
+02b_gradient_descent          :func:`sigmoid_ce_grad`          ``(z, y) -> dL/dz``
+02b_gradient_descent          :func:`hinge_grad`               ``(scores, y, margin) -> L, ds``
 ============================  ===============================  ===============================
 
 The checks of lessons 00-01 (arrays, timing, the perceptron) are in ``basics.py``, the
@@ -46,7 +47,7 @@ __all__ = [
 
 
 # ======================================================================================
-# Lesson 02: losses and their gradients
+# Lessons 02a-02b: losses and their gradients
 # ======================================================================================
 
 def softmax(fn):

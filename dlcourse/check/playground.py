@@ -1,4 +1,4 @@
-"""Checks for lesson 09 (the playground).
+"""Checks for lesson 04d (the playground).
 
 ==========================  ===============================================================
 check                       your function

@@ -14,7 +14,7 @@ from .. import distributed
 from .common import (PROG, CLIError, check_output, fraction, int_list, nonnegative_int,
                      positive_float, positive_int)
 from .train_data import DATASETS, POINT_SETS, binary_subset, load_data
-from .train_settings import MODELS, OPTIMIZERS, SAMPLE, TRAIN_HELP, defaults
+from .train_settings import LANGUAGE_MODELS, MODELS, OPTIMIZERS, SAMPLE, TRAIN_HELP, defaults
 
 
 def add_command(commands) -> None:
@@ -33,9 +33,16 @@ def add_command(commands) -> None:
     train.add_argument("--channels", type=int_list, metavar="C1,C2",
                        help="cnn channels of its two conv layers, e.g. 32,64")
     train.add_argument("--dropout", type=fraction, help="dropout probability, in [0, 1)")
-    for option, what in (("--d-model", "transformer width"), ("--heads", "attention heads"),
-                         ("--layers", "transformer blocks"), ("--context", "characters seen")):
-        train.add_argument(option, type=positive_int, help=f"{what} (transformer only)")
+    for option, what in (("--d-model", "transformer width, lstm hidden size"),
+                         ("--heads", "attention heads (transformer only)"),
+                         ("--layers", "transformer blocks or lstm layers"),
+                         ("--context", "characters seen (lstm: backpropagated through)")):
+        train.add_argument(option, type=positive_int, help=what)
+    train.add_argument("--tokenizer", choices=("char", "bpe"), default="char",
+                       help="text only: characters (default), or byte-level BPE trained on the "
+                            "training text (dl.data.BPETokenizer); losses also in nats per byte")
+    train.add_argument("--vocab", type=positive_int, default=512,
+                       help="--tokenizer bpe: ids in all, 256 bytes + merges (default: 512)")
     train.add_argument("--data-path", metavar="DIR",
                        help="for mnist, fashion-mnist, cifar10: a folder holding the files "
                             "already (no download)")
@@ -95,12 +102,15 @@ def _train(args) -> int:
     if args.model == "cnn" and args.dataset in POINT_SETS:
         raise CLIError(f"the CNN needs images, but {args.dataset} is a set of 2-D points: "
                        f"use --model mlp (or perceptron), or an image set such as --dataset digits.")
-    if args.model == "transformer" and (args.ranks or 1) > 1:
-        raise CLIError("--ranks (data-parallel training) is for the mlp and cnn models; the "
-                       "transformer trains in one process.")
-    if args.model == "transformer" and args.data_path is not None:
+    if args.model in LANGUAGE_MODELS and (args.ranks or 1) > 1:
+        raise CLIError(f"--ranks (data-parallel training) is for the mlp and cnn models; the "
+                       f"{args.model} trains in one process.")
+    if args.model in LANGUAGE_MODELS and args.data_path is not None:
         raise CLIError("--data-path is for mnist, fashion-mnist and cifar10; text needs no files "
                        "(it ships with Python).")
+    if args.tokenizer == "bpe" and args.model != "transformer":
+        raise CLIError(f"--tokenizer bpe is for --model transformer --dataset text; the "
+                       f"{args.model} reads {'characters' if args.model == 'lstm' else 'numbers'}.")
     if args.model == "perceptron" and args.save:
         raise CLIError("--save works for the mlp and cnn models; a Perceptron is two arrays "
                        "(np.savez(path, w=p.w, b=p.b)).")
@@ -130,7 +140,7 @@ def _train(args) -> int:
         backend.set_device(args.device)
     device = backend.get_device()
     backend.manual_seed(args.seed)
-    if args.model == "transformer":
+    if args.model in LANGUAGE_MODELS:
         with _blas_threads(settings["threads"] if device == "cpu" else None):
             return _train_text(args, settings, device)
 
@@ -252,24 +262,44 @@ def _fit_and_test(args, settings, model, what, device, train, val, test, comm=No
     return 0
 
 
+def _bpe_text(vocab: int):
+    """The text as BPE ids (dl.data.load_text_bpe), with the tokenizer's training time printed."""
+    from ..data.bpe import load_text_bpe
+    if vocab < 256:
+        raise CLIError(f"--vocab {vocab}: a byte-level BPE vocabulary holds the 256 bytes before "
+                       f"any merge, so --vocab must be at least 256 (e.g. --vocab 512).")
+    text = load_text_bpe(vocab)
+    tok = text.vocab
+    print(f"BPE tokenizer: {len(tok.merges)} merges trained on the training text in "
+          f"{tok.train_seconds:.2f} s; {len(text.train):,} train / {len(text.val):,} val tokens")
+    return text
+
+
 def _train_text(args, settings, device) -> int:
     """The character transformer on the Python documentation: train, report the validation
     loss beside the counting baselines, print a sample, save if asked."""
     from .. import backend
     from ..data import char_baselines, load_text, text_windows
+    from ..data.bpe import nats_per_byte
     from ..generate import generate
     from ..optim import Adam, AdamW, Adagrad, RMSprop, SGD
     from ..schedules import cosine_decay
     from ..train import TrainingDiverged, fit
+    from ..recurrent import RecurrentLM
     from ..transformer import SequenceCrossEntropy, Transformer
 
-    text = load_text()
+    text = load_text() if args.tokenizer == "char" else _bpe_text(args.vocab)
+    unit = "char" if args.tokenizer == "char" else "token"
     T = settings["context"]
     (X, Y), (X_val, Y_val) = text_windows(text.train, T), text_windows(text.val, T)
     base = char_baselines(text.train, text.val, text.vocab_size)
+    lstm = args.model == "lstm"
     try:
-        model = Transformer(text.vocab_size, settings["d_model"], settings["heads"],
-                            settings["layers"], max_len=T, seed=args.seed, chars=text.vocab.chars)
+        model = RecurrentLM(text.vocab_size, settings["d_model"], settings["layers"], "lstm",
+                            seed=args.seed, chars=text.vocab.chars) if lstm else \
+            Transformer(text.vocab_size, settings["d_model"], settings["heads"],
+                        settings["layers"], max_len=T, seed=args.seed,
+                        chars=getattr(text.vocab, "chars", None))
     except ValueError as err:
         raise CLIError(str(err)) from None
     model.to(device)
@@ -277,9 +307,12 @@ def _train_text(args, settings, device) -> int:
             "rmsprop": RMSprop, "adagrad": Adagrad}
     optimizer = make[settings["optimizer"]](model, lr=settings["lr"])
     epochs = settings["epochs"]
-    print(f"Transformer (d_model {settings['d_model']}, {settings['heads']} heads, "
-          f"{settings['layers']} layers, context {T}) on text ({text.source}): "
-          f"{len(text.train):,} train / {len(text.val):,} val characters, vocabulary "
+    what = (f"RecurrentLM (LSTM, hidden {settings['d_model']}, {settings['layers']} layers, "
+            f"context {T}, gradients clipped to norm 1)" if lstm else
+            f"Transformer (d_model {settings['d_model']}, {settings['heads']} heads, "
+            f"{settings['layers']} layers, context {T})")
+    print(f"{what} on text ({text.source}): "
+          f"{len(text.train):,} train / {len(text.val):,} val {unit}s, vocabulary "
           f"{text.vocab_size}, {model.num_parameters():,} parameters")
     print(f"{settings['optimizer']} lr {settings['lr']:g} (cosine decay), {epochs} epochs of "
           f"{len(X):,} windows, batch {settings['batch_size']}, seed {args.seed}, "
@@ -288,7 +321,7 @@ def _train_text(args, settings, device) -> int:
     def after_epoch(epoch, history):
         if args.no_progress:
             print(f"epoch {epoch:3d}/{epochs}: train loss {history.train_loss[-1]:.4f}, val "
-                  f"loss {history.val_loss[-1]:.4f} nats/char ({history.epoch_time[-1]:.1f} s)",
+                  f"loss {history.val_loss[-1]:.4f} nats/{unit} ({history.epoch_time[-1]:.1f} s)",
                   flush=True)
 
     start = time.perf_counter()
@@ -296,7 +329,8 @@ def _train_text(args, settings, device) -> int:
         history = fit(model, SequenceCrossEntropy(), optimizer, X, Y, epochs=epochs,
                       batch_size=settings["batch_size"], validation=(X_val, Y_val),
                       seed=args.seed, progress=not args.no_progress, callback=after_epoch,
-                      lr_schedule=cosine_decay(settings["lr"], epochs))
+                      lr_schedule=cosine_decay(settings["lr"], epochs),
+                      clip_norm=1.0 if lstm else None)
     except TrainingDiverged as err:
         raise CLIError(str(err).replace("err.history", "the history") +
                        " Pass a smaller --lr.") from None
@@ -304,11 +338,17 @@ def _train_text(args, settings, device) -> int:
     print(f"trained {history.epochs} epochs in {time.perf_counter() - start:.1f} s{note}")
     if args.save:
         print(f"saved the model to {_save(model, args.save)}")
+        if args.tokenizer == "bpe":
+            print(f"saved its tokenizer to {text.vocab.save(str(args.save) + '.bpe.json')}")
     if history.interrupted or not history.val_loss:
         print(f"{PROG} train: interrupted (Ctrl-C), so no validation loss.", file=sys.stderr)
         return 130
-    print(f"validation loss: {history.val_loss[-1]:.4f} nats/char; baselines (add-one smoothed "
+    print(f"validation loss: {history.val_loss[-1]:.4f} nats/{unit}; baselines (add-one smoothed "
           f"counts): unigram {base['unigram']:.4f}, bigram {base['bigram']:.4f}")
+    per_byte = [nats_per_byte(v, text.val, text) for v in
+                (history.val_loss[-1], base["unigram"], base["bigram"])]
+    print(f"per byte of text (comparable across --tokenizer): validation {per_byte[0]:.4f} "
+          f"nats/byte; unigram {per_byte[1]:.4f}, bigram {per_byte[2]:.4f}")
     ids = generate(model, text.encode(SAMPLE["prompt"]), SAMPLE["steps"],
                    temperature=SAMPLE["temperature"], seed=args.seed)
     print(f"sample (temperature {SAMPLE['temperature']}, seed {args.seed}):\n{text.decode(ids)}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .train_data import POINT_SETS, SIGNAL_SETS, TEXT_SETS
 
-MODELS = ("perceptron", "mlp", "cnn", "transformer")
+MODELS = ("perceptron", "mlp", "cnn", "transformer", "lstm")
+LANGUAGE_MODELS = ("transformer", "lstm")     # they train on text, and only they do
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "adagrad")
 
 
@@ -26,6 +27,9 @@ Models:
   transformer a character-level dl.Transformer (--d-model, --heads, --layers, --context),
               text only: it prints the validation loss in nats per character beside the
               unigram and bigram baselines instead of a test accuracy, then a sample.
+  lstm        a character-level dl.RecurrentLM with LSTM layers (--d-model is its hidden
+              size, --layers, --context: the window backpropagation runs through), text
+              only, reported as the transformer; gradients clipped to norm 1.
 
 Data: digits ships with scikit-learn (1257 train / 270 val / 270 test). mnist1d
 (Greydanus 2020) is generated from code, seed 42 (3500 train / 500 val / 1000 test). mnist,
@@ -45,6 +49,7 @@ Defaults not given on the command line depend on the model and dataset:
   text       transformer: 6 epochs, batch 32, adam lr 3e-3, d-model 64, 4 heads, 2 layers,
              context 64 (56 s on a 2-core AMD EPYC at a load average of 1.6-5.8:
              docs/terminal.md)
+             lstm: 5 epochs, batch 32, adam lr 1e-2, hidden (--d-model) 128, 1 layer, context 32
   --optimizer sgd: lr 0.05 with momentum 0.9; adagrad: lr 0.02; rmsprop and adamw
   (weight decay 0.01): the lr of adam.
 The learning rate decays from --lr to 0 along a cosine over the epochs.
@@ -53,9 +58,9 @@ The learning rate decays from --lr to 0 along a cosine over the epochs.
 
 # Options only some models use: given to another model they would be silently ignored.
 MODEL_OPTIONS = {"--hidden": ("mlp",), "--channels": ("cnn",), "--dropout": ("mlp", "cnn"),
-                 "--batch-size": ("mlp", "cnn", "transformer"),
-                 "--optimizer": ("mlp", "cnn", "transformer"),
-                 **{o: ("transformer",) for o in ("--d-model", "--heads", "--layers", "--context")}}
+                 "--batch-size": ("mlp", "cnn", *LANGUAGE_MODELS),
+                 "--optimizer": ("mlp", "cnn", *LANGUAGE_MODELS), "--heads": ("transformer",),
+                 **{o: LANGUAGE_MODELS for o in ("--d-model", "--layers", "--context")}}
 
 
 def options_of_other_models(args) -> str | None:
@@ -73,9 +78,9 @@ def options_of_other_models(args) -> str | None:
 
 def text_needs_transformer(args) -> str | None:
     """The usage error when text goes to another model than the transformer, or back."""
-    if (args.model == "transformer") != (args.dataset in TEXT_SETS):
-        return ("the transformer trains on characters, and only it does: use --model "
-                "transformer with --dataset text.")
+    if (args.model in LANGUAGE_MODELS) != (args.dataset in TEXT_SETS):
+        return ("the transformer and the lstm train on characters, and only they do: use "
+                "--model transformer with --dataset text (or --model lstm).")
     return None
 
 
@@ -84,6 +89,10 @@ def text_needs_transformer(args) -> str | None:
 TEXT_DEFAULTS = {"epochs": 6, "batch_size": 32, "lr": 3e-3, "d_model": 64, "heads": 4,
                  "layers": 2, "context": 64}
 SAMPLE = {"prompt": "The ", "steps": 300, "temperature": 0.8}    # printed after training
+# The LSTM on the same text (issue 42), set to train in about the transformer's time on a
+# 2-core CPU (docs/terminal.md: both measured side by side).
+LSTM_DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 1e-2, "d_model": 128, "layers": 1,
+                 "context": 32}
 
 
 # MNIST-1D: the CNN slides 1x5 kernels and 1x2 poolings along each 1x40 signal.
@@ -109,6 +118,8 @@ def defaults(args) -> dict:
         d = dict(MNIST1D_DEFAULTS[args.model])
     elif args.model == "transformer":
         d = dict(TEXT_DEFAULTS)
+    elif args.model == "lstm":
+        d = dict(LSTM_DEFAULTS)
     else:  # mnist, fashion-mnist, cifar10
         d = {"epochs": 5, "batch_size": 64, "lr": 1e-3, "hidden": [256, 128], "dropout": 0.2,
              "channels": [32, 64]}

@@ -19,6 +19,7 @@ One module per concern, all re-exported here (``dl.data.load_digits`` and so on)
 ``data/download.py``         ``download`` and ``data_dir``: verified, atomic, cached
 ``data/text.py``             ``load_text`` (characters, offline), windows, baselines
 ``data/batching.py``         ``Standardizer``, ``one_hot``, ``batches``
+``data/bpe.py``              ``BPETokenizer``: byte-level BPE, trained from scratch
 ===========================  =========================================================
 
 Conventions, everywhere in this package:
@@ -33,6 +34,7 @@ Conventions, everywhere in this package:
 from __future__ import annotations
 
 from .batching import Standardizer, batches, one_hot
+from .bpe import BPETokenizer
 from .datasets import (CIFAR10_CLASSES, CIFAR10_FILE, DIGITS_CLASSES, DIGITS_SIZES,
                        FASHION_MNIST_CLASSES, FASHION_MNIST_FILES, MNIST1D_LENGTH, MNIST1D_SIZES,
                        MNIST_CLASSES, MNIST_FILES, load_cifar10, load_digits, load_fashion_mnist,
@@ -54,4 +56,5 @@ __all__ = [
     "DIGITS_SIZES", "MNIST1D_SIZES", "MNIST1D_LENGTH", "MNIST_FILES", "FASHION_MNIST_FILES",
     "CIFAR10_FILE", "CIFAR10_RECORD",
     "load_text", "text_windows", "char_baselines", "Characters", "TextData", "TEXT_VAL_FRACTION",
+    "BPETokenizer",
 ]

@@ -1,4 +1,5 @@
-"""Interactive panels for JupyterLab, running the course's own code (notebook ``09_playground``).
+"""Interactive panels for JupyterLab, running the course's own code (notebooks ``04d_playground``
+and ``07_training_a_cnn``).
 
 * :func:`playground` -- a TensorFlow-Playground-like panel: pick a data set (blobs, XOR,
   circles, spirals, digits), a network and an optimizer, press Train, and watch the loss, the

@@ -1,6 +1,6 @@
 """The CNN explorer: what a small CNN's filters see in one image.
 
-Introduced in notebook ``09_playground``; used from ``07_training_a_cnn``.
+Introduced in notebook ``07_training_a_cnn``.
 
 Pick an image with the slider: the panel shows the image, the first convolution's filters,
 the feature maps each convolution (after its ReLU) makes of that image, and the predicted

@@ -1,4 +1,4 @@
-"""The decision boundary of a classifier of points in the plane (notebook ``09_playground``):
+"""The decision boundary of a classifier of points in the plane (notebook ``04d_playground``):
 its class probabilities on a grid, and those probabilities as a picture."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The playground: a TensorFlow-Playground-like panel that trains *our* MLP, live.
 
-Introduced in notebook ``09_playground``; used from ``04b_optimizers_and_regularization``
+Introduced in notebook ``04d_playground``; used from ``04b_optimizers_and_regularization``
 and ``07_training_a_cnn``.
 
 Everything the panel shows is computed by the course's own code: :class:`dlcourse.MLP`,

@@ -1,4 +1,4 @@
-"""The playground's five data sets (notebook ``09_playground``): four sets of points in the
+"""The playground's five data sets (notebook ``04d_playground``): four sets of points in the
 plane and the 8x8 digits, each split into training and validation samples."""
 from __future__ import annotations
 

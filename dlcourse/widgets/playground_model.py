@@ -1,5 +1,5 @@
 """The playground's network and optimizer, made from the panel's settings (notebook
-``09_playground``)."""
+``04d_playground``)."""
 from __future__ import annotations
 
 from .._validate import whole_number

@@ -1,5 +1,6 @@
 """What a lesson asks of its reader, counted the same way everywhere: the words of its prose
-(markdown, without code, mathematics or HTML comments) and its checked exercises."""
+(markdown, without code, mathematics or HTML comments), the words a learner reads (the prose
+plus its mathematics and inline code, issue 39) and its checked exercises."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,15 @@ import re
 from pathlib import Path
 
 MAX_WORDS = 2000   # "each one lesson of at most about 2,000 words of prose"
+MAX_READ_WORDS = 2200   # issue 39: "every lesson <= ~2,200 words counting math and inline code"
+MAX_EXERCISES = 4       # issue 39: "... and <= 4 checked exercises": one sitting
+
+_WORD = r"[A-Za-z0-9]+(?:['’.-][A-Za-z0-9]+)*"
+# LaTeX that lays a formula out rather than says something: a learner reads \frac{a}{b} as "a
+# over b" and \left( as "(", so these count for nothing; \sum, \log, \max, \sigma are read.
+_LAYOUT = re.compile(r"\\(?:left|right|[Bb]igg?[lr]?|frac|tfrac|dfrac|text|mathrm|mathbf|mathit|"
+                     r"mathcal|operatorname|quad|qquad|begin|end|displaystyle|limits|boldsymbol|"
+                     r"hat|bar|tilde|overline|underbrace|overbrace|cdot|cdots|ldots|dots)(?![A-Za-z])")
 
 
 def _markdown(path: Path) -> list[str]:
@@ -24,7 +34,21 @@ def prose_words(path: Path) -> int:
         text = re.sub(r"\$[^$\n]+\$", " ", text)
         text = re.sub(r"`[^`\n]*`", " ", text)
         text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
-        n += len(re.findall(r"[A-Za-z0-9]+(?:['’.-][A-Za-z0-9]+)*", text))
+        n += len(re.findall(_WORD, text))
+    return n
+
+
+def read_words(path: Path) -> int:
+    """The words a learner reads in a notebook's markdown cells: the prose, and also its
+    mathematics ($...$, $$...$$: each symbol, number or named operator, LaTeX's layout commands
+    left out) and inline code (`...`: each name or number). Code blocks (```) and HTML comments
+    are left out, as in :func:`prose_words`."""
+    n = 0
+    for text in _markdown(path):
+        text = re.sub(r"```.*?```", " ", text, flags=re.S)
+        text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
+        text = _LAYOUT.sub(" ", text)
+        n += len(re.findall(_WORD, text))
     return n
 
 
