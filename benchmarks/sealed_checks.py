@@ -2,7 +2,7 @@
 instructor solution, sealed (the profile hook of dlcourse/check/seal.py, as learners run it)
 against the same check with the hook left out, alternating over rounds, in one run.
 
-    python benchmarks/sealed_checks.py [--rounds 5] [--lessons 06_convolution 15_attention ...]
+    python benchmarks/sealed_checks.py [--rounds 5] [--lessons 06a_convolution_and_im2col 15_attention ...]
 
 Prints, per exercise, the median milliseconds of each and their ratio, then the whole course's
 sum. The hook adds one Python call per call the learner's function makes, so a loop-heavy answer

@@ -10,7 +10,7 @@ it did and where the workspace is. As root (Docker, many cloud machines) it pass
 installs them for instructors, who open them on purpose: ``dlcourse start --nbgrader``), and
 stopping ``dlcourse start`` (Ctrl-C, SIGTERM, SIGHUP) stops the lab too.
 
-``dlcourse reset 06 conv2d_backward`` (or ``reset 6 ...``) puts one exercise back to its
+``dlcourse reset 06b conv2d_backward`` (or ``reset 6b ...``) puts one exercise back to its
 starting state;
 ``dlcourse solution conv2d_backward`` prints the reference solution once the learner has run
 the exercise's check on an answer of their own and read its last hint (their record in the
@@ -102,7 +102,8 @@ def _now_in(stem: str) -> str:
 # dlcourse reset LESSON EXERCISE
 # --------------------------------------------------------------------------------------
 def _lesson_key(lesson: str) -> str:
-    """``"1"`` -> ``"01"``, ``"4a"`` -> ``"04a"``; a name (``06_convolution``) stays as it is."""
+    """``"1"`` -> ``"01"``, ``"4a"`` -> ``"04a"``; a name (``06a_convolution_and_im2col``) stays
+    as it is."""
     key = lesson.removesuffix(".ipynb")
     number = re.fullmatch(r"(\d+)([a-z]?)", key)
     return f"{int(number[1]):02d}{number[2]}" if number else key
@@ -119,7 +120,7 @@ def _lesson_notebook(folder: Path, lesson: str) -> Path:
         found = ", ".join(p.stem.split("_")[0] for p in lessons) or "none"
         names = [p.stem for p in lessons] + [p.stem.split("_")[0] for p in lessons]
         raise WorkspaceError(f"no lesson {lesson!r} in {folder}.{did_you_mean(key, names)} "
-                             f"Give its number (06) or its name (06_convolution); the "
+                             f"Give its number (06a) or its name (06a_convolution_and_im2col); the "
                              f"lessons: {found}.")
     return matches[0]
 
@@ -145,9 +146,9 @@ def _refuse_moved_lesson(lesson: str, name: str, source: Path) -> None:
 
 
 def reset_exercise(workspace, lesson: str, name: str, source=None) -> Path:
-    """Put exercise ``name`` of ``lesson`` (``"06"`` or ``"06_convolution"``) in the workspace
-    back to its starting state (its student version); the rest of the notebook stays as the
-    learner left it. Returns the notebook's path. Read and written as JSON (no nbformat: its
+    """Put exercise ``name`` of ``lesson`` (``"06a"`` or ``"06a_convolution_and_im2col"``) in the
+    workspace back to its starting state (its student version); the rest of the notebook stays
+    as the learner left it. Returns the notebook's path. Read and written as JSON (no nbformat: its
     import alone takes seconds), the learner's other cells exactly as they were."""
     workspace, source = Path(workspace), _source(source)
     _refuse_moved_lesson(lesson, name, source)
@@ -395,7 +396,8 @@ def add_commands(commands) -> None:
     parsers["student-notebooks"].add_argument("outdir", metavar="OUTDIR",
                                               help="folder to write into")
     parsers["reset"].add_argument("lesson",
-                                  help="the lesson: its number (06) or name (06_convolution)")
+                                  help="the lesson: its number (06a) or name "
+                                       "(06a_convolution_and_im2col)")
     parsers["reset"].add_argument("exercise", help=exercise)
     parsers["reset"].add_argument("--dir", metavar="DIR", help=where)
     parsers["solution"].add_argument("exercise", help=exercise)

@@ -1,4 +1,4 @@
-"""The lesson 02 and 04-08 exercise checks: a right answer passes, and each common wrong answer
+"""The lesson 02a and 04-08 exercise checks: a right answer passes, and each common wrong answer
 gets the message that names its mistake (also the wrong answers a mutation test found passing).
 
 Each wrong answer is a small function named after its mistake, written as a learner would."""
@@ -1060,7 +1060,7 @@ def test_tiled_matmul():
     expect_fail(C.tiled_matmul, tm_whole, "the whole matrices were multiplied")
 
 
-# ---- lesson 02 (02_loss_and_gradient_descent): the softmax cross-entropy gradient
+# ---- lesson 02a (02a_loss_and_softmax): the softmax cross-entropy gradient
 def _softmax(z):  # the learner's own (dl.softmax is refused while the check runs)
     e = np.exp(z - z.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)

@@ -1,4 +1,4 @@
-"""The multiclass hinge loss (CS231n's multiclass SVM loss, lesson 02): ``dl.MulticlassHingeLoss``
+"""The multiclass hinge loss (CS231n's multiclass SVM loss, lesson 02b): ``dl.MulticlassHingeLoss``
 on every backend (values, gradient checks, its sparse gradient, training with ``dl.fit``, parity
 with ``torch.nn.MultiMarginLoss``, errors), and the lesson's check ``dl.check.hinge_grad``: a right
 answer passes and each common wrong answer gets the message that names its mistake."""

@@ -105,8 +105,9 @@ def test_no_module_imports_another_modules_private_names():
 
 
 def test_the_reading_map_holds():
-    """What a learner opens for lesson 06 holds lesson 06: conv.py imports neither the kernels
-    (it asks layer_base.kernels_for, into which dlcourse.kernels plugs) nor dl.infer's module;
+    """What a learner opens for lessons 06a-06b holds those lessons: conv.py imports neither the
+    kernels (it asks layer_base.kernels_for, into which dlcourse.kernels plugs) nor dl.infer's
+    module;
     layers.py holds the layers' math and imports none of the rebuilding (its build_layer is
     only re-exported for dlcourse.quantize), and stays under its line budget."""
     graph = _graph()
@@ -143,7 +144,7 @@ def test_no_library_module_is_over_600_lines():
 
 def test_no_check_module_is_over_700_lines():
     """A check module holds one stretch of the course (issue 29): one that grows past 700 lines
-    is split along lesson lines, as basics.py (00-01) and gradient_descent.py (02) were, or
+    is split along lesson lines, as basics.py (00-01) and gradient_descent.py (02a-02b) were, or
     cuda.py (08a-08b) and gpu_performance.py (08c-08d)."""
     long = {name: lines for name, path in MODULES.items() if name.startswith("dlcourse.check.")
             if (lines := len(path.read_text().splitlines())) > 700}

@@ -171,7 +171,7 @@ def test_checks_pass_on_the_instructor_solutions(lesson):
         printed = io.StringIO()
         call = next(line for line in check.splitlines() if line.startswith("dl.check."))
         with contextlib.redirect_stdout(printed):
-            _run(exercise, call)      # the check alone (09's check cells go on to train)
+            _run(exercise, call)      # the check alone (04d's check cells go on to train)
         assert "\u2713" in printed.getvalue() and name in printed.getvalue()
 
 
@@ -369,7 +369,7 @@ def _relu_backward_writes_cache(dout, cache):
      ["changed its input dout in place", "return a new array"]),
     ("relu_backward", _relu_backward_writes_cache,
      ["changed its input x (the cache) in place", "read the cache"]),
-    # issue 26: the sigmoid's derivative in terms of its output (02)
+    # issue 26: the sigmoid's derivative in terms of its output (02b)
     ("sigmoid_derivative", lambda s: s * (1 + s), ["s (1 + s) grows", "sign inside"]),
     ("sigmoid_derivative", lambda s: 1 - s, ["only one factor", "vanishes at s = 0"]),
     ("sigmoid_derivative", lambda s: np.exp(-s) / (1 + np.exp(-s)) ** 2,

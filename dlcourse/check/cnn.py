@@ -16,7 +16,7 @@ lesson             check                            your function
 07_training_a_cnn  :func:`batchnorm_backward`       ``(dout, x, gamma, eps) -> dx, ...``
 =================  ===============================  =========================================
 
-The convolution lesson's checks (06) are in ``convolution.py``, the MLP lessons' (04a-05) in
+The convolution lessons' checks (06a-06b) are in ``convolution.py``, the MLP lessons' (04a-05) in
 ``training.py`` and ``init_and_batching.py``; the shared machinery (``call``, ``fail``,
 ``expect_close``, ...) lives in ``harness.py``.
 """

@@ -312,7 +312,8 @@ def _train_text(args, settings, device) -> int:
             f"Transformer (d_model {settings['d_model']}, {settings['heads']} heads, "
             f"{settings['layers']} layers, context {T})")
     print(f"{what} on text ({text.source}): "
-          f"{len(text.train):,} train / {len(text.val):,} val {unit}s, vocabulary "
+          f"{len(text.train):,} train / {len(text.val):,} val "
+          f"{'characters' if unit == 'char' else 'tokens'}, vocabulary "
           f"{text.vocab_size}, {model.num_parameters():,} parameters")
     print(f"{settings['optimizer']} lr {settings['lr']:g} (cosine decay), {epochs} epochs of "
           f"{len(X):,} windows, batch {settings['batch_size']}, seed {args.seed}, "

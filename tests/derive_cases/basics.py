@@ -6,7 +6,7 @@ time_it (lesson 00: it asks for the three timing rules the lesson states, not a 
 """
 
 DERIVED: dict[str, list[str]] = {
-    # 02_loss_and_gradient_descent
+    # 02a_loss_and_softmax and 02b_gradient_descent
     "sigmoid_derivative": [r"s\(1-s\)", r"\\sigma\(z\)\(1-\\sigma\(z\)\)", r"\\sigma\(1-\\sigma\)",
                            r"\\sigma'\(z\)="],
     "sigmoid_ce_grad": [r"\\sigma\(z_?n?\)-y", r"\\sigma-y", r"s-y", r"sigmoid\(z\)-y",
