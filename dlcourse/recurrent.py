@@ -1,9 +1,10 @@
 """Recurrent layers: a vanilla RNN and an LSTM, with backpropagation through time by hand, and
 the character model built from them.
 
-Written for the sequences lesson (issue 42: between the autograd capstone, lesson 14, and
-attention, lesson 15); ``dlcourse train --model lstm --dataset text`` trains the model on the
-same text as lesson 15's transformer. Batch-first like the rest of the library: x (N, T, D).
+Written for the sequences lesson, notebook ``14b_recurrent_networks`` (issue 42: between the
+autograd capstone, lesson 14, and attention, lesson 15); ``dlcourse train --model lstm
+--dataset text`` trains the model on the same text as lesson 15's transformer. Batch-first like
+the rest of the library: x (N, T, D).
 
 * :class:`RNN` ``(input_size, hidden)``: h_t = tanh(x_t Wx + h_{t-1} Wh + b);
 * :class:`LSTM` ``(input_size, hidden)``: four gates from one product, a = x_t Wx + h_{t-1} Wh

@@ -31,11 +31,13 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 # exercise -> (the check to run, an answer that only calls the library's own implementation).
 # The cases live per lesson group in tests/derive_cases/.
 from derive_cases import basics, cnn, flagship, gpu, later  # noqa: E402
+from derive_cases import recurrence  # noqa: E402  (lesson 14b)
 
 DERIVED: dict[str, list[str]] = {**basics.DERIVED, **cnn.DERIVED, **gpu.DERIVED, **later.DERIVED,
-                                 **flagship.DERIVED}
+                                 **flagship.DERIVED, **recurrence.DERIVED}
 SHORTCUTS: dict[str, tuple[str, str]] = {**basics.SHORTCUTS, **cnn.SHORTCUTS, **gpu.SHORTCUTS,
-                                         **later.SHORTCUTS, **flagship.SHORTCUTS}
+                                         **later.SHORTCUTS, **flagship.SHORTCUTS,
+                                         **recurrence.SHORTCUTS}
 
 
 def _squash(text: str) -> str:

@@ -193,6 +193,82 @@ def test_emulation_reports_threads_that_would_hang(tmp_path):
                 x, x, empty((2, 300), np.float64), empty((2, 2), np.float64), np.int64(300))
 
 
+# --------------------------------------------------------------------------------------------
+# Tensor cores: matmul_wmma.cu on the emulator's nvcuda::wmma (warp-collective fragments)
+# --------------------------------------------------------------------------------------------
+#: K, N multiples of 8 (16-byte loads); 130 x 136: four blocks, ragged in M and N; K = 40: two
+#: k-steps, the second half empty.
+WMMA_SIZES = [(1, 8, 8), (130, 136, 40), (33, 264, 16)]
+
+
+def _wmma(emu, A, B, reverse=False):
+    (M, Kd), N = A.shape, B.shape[1]
+    C = empty((M, N), np.float32)
+    launch(emu, "run_matmul_wmma", K.launch_config("wmma", M, N, Kd), guarded(A), guarded(B), C,
+           M, N, Kd, reverse=reverse)
+    return C
+
+
+def _half(rng, shape):
+    return rng.standard_normal(shape).astype(np.float16)
+
+
+@pytest.mark.parametrize("M, N, Kd", WMMA_SIZES)
+def test_emulated_matmul_wmma(emu, M, N, Kd, reverse):
+    """Against reference.matmul_fp16 (float16 inputs, float32 sums), in both warp orders."""
+    rng = np.random.default_rng(M + N)
+    A, B = _half(rng, (M, Kd)), _half(rng, (Kd, N))
+    np.testing.assert_allclose(_wmma(emu, A, B, reverse), R.matmul_fp16(A, B), rtol=1e-5, atol=1e-5)
+
+
+def test_emulated_wmma_sums_in_float32_not_float16(emu):
+    """64 products of 1 * (1 + 2**-10) sum to 64.0625 in float32; float16 (spacing 2**-4 at 64)
+    would lose the 0.0625. Each product is exact: an FP16 times an FP16 fits in an FP32."""
+    A = np.ones((16, 64), np.float16)
+    B = np.full((64, 8), 1 + 2.0**-10, np.float16)
+    assert (_wmma(emu, A, B) == np.float32(64 * (1 + 2.0**-10))).all()
+
+
+WMMA_PLANTS = {
+    "no-wait-for-the-tiles": ("        __syncthreads();                                          // 2.",
+                              "        // (removed) 2."),
+    "no-wait-before-overwriting": ("        __syncthreads();                                          // 4.",
+                                   "        // (removed) 4."),
+    "wrong-ldm-of-A": ("wmma::load_matrix_sync(a[i], &As[(warpRow * WM + i * WMMA_M) * AS_LD + kk], AS_LD)",
+                       "wmma::load_matrix_sync(a[i], &As[(warpRow * WM + i * WMMA_M) * AS_LD + kk], BK)"),
+    "wrong-fragment-of-B": ("&Bs[kk * BS_LD + warpCol * WN + j * WMMA_N]", "&Bs[kk * BS_LD + warpCol * WN]"),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(WMMA_PLANTS))
+def test_emulation_catches_wmma_mistakes(tmp_path, plant):
+    """A missing __syncthreads() lets a warp read tiles the others have not written (or
+    overwrite tiles they still read); a wrong leading dimension (still a multiple of 8, so
+    CUDA accepts it) or a wrong fragment offset reads the wrong elements: each gives a wrong C."""
+    rng = np.random.default_rng(2)
+    A, B = _half(rng, (130, 72)), _half(rng, (72, 136))
+    broken = _planted(tmp_path, {"matmul_wmma.cu": WMMA_PLANTS[plant]})
+    C = _wmma(broken, A, B, reverse=plant == "no-wait-before-overwriting")
+    assert not np.allclose(C, R.matmul_fp16(A, B), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("plant, error", [
+    (("BS_LD);\n", "BN + 4);\n"), r"ldm = 132, but it must be a multiple of 8"),
+    (("+ kk], AS_LD);", "+ kk + 1], AS_LD);"), r"the pointer must be 32-byte aligned"),
+    (("                for (int j = 0; j < FN; ++j) wmma::mma_sync",
+      "                for (int j = 0; j < FN; ++j) if (lane != 7) wmma::mma_sync"),
+     r"thread 7 .*calls wmma::load_matrix_sync while lane 0 of its warp calls wmma::mma_sync"),
+], ids=["ldm-not-16-bytes", "misaligned-tile", "a-lane-skips-mma_sync"])
+def test_emulator_enforces_the_rules_of_wmma(tmp_path, plant, error):
+    """What CUDA asks of every WMMA call, which a GPU does not check (it computes garbage or
+    hangs): the emulator names the thread and the rule."""
+    rng = np.random.default_rng(3)
+    A, B = _half(rng, (16, 32)), _half(rng, (32, 16))
+    broken = _planted(tmp_path, {"matmul_wmma.cu": plant})
+    with pytest.raises(AssertionError, match=error):
+        _wmma(broken, A, B)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("N, F, few_blocks", [(1, 1, False), (37, 45, False), (1000, 3, False),
                                               (3, 300, False), (1000, 3, True), (200, 70, True)])
@@ -390,6 +466,27 @@ def test_emulated_matmul_wrappers(emulated_gpu, name, tuning, M, N, Kd, misalign
     A_dev = device_array(np.vstack([A[:1], A]))[1:] if misaligned else device_array(A)   # 4 B * K past
     C = K.MATMUL_KERNELS[name](A_dev, device_array(B), **tuning)
     np.testing.assert_allclose(np.asarray(C), R.matmul(A, B), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("M, N, Kd, misaligned", [(130, 136, 40, False), (37, 45, 29, False),
+                                                 (33, 64, 8, True)])
+def test_emulated_matmul_wmma_wrapper(emulated_gpu, monkeypatch, M, N, Kd, misaligned):
+    """(37, 45, 29) and the misaligned view take the zero-padded copies; on NumPy arrays the
+    same function returns its reference, and refuses what the kernel would refuse."""
+    rng = np.random.default_rng(M * N)
+    A, B = _half(rng, (M, Kd)), _half(rng, (Kd, N))
+    np.testing.assert_array_equal(K.matmul_wmma(A, B), R.matmul_fp16(A, B))   # NumPy: the reference
+    with pytest.raises(TypeError, match=r"2-D float16 array.*astype\(np.float16\)"):
+        K.matmul_wmma(A.astype(np.float32), B)
+    monkeypatch.setattr(K.matmul, "device_of", lambda a: "gpu")
+    A_dev = device_array(np.vstack([A[:1], A]))[1:] if misaligned else device_array(A)   # 2 B * K past
+    before = EmuArray.launches
+    C = K.matmul_wmma(A_dev, device_array(B))
+    assert EmuArray.launches > before, "the emulated kernel ran"
+    assert C.dtype == np.float32 and C.shape == (M, N)
+    np.testing.assert_allclose(np.asarray(C), R.matmul_fp16(A, B), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match=r"must have dtype float16.*astype\(cupy.float16\)"):
+        K.matmul_wmma(device_array(A.astype(np.float32)), device_array(B))
 
 
 def test_emulated_matmul_regblock_refuses_an_untested_tuning(emulated_gpu):

@@ -295,6 +295,26 @@ def test_regblock_tunings_name_their_builds():
         K.launch_config("regblock", 64, 64, 64, bk=12)
 
 
+def test_wmma_launch_geometry_and_numpy_path():
+    """matmul_wmma: 8 warps of 64x32 cover a 128x128 block tile; its shared memory is what the
+    .cu file declares; on NumPy arrays it is its reference (FP16 inputs, FP32 sums)."""
+    cfg = K.launch_config("wmma", 130, 4096, 64)
+    assert cfg.grid == (32, 2, 1) and cfg.block == (256, 1, 1)
+    assert cfg.static_shared_mem == (128 * 40 + 32 * 136) * 2 + 8 * 256 * 4 <= 48 * 1024
+    text = K.source("matmul_wmma.cu")
+    for line in ("#define BM 128", "#define BN 128", "#define BK 32", "#define WARPS_M 2",
+                 "#define WARPS_N 4", "#define AS_LD (BK + 8)", "#define BS_LD (BN + 8)"):
+        assert line in text, line
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((5, 7)), rng.standard_normal((7, 3))
+    want = A.astype(np.float16).astype(np.float64) @ B.astype(np.float16).astype(np.float64)
+    got = K.matmul_wmma(A.astype(np.float16), B.astype(np.float16))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="columns of A must equal the rows of B"):
+        K.matmul_wmma(A.astype(np.float16), A.astype(np.float16))
+
+
 def test_other_launch_geometry():
     cfg = K.launch_config("bias_relu", 65536, 1024)
     assert cfg.block == (32, 8, 1) and cfg.grid[0] == 32 and cfg.grid[1] <= 65535
@@ -448,6 +468,10 @@ def test_cuda_source_compiles_with_nvrtc(build):
     import ctypes
     file, defines = BUILDS[build]
     info = K.SOURCES[file]
+    try:
+        headers = K._build.header_options(file)   # matmul_wmma.cu's mma.h, from the wheels
+    except RuntimeError as e:
+        pytest.skip(str(e))
     prog = ctypes.c_void_p()
 
     def check(status):
@@ -464,7 +488,7 @@ def test_cuda_source_compiles_with_nvrtc(build):
         names = info.kernels if info.templated else ()
         for name in names:
             check(NVRTC.nvrtcAddNameExpression(prog, name.encode()))
-        opts = [o.encode() for o in K.NVRTC_OPTIONS + K._build.define_options(defines)]
+        opts = [o.encode() for o in K.NVRTC_OPTIONS + K._build.define_options(defines) + headers]
         # ... and the options CuPy adds itself (cupy/cuda/compiler.py) for an H100
         opts += [b"-arch=sm_90", b"-ftz=true", b"--device-as-default-execution-space"]
         check(NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts)))
@@ -493,6 +517,18 @@ MATMUL_BUILDS = ([(name, {}) for name in K.MATMUL_KERNELS] +
 def cp():
     from dlcourse.backend import require_cupy
     return require_cupy()
+
+
+@needs_gpu
+@pytest.mark.parametrize("M, N, Kd", [(1, 1, 1), (37, 45, 29), (130, 136, 40), (256, 256, 512)])
+def test_gpu_matmul_wmma(cp, M, N, Kd):
+    """The tensor cores against reference.matmul_fp16 (both sum in FP32, in other orders)."""
+    rng = np.random.default_rng(M + N)
+    A, B = (rng.standard_normal(s).astype(np.float16) for s in ((M, Kd), (Kd, N)))
+    C = K.matmul_wmma(cp.asarray(A), cp.asarray(B))
+    assert C.dtype == cp.float32 and C.shape == (M, N)
+    np.testing.assert_allclose(cp.asnumpy(C), K.reference.matmul_fp16(A, B), rtol=1e-4, atol=1e-3)
+    assert K.get_kernel("matmul_wmma.cu", "matmul_wmma").local_size_bytes == 0, "no spills"
 
 
 @needs_gpu

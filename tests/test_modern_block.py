@@ -3,8 +3,6 @@ dl.SwiGLU and TransformerBlock(norm="rms", pos="rope", mlp="swiglu"). Gradient c
 float64 on every backend, parity with a PyTorch reference written here (and torch.nn.RMSNorm
 where the installed torch has it), RoPE's relative-position property, the key/value cache,
 save/load, ONNX export checked in onnxruntime, and the errors."""
-import copy
-
 import numpy as np
 import pytest
 
@@ -312,3 +310,16 @@ def test_top_p_outside_zero_one_is_refused(top_p, error):
     model = dl.Transformer(13, 8, 2, 1, 12, seed=1)
     with pytest.raises(error, match=r"top_p.*top_p=0\.9"):
         dl.generate(model, tokens(1, 3, 13), 2, top_p=top_p)
+
+
+def test_dlcourse_generate_takes_top_p(tmp_path, capsys):
+    from dlcourse import cli
+    chars = "abcdefgh "
+    path = tmp_path / "char.npz"
+    dl.save(dl.Transformer(len(chars), 8, 2, 1, 16, seed=0, chars=chars), path)
+    assert cli.main(["generate", str(path), "--prompt", "ab", "--steps", "5", "--top-p",
+                     "0.9"]) == 0
+    assert capsys.readouterr().out.startswith("ab")
+    with pytest.raises(SystemExit):
+        cli.main(["generate", str(path), "--top-p", "1.5"])
+    assert "expected a number in (0, 1], got 1.5" in capsys.readouterr().err

@@ -69,6 +69,16 @@ def test_the_pre_split_covers_every_character_and_keeps_a_space_with_its_word():
     assert "".join(re.findall(bpe.PRE_SPLIT, text)) == text
 
 
+GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def test_the_pre_split_is_gpt2s_where_the_two_agree():
+    regex = pytest.importorskip("regex", reason="GPT-2's own pattern needs the regex package "
+                                "(\\p{L}); Python's re has no Unicode classes")
+    sample = TEXT.replace("½", "") + "def f(x_1):\n    return x_1 ** 2  # it's 3.14\n\n\n"
+    assert re.findall(bpe.PRE_SPLIT, sample) == regex.findall(GPT2_SPLIT, sample)
+
+
 def test_the_most_frequent_pair_is_merged_and_ties_go_to_the_smaller_pair():
     # "ab" x3 and "cd" x3 tie at 3; (97, 98) < (99, 100), so "ab" is merged first.
     tok = BPETokenizer.train("cd\nab\ncd\nab\ncd\nab", vocab=258)

@@ -36,6 +36,7 @@ module                     lessons
 ``data_parallel.py``       13: data parallelism
 ``sharding.py``            13b: overlapped buckets, ZeRO-1 sharding, recomputation
 ``capstone.py``            14: autograd
+``recurrence.py``          14b: recurrent networks, backpropagation through time
 ``self_attention.py``      15-16: attention by hand, FlashAttention
 ``transformer_block.py``   15b: the transformer block and the language model
 ``flash_tiled.py``         16b: FlashAttention's tiled forward and backward
@@ -68,6 +69,7 @@ from .data_parallel import fit_alpha_beta, ring_all_reduce  # lesson 13
 from .sharding import (bucket_plan, recompute_memory, reduce_scatter,  # lesson 13b
                        sharded_adam_step)
 from .capstone import tensor_mul, topological_order, unbroadcast  # lesson 14
+from .recurrence import bptt, lstm_step_backward, rnn_step_backward  # lesson 14b
 from .self_attention import (attention_backward, attention_bytes, causal_mask,  # lessons 15-16
                              merge_softmax)
 from .transformer_block import (lm_loss, mha_forward, train_step,  # lesson 15b
@@ -117,6 +119,8 @@ __all__ = [
     "bucket_plan", "reduce_scatter", "sharded_adam_step", "recompute_memory",
     # lesson 14
     "unbroadcast", "tensor_mul", "topological_order",
+    # lesson 14b (recurrence.py)
+    "rnn_step_backward", "bptt", "lstm_step_backward",
     # lessons 15-16 (self_attention.py)
     "attention_backward", "causal_mask", "merge_softmax", "attention_bytes",
     # lesson 15b (transformer_block.py)

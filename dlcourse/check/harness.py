@@ -3,7 +3,7 @@
 04a-04b, ``init_and_batching.py`` 04c-05, ``convolution.py`` 06, ``cnn.py`` 07, ``residual.py``
 07b, ``cuda.py`` 08a-08b, ``gpu_performance.py`` 08c-08d, ``playground.py`` 09,
 ``compression.py`` 10 and 11b, ``quantization.py`` 11a, ``deploy.py`` 12-12b,
-``data_parallel.py`` 13, ``capstone.py`` 14, ``self_attention.py`` 15-16).
+``data_parallel.py`` 13, ``capstone.py`` 14, ``recurrence.py`` 14b, ``self_attention.py`` 15-16).
 
 A check calls the learner's function through :func:`call`, compares what came back with the
 library's reference through the ``expect_*`` helpers, and raises :class:`ExerciseError` through

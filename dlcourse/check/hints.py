@@ -30,6 +30,7 @@ from . import (backprop, basics, capstone, cnn, compression, convolution, cuda, 
                playground, quantization, residual, self_attention, training)
 from . import flash_tiled, transformer_block     # lessons 15b, 16b
 from . import sharding                           # lesson 13b
+from . import recurrence                         # lesson 14b
 
 __all__ = ["hint", "solution", "progress", "HINTS", "ANSWER_TOKENS", "Shown"]
 
@@ -50,7 +51,7 @@ HINTS: dict[str, list[str]] = {
     **init_and_batching.HINTS, **convolution.HINTS, **cnn.HINTS, **residual.HINTS, **cuda.HINTS,
     **gpu_performance.HINTS, **playground.HINTS, **compression.HINTS, **quantization.HINTS,
     **deploy.HINTS, **data_parallel.HINTS, **capstone.HINTS, **self_attention.HINTS,
-    **transformer_block.HINTS, **flash_tiled.HINTS, **sharding.HINTS,
+    **transformer_block.HINTS, **flash_tiled.HINTS, **sharding.HINTS, **recurrence.HINTS,
 }
 
 # name -> what a first-level hint must not contain (its answer), kept beside each lesson's HINTS.
@@ -61,7 +62,7 @@ ANSWER_TOKENS: dict[str, list[str]] = {
     **gpu_performance.ANSWER_TOKENS, **playground.ANSWER_TOKENS, **compression.ANSWER_TOKENS,
     **quantization.ANSWER_TOKENS, **deploy.ANSWER_TOKENS, **data_parallel.ANSWER_TOKENS,
     **capstone.ANSWER_TOKENS, **self_attention.ANSWER_TOKENS, **transformer_block.ANSWER_TOKENS,
-    **flash_tiled.ANSWER_TOKENS, **sharding.ANSWER_TOKENS,
+    **flash_tiled.ANSWER_TOKENS, **sharding.ANSWER_TOKENS, **recurrence.ANSWER_TOKENS,
 }
 
 

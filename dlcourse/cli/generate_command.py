@@ -21,6 +21,9 @@ def add_command(commands) -> None:
                                                    "a number >= 0"), default=0.8,
                      help="below 1: safer, above 1: wilder, 0: always the likeliest (default 0.8)")
     gen.add_argument("--top-k", type=positive_int, help="draw only among the k likeliest")
+    gen.add_argument("--top-p", type=number(float, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+                     help="draw only among the likeliest holding this much probability "
+                          "(nucleus sampling), e.g. 0.9")
     gen.add_argument("--seed", type=nonnegative_int, default=0, help="default: 0")
     add_protection_options(gen)
     gen.set_defaults(run=_generate)
@@ -44,6 +47,6 @@ def _generate(args) -> int:
     if not len(prompt):
         raise CLIError("--prompt is empty: give at least one character to begin with.")
     ids = generate(model, prompt, args.steps, temperature=args.temperature, top_k=args.top_k,
-                   seed=args.seed)
+                   seed=args.seed, top_p=args.top_p)
     print(vocab.decode(ids))
     return 0

@@ -31,6 +31,8 @@ class Source:
     file: str
     kernels: tuple[str, ...]
     summary: str
+    #: CUDA headers the file includes (NVRTC has none of its own: see header_options)
+    headers: tuple[str, ...] = ()
 
     @property
     def templated(self) -> bool:
@@ -50,6 +52,10 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
            "matmul rung 3: 32x32 shared-memory tiles"),
     Source("matmul_regblock.cu", ("matmul_regblock",),
            "matmul rung 4: 128x128x8 block tile, 8x8 register micro-tile, float4 loads"),
+    Source("matmul_wmma.cu", ("matmul_wmma",),
+           "tensor cores: FP16 in, FP32 accumulated, 16x16x16 WMMA fragments, 128x128x32 "
+           "block tiles in shared memory, 64x32 per warp",
+           headers=("mma.h", "crt/mma.h", "cuda_fp16.h")),
     Source("bias_relu.cu",
            ("bias_relu_forward<float>", "bias_relu_forward<double>",
             "bias_relu_backward<float>", "bias_relu_backward<double>",
@@ -109,8 +115,45 @@ def _module(file: str, defines: tuple = ()):
     cupy = require_cupy()
     info = SOURCES[file]
     name_expressions = info.kernels if info.templated else None
-    return cupy.RawModule(code=source(file), options=NVRTC_OPTIONS + define_options(defines),
-                          name_expressions=name_expressions)
+    return cupy.RawModule(code=source(file), options=NVRTC_OPTIONS + define_options(defines)
+                          + header_options(file), name_expressions=name_expressions)
+
+
+def cuda_include_dirs() -> list:
+    """Folders that may hold the CUDA headers (mma.h, cuda_fp16.h), most likely first: $CUDA_PATH
+    or $CUDA_HOME, the pip wheels of NVIDIA (nvidia-cuda-runtime and nvidia-cuda-crt put them in
+    nvidia/cu13/include), /usr/local/cuda."""
+    import glob
+    import os
+    dirs = [os.path.join(os.environ[v], "include") for v in ("CUDA_PATH", "CUDA_HOME")
+            if os.environ.get(v)]
+    try:
+        import nvidia   # the namespace package of NVIDIA's pip wheels
+        for root in nvidia.__path__:
+            dirs += sorted(glob.glob(os.path.join(root, "cu*", "include")), reverse=True)
+            dirs += sorted(glob.glob(os.path.join(root, "cuda_runtime", "include")))
+    except ImportError:
+        pass
+    return dirs + ["/usr/local/cuda/include"]
+
+
+def header_options(file: str) -> tuple:
+    """The -I option NVRTC needs for the CUDA headers ``file`` includes (matmul_wmma.cu:
+    mma.h): () for a file that includes none. NVRTC has no headers of its own, so they come
+    from a CUDA toolkit or from NVIDIA's pip wheels (``pip install nvidia-cuda-runtime
+    nvidia-cuda-crt``: mma.h, cuda_fp16.h); an error says so when neither is found."""
+    from pathlib import Path as _Path
+    headers = SOURCES[file].headers
+    if not headers:
+        return ()
+    for folder in cuda_include_dirs():
+        if all((_Path(folder) / h).is_file() for h in headers):
+            return (f"-I{folder}",)
+    raise RuntimeError(f"{file} needs {', '.join(headers)} from CUDA, and NVRTC has no "
+                       f"headers of its own; none of {', '.join(cuda_include_dirs())} holds them. "
+                       f"Install them with `python -m pip install nvidia-cuda-runtime "
+                       f"nvidia-cuda-crt` (the major version of your CuPy's CUDA), or set "
+                       f"CUDA_PATH to a CUDA toolkit.")
 
 
 def define_options(defines: tuple = ()) -> tuple:

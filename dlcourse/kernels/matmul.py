@@ -16,6 +16,10 @@ matmul_regblock       128x128 block tiles, 8x8 outputs per thread in          ma
                       registers, float4 loads
 ====================  ======================================================  ==============
 
+Beside the ladder, on the tensor cores (lesson 08c): ``matmul_wmma`` (matmul_wmma.cu), FP16
+inputs, FP32 output, 16x16x16 WMMA fragments per warp inside 128x128x32 shared-memory tiles;
+on NumPy arrays it returns its reference ``reference.matmul_fp16``, so it runs everywhere.
+
 All four take float32, 2-D, C-contiguous CuPy arrays A (M, K) and B (K, N) and return a new
 C (M, N). Any M, N, K work: the kernels check their bounds. ``matmul_regblock`` reads with
 float4 (16-byte) loads, which need K and N to be multiples of 4; when they are not, the wrapper
@@ -30,9 +34,10 @@ import numpy as np
 
 from .. import ops
 from ..backend import device_of, require_cupy
+from . import reference
 from ._build import LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
-__all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock",
+__all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "matmul_wmma",
            "MATMUL_KERNELS", "REGBLOCK_TUNINGS", "regblock_defines", "regblock_label"]
 
 INT32_MAX = 2**31 - 1
@@ -118,6 +123,15 @@ def _regblock_geometry(M, N, K, bk=8, prefetch=False, double_buffer=False,
                         block=((BM // TM) * (BN // TN), 1, 1),
                         static_shared_mem=stages * (bk * as_stride + bk * BN) * 4,
                         note=f"one 128x128 tile of C per block, 8x8 per thread, BK = {bk}")
+
+
+@geometry("wmma")
+def _wmma_geometry(M, N, K):
+    BM, BN, BK, WARPS, PAD = 128, 128, 32, 8, 8   # matmul_wmma.cu's BM, BN, BK, NUM_WARPS, pads
+    return LaunchConfig("wmma", "matmul_wmma.cu", grid=(ceil_div(N, BN), ceil_div(M, BM), 1),
+                        block=(32 * WARPS, 1, 1),
+                        static_shared_mem=(BM * (BK + PAD) + BK * (BN + PAD)) * 2 + WARPS * 16 * 16 * 4,
+                        note="one 128x128 tile of C per block, 64x32 (4x2 WMMA fragments) per warp")
 
 
 # --------------------------------------------------------------------------------------
@@ -213,6 +227,53 @@ def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_confl
     Bp[:K, :N] = B
     C = _launch(launch_config("regblock", M, N4, K4, **tuning), Ap, Bp, M, N4, K4, defines)
     return cupy.ascontiguousarray(C[:, :N])
+
+
+def matmul_wmma(A, B):
+    """C = A @ B on the tensor cores: A (M, K) and B (K, N) float16, C-contiguous; returns C
+    (M, N) float32, the products summed in float32. Each warp computes a 64x32 tile of C as 4x2
+    WMMA fragments of 16x16 (matmul_wmma.cu). Any M; the 16-byte loads need K % 8 == 0 and
+    N % 8 == 0, and otherwise this wrapper first copies A and B into zero-padded arrays.
+
+    On NumPy arrays it returns ``reference.matmul_fp16(A, B)`` (same dtypes and shapes asked),
+    what the kernel must compute, so code written with it runs on the CPU too."""
+    fn = "matmul_wmma"
+    if device_of(A) != "gpu" and device_of(B) != "gpu":
+        for name, X in (("A", A), ("B", B)):
+            if X.ndim != 2 or X.dtype != np.float16:
+                raise TypeError(f"{fn}: {name} must be a 2-D float16 array, got shape "
+                                f"{tuple(X.shape)} and dtype {X.dtype}; convert with "
+                                f"{name}.astype(np.float16).")
+        if A.shape[1] != B.shape[0]:
+            raise ValueError(f"{fn}: A is {A.shape[0]}x{A.shape[1]} and B is {B.shape[0]}x"
+                             f"{B.shape[1]}; the columns of A must equal the rows of B.")
+        return reference.matmul_fp16(A, B)
+    check_gpu_array(fn, "A", A, ndim=2, dtypes=(np.float16,))
+    check_gpu_array(fn, "B", B, ndim=2, dtypes=(np.float16,))
+    (M, K), (K2, N) = A.shape, B.shape
+    if K != K2:
+        raise ValueError(f"{fn}: A is {M}x{K} and B is {K2}x{N}; for A @ B the columns of A "
+                         f"must equal the rows of B ({K} != {K2}). Did you mean B.T?")
+    cupy = require_cupy()
+    K8, N8 = ceil_div(K, 8) * 8, ceil_div(N, 8) * 8
+    _check_size(fn, M, N8, K8)
+    aligned = A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0
+    if (K8, N8) != (K, N) or not aligned:
+        Ap = cupy.zeros((M, K8), dtype=cupy.float16)
+        Ap[:, :K] = A
+        Bp = cupy.zeros((K8, N8), dtype=cupy.float16)
+        Bp[:K, :N] = B
+        A, B = Ap, Bp
+    C = cupy.empty((M, N8), dtype=cupy.float32)
+    if M and N8:
+        if K8 == 0:
+            C.fill(0)
+        else:
+            cfg = launch_config("wmma", M, N8, K8)
+            kernel = get_kernel(cfg.file, "matmul_wmma")
+            kernel(cfg.grid, cfg.block, (A, B, C, np.int32(M), np.int32(N8), np.int32(K8)),
+                   shared_mem=cfg.shared_mem)
+    return C if N8 == N else cupy.ascontiguousarray(C[:, :N])
 
 
 @contextlib.contextmanager

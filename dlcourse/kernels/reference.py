@@ -10,6 +10,7 @@ reference                    kernel(s)                               source
 ===========================  ======================================  ===============
 matmul                       matmul_naive / _coalesced / _tiled /    matmul_*.cu
                              _regblock
+matmul_fp16                  matmul_wmma (FP16 in, FP32 out)         matmul_wmma.cu
 bias_relu_forward_ref        bias_relu_forward                       bias_relu.cu
 bias_relu_backward_ref       bias_relu_backward                      bias_relu.cu
 bias_relu_rows_forward_ref   bias_relu_rows_forward                  bias_relu.cu
@@ -44,6 +45,13 @@ def matmul(A, B):
     (then cast back to A's dtype)."""
     A, B = to_numpy(A), to_numpy(B)
     return (A.astype(np.float64) @ B.astype(np.float64)).astype(A.dtype)
+
+
+def matmul_fp16(A, B):
+    """C = A @ B as the tensor cores compute it: A (M, K) and B (K, N) rounded to float16, the
+    products (exact in float32) summed in float32. Returns C (M, N) float32."""
+    A16, B16 = (to_numpy(x).astype(np.float16) for x in (A, B))
+    return A16.astype(np.float32) @ B16.astype(np.float32)
 
 
 def matmul_loops(A, B):

@@ -37,13 +37,21 @@ CUDA_STAND_IN = r"""
 #include <ucontext.h>
 
 struct emu_dim3 { unsigned x, y, z; };
-enum emu_state { EMU_READY, EMU_AT_BARRIER, EMU_AT_SHUFFLE, EMU_DONE };
+enum emu_state { EMU_READY, EMU_AT_BARRIER, EMU_AT_SHUFFLE, EMU_AT_WARP_OP, EMU_DONE };
+struct emu_thread;
+struct emu_warp_op {                         // a warp-collective call (__syncwarp, wmma::...)
+    const char* name;
+    void (*run)(emu_thread* lanes);          // does it for the 32 lanes, once all have come
+    const void* ptr; unsigned ldm; int layout; float value;   // must agree across the warp
+    void* frag[4];                           // this lane's fragments (d, a, b, c)
+};
 struct emu_thread {
     ucontext_t ctx;
     emu_dim3 idx;                            // threadIdx
     emu_state state;
     unsigned mask; int offset, bytes;        // the pending __shfl_down_sync
     unsigned char value[8], result[8];
+    emu_warp_op op;                          // the pending warp-collective call
 };
 // Not static, so that the compiler reloads them after every switch between threads.
 emu_dim3 blockIdx, blockDim, gridDim;
@@ -78,10 +86,197 @@ template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, int o
     std::memcpy(&out, emu_self->result, sizeof(T));
     return out;
 }
+// A warp-collective call: wait until all 32 lanes of the warp have made it (with the same
+// name and arguments), then the scheduler runs op.run once for the whole warp.
+static void emu_warp_collective(const emu_warp_op& op)
+{
+    emu_self->op = op;
+    emu_wait(EMU_AT_WARP_OP);
+}
+static void emu_nothing(emu_thread*) {}
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    emu_warp_op op{"__syncwarp", emu_nothing};
+    op.ldm = mask;
+    emu_warp_collective(op);
+}
+// half (cuda_fp16.h): the bits of an IEEE binary16, converted with round-to-nearest-even.
+static inline unsigned short emu_float_to_half_bits(float f)
+{
+    unsigned u; std::memcpy(&u, &f, 4);
+    const unsigned sign = (u >> 16) & 0x8000u;
+    const unsigned exp = (u >> 23) & 0xffu;
+    unsigned mant = u & 0x7fffffu;
+    if (exp == 0xff) return sign | 0x7c00u | (mant ? 0x200u : 0u);          // inf, NaN
+    int e = (int)exp - 127 + 15;
+    if (e >= 31) return sign | 0x7c00u;                                      // overflow: inf
+    if (e <= 0) {                                                            // subnormal or 0
+        if (e < -10) return sign;
+        mant |= 0x800000u;
+        const int shift = 14 - e;
+        unsigned half = mant >> shift, rest = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1u))) ++half;
+        return sign | half;
+    }
+    unsigned half = ((unsigned)e << 10) | (mant >> 13), rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;        // may carry into exp
+    return sign | half;
+}
+static inline float emu_half_bits_to_float(unsigned short h)
+{
+    const unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    unsigned u;
+    if (exp == 0x1f) u = sign | 0x7f800000u | (mant << 13);
+    else if (exp) u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    else if (!mant) u = sign;
+    else { float f = std::ldexp((float)mant, -24); std::memcpy(&u, &f, 4); u |= sign; }
+    float f; std::memcpy(&f, &u, 4);
+    return f;
+}
+struct __half {
+    unsigned short bits;
+    __half() = default;
+    __half(float f) : bits(emu_float_to_half_bits(f)) {}
+    operator float() const { return emu_half_bits_to_float(bits); }
+};
+typedef __half half;
+static inline __half __float2half(float f) { return __half(f); }
+static inline float __half2float(__half h) { return float(h); }
 struct alignas(16) float4 { float x, y, z, w; };
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+"""
+
+
+# <mma.h>, nvcuda::wmma, for the 16 x 16 x 16 shape. A fragment is each lane's share of a
+# 16 x 16 tile: lane l holds elements l, l + 32, ..., l + 224 of the tile in row-major order
+# (CUDA does not specify its layout, so a kernel must not depend on it). Every operation is
+# warp-collective (emu_warp_collective): the 32 lanes meet, their arguments are checked to
+# agree, and the tile moves as a whole. matrix_a and matrix_b hold halves (a float stored into
+# them is rounded to FP16); mma_sync multiplies exactly and sums in FP32, k in order. As CUDA
+# asks, every pointer must be 32-byte aligned and ldm a multiple of 16 bytes (8 halves, 4 floats).
+WMMA_STAND_IN = r"""
+#pragma once
+#include <cstdint>
+#include <type_traits>
+namespace nvcuda { namespace wmma {
+struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+struct row_major {}; struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <typename Use, int m, int n, int k, typename T, typename Layout = void>
+struct fragment {
+    static_assert(m == 16 && n == 16 && k == 16, "the emulator's wmma has the 16x16x16 shape only");
+    static_assert(!std::is_same<Use, accumulator>::value || std::is_same<T, float>::value,
+                  "the emulator's accumulator fragments are float");
+    typedef T element_type;
+    enum { num_elements = 8 };
+    T x[num_elements];
+};
+template <typename F> static inline F& emu_frag(emu_thread* lanes, unsigned l, int i)
+{ return *static_cast<F*>(lanes[l].op.frag[i]); }
+// The op, or (when the pointer or ldm break CUDA's rules) an op whose name says what is wrong
+// and that the scheduler reports instead of running.
+template <typename T> static emu_warp_op emu_memory_op(emu_warp_op op, const T* p, unsigned ldm)
+{
+    static char what[200];
+    op.ptr = p; op.ldm = ldm;
+    if (reinterpret_cast<std::uintptr_t>(p) % 32)
+        std::snprintf(what, sizeof what, "%s: the pointer must be 32-byte aligned", op.name);
+    else if (ldm * sizeof(T) % 16)
+        std::snprintf(what, sizeof what, "%s: ldm = %u, but it must be a multiple of %d for "
+                      "this element type (16 bytes)", op.name, ldm, (int)(16 / sizeof(T)));
+    else
+        return op;
+    op.name = what; op.run = nullptr;
+    return op;
+}
+static inline int emu_at(int e, unsigned ldm, bool col_major)   // element e of the tile in memory
+{ return col_major ? (e % 16) * ldm + e / 16 : (e / 16) * ldm + e % 16; }
+
+template <typename F> static void emu_fill(emu_thread* lanes)
+{
+    for (unsigned l = 0; l < 32; ++l)
+        for (int i = 0; i < 8; ++i) emu_frag<F>(lanes, l, 0).x[i] = lanes[0].op.value;
+}
+template <typename F, typename T> static void emu_load(emu_thread* lanes)
+{
+    const T* p = static_cast<const T*>(lanes[0].op.ptr);
+    for (unsigned l = 0; l < 32; ++l)
+        for (int i = 0; i < 8; ++i)
+            emu_frag<F>(lanes, l, 0).x[i] = p[emu_at(32 * i + l, lanes[0].op.ldm, lanes[0].op.layout)];
+}
+template <typename F, typename T> static void emu_store(emu_thread* lanes)
+{
+    T* p = static_cast<T*>(const_cast<void*>(lanes[0].op.ptr));
+    for (unsigned l = 0; l < 32; ++l)
+        for (int i = 0; i < 8; ++i)
+            p[emu_at(32 * i + l, lanes[0].op.ldm, lanes[0].op.layout)] = emu_frag<F>(lanes, l, 0).x[i];
+}
+template <typename FD, typename FA, typename FB, typename FC> static void emu_mma(emu_thread* lanes)
+{
+    float a[256], b[256], c[256];                // the whole tiles, gathered from the 32 lanes
+    for (unsigned l = 0; l < 32; ++l)
+        for (int i = 0; i < 8; ++i) {
+            a[32 * i + l] = emu_frag<FA>(lanes, l, 1).x[i];
+            b[32 * i + l] = emu_frag<FB>(lanes, l, 2).x[i];
+            c[32 * i + l] = emu_frag<FC>(lanes, l, 3).x[i];
+        }
+    for (int r = 0; r < 16; ++r)
+        for (int col = 0; col < 16; ++col) {
+            float sum = c[r * 16 + col];
+            for (int k = 0; k < 16; ++k) sum += a[r * 16 + k] * b[k * 16 + col];   // FP32
+            c[r * 16 + col] = sum;
+        }
+    for (unsigned l = 0; l < 32; ++l)
+        for (int i = 0; i < 8; ++i) emu_frag<FD>(lanes, l, 0).x[i] = c[32 * i + l];
+}
+
+template <typename Use, int m, int n, int k, typename T, typename L>
+static inline void fill_fragment(fragment<Use, m, n, k, T, L>& f, float value)
+{
+    emu_warp_op op{"wmma::fill_fragment", emu_fill<fragment<Use, m, n, k, T, L>>};
+    op.value = value; op.frag[0] = &f;
+    emu_warp_collective(op);
+}
+template <typename Use, int m, int n, int k, typename T, typename L, typename P>
+static inline void load_matrix_sync(fragment<Use, m, n, k, T, L>& f, const P* p, unsigned ldm)
+{
+    static_assert(std::is_same<L, row_major>::value || std::is_same<L, col_major>::value,
+                  "an accumulator is loaded with a layout: load_matrix_sync(f, p, ldm, layout)");
+    emu_warp_op op = emu_memory_op(
+        emu_warp_op{"wmma::load_matrix_sync", emu_load<fragment<Use, m, n, k, T, L>, P>}, p, ldm);
+    op.layout = std::is_same<L, col_major>::value; op.frag[0] = &f;
+    emu_warp_collective(op);
+}
+template <int m, int n, int k, typename T, typename P>
+static inline void load_matrix_sync(fragment<accumulator, m, n, k, T>& f, const P* p, unsigned ldm,
+                                    layout_t layout)
+{
+    emu_warp_op op = emu_memory_op(
+        emu_warp_op{"wmma::load_matrix_sync", emu_load<fragment<accumulator, m, n, k, T>, P>}, p, ldm);
+    op.layout = layout == mem_col_major; op.frag[0] = &f;
+    emu_warp_collective(op);
+}
+template <int m, int n, int k, typename T, typename P>
+static inline void store_matrix_sync(P* p, const fragment<accumulator, m, n, k, T>& f, unsigned ldm,
+                                     layout_t layout)
+{
+    emu_warp_op op = emu_memory_op(
+        emu_warp_op{"wmma::store_matrix_sync", emu_store<fragment<accumulator, m, n, k, T>, P>}, p, ldm);
+    op.layout = layout == mem_col_major;
+    op.frag[0] = const_cast<fragment<accumulator, m, n, k, T>*>(&f);
+    emu_warp_collective(op);
+}
+template <typename FD, typename FA, typename FB, typename FC>
+static inline void mma_sync(FD& d, const FA& a, const FB& b, const FC& c)
+{
+    emu_warp_op op{"wmma::mma_sync", emu_mma<FD, FA, FB, FC>};
+    op.frag[0] = &d; op.frag[1] = const_cast<FA*>(&a); op.frag[2] = const_cast<FB*>(&b);
+    op.frag[3] = const_cast<FC*>(&c);
+    emu_warp_collective(op);
+}
+} }   // namespace nvcuda::wmma
 """
 
 
@@ -95,6 +290,43 @@ static int emu_fail(const char* what, unsigned tid)
                   blockIdx.y, blockIdx.z, tid, tid % blockDim.x, tid / blockDim.x % blockDim.y,
                   tid / (blockDim.x * blockDim.y), what);
     return 1;
+}
+
+// Run the warp-collective call all lanes of one warp wait in: the same call, with the same
+// arguments, from every one of the 32 lanes of a full warp.
+static int emu_collective(emu_thread* th, unsigned first, unsigned lanes)
+{
+    static char what[200];
+    const emu_warp_op& op = th[first].op;
+    for (unsigned l = 0; l < lanes; ++l) {
+        const emu_thread& t = th[first + l];
+        if (t.state == EMU_AT_WARP_OP && !t.op.run) return emu_fail(t.op.name, first + l);
+        if (t.state != EMU_AT_WARP_OP) {
+            std::snprintf(what, sizeof what, "%s while its warp waits in %s (a warp-collective "
+                          "call: all 32 lanes must make it)", t.state == EMU_DONE ? "returned" :
+                          t.state == EMU_AT_BARRIER ? "waits in __syncthreads()" :
+                          "waits in __shfl_down_sync", op.name);
+            return emu_fail(what, first + l);
+        }
+        if (lanes != 32)
+            return emu_fail("a warp-collective call in a warp of fewer than 32 threads (make the "
+                            "block a multiple of 32 threads)", first + l);
+        if (std::strcmp(t.op.name, op.name) || t.op.run != op.run) {
+            std::snprintf(what, sizeof what, "calls %s while lane 0 of its warp calls %s",
+                          t.op.name, op.name);
+            return emu_fail(what, first + l);
+        }
+        if (t.op.ptr != op.ptr || t.op.ldm != op.ldm || t.op.layout != op.layout ||
+            std::memcmp(&t.op.value, &op.value, sizeof(float))) {
+            std::snprintf(what, sizeof what, "calls %s with other arguments than lane 0 of its "
+                          "warp (the pointer, ldm, layout and value must be the same for all 32)",
+                          op.name);
+            return emu_fail(what, first + l);
+        }
+    }
+    op.run(th + first);
+    for (unsigned l = 0; l < lanes; ++l) th[first + l].state = EMU_READY;
+    return 0;
 }
 
 // Exchange the values of one warp whose lanes all wait in __shfl_down_sync.
@@ -137,14 +369,16 @@ static int emu_run_block(emu_thread* th, unsigned n, char* stacks, size_t stack_
             const unsigned first = 32 * (reverse ? warps - 1 - k : k);
             const unsigned lanes = n - first < 32 ? n - first : 32;
             for (;;) {
-                bool shuffle = false;           // run each lane until it waits or returns
+                bool shuffle = false, collective = false;   // run each lane until it waits or returns
                 for (unsigned l = 0; l < lanes; ++l) {
                     emu_self = &th[first + (reverse ? lanes - 1 - l : l)];
                     if (emu_self->state == EMU_READY) swapcontext(&emu_scheduler, &emu_self->ctx);
                     shuffle |= emu_self->state == EMU_AT_SHUFFLE;
+                    collective |= emu_self->state == EMU_AT_WARP_OP;
                 }
-                if (!shuffle) break;            // the warp waits at the barrier, or is done
-                if (emu_shuffle(th, first, lanes)) return 1;
+                if (!shuffle && !collective) break;   // the warp waits at the barrier, or is done
+                if (collective && !shuffle ? emu_collective(th, first, lanes)
+                                           : emu_shuffle(th, first, lanes)) return 1;
             }
         }
         unsigned done = 0;                    // else every thread waits at the barrier or is done
@@ -203,6 +437,8 @@ int run_matmul_tiled(GEOMETRY, const float* A, const float* B, float* Cm, int M,
 { LAUNCH(matmul_tiled(A, B, Cm, M, N, K)); }
 int run_matmul_regblock(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
 { LAUNCH(matmul_regblock(A, B, Cm, M, N, K)); }
+int run_matmul_wmma(GEOMETRY, const half* A, const half* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_wmma(A, B, Cm, M, N, K)); }
 """
 
 
@@ -261,9 +497,10 @@ def compile_kernels(out, sources, name="emulated"):
     unit += SCHEDULER + LAUNCHERS
     unit += "".join(TYPED.format(t=t, T=T) for t, T in (("f", "float"), ("d", "double"))) + "}\n"
     (out / f"{name}.cpp").write_text(unit)
+    (out / "mma.h").write_text(WMMA_STAND_IN)          # what #include <mma.h> finds
     lib = out / f"lib{name}.so"
     proc = subprocess.run([GXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
-                           "-o", str(lib), str(out / f"{name}.cpp")],
+                           "-I", str(out), "-o", str(lib), str(out / f"{name}.cpp")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"g++ could not compile the kernels as C++:\n{proc.stderr[-4000:]}"
     emu = ctypes.CDLL(str(lib))
@@ -366,7 +603,7 @@ def channel_major(a):
 # emulated kernels. So the wrappers' own work (padding, strides, partial sums, the template
 # each dtype picks, the type of every scalar argument) and the glue in Conv2d and the fused
 # layers run in CI as they would on a GPU.
-C_TYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64}
+C_TYPES = {"half": np.float16, "float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64}
 
 
 SHORT = {"float": "f", "double": "d", "int": "i", "long long": "l"}
@@ -442,6 +679,7 @@ def step_launches(make_model, x, labels) -> list:
 
 
 FAKE_CUPY = types.SimpleNamespace(
+    float16=np.float16,
     float32=np.float32,
     int32=np.int32,
     empty=lambda shape, dtype=np.float32: empty(shape, dtype).view(EmuArray),
