@@ -168,9 +168,9 @@ def tag_nbgrader(nb):
       name (``conv2d_backward``);
     - its check cell: a locked, autograded test cell, ``grade_id`` = ``check_<name>``, worth
       :data:`POINTS`; a markdown answer cell is graded by hand (grade and solution, 1 point);
-    - a held-back derivation (``<!-- BEGIN DERIVATION name -->``): an ungraded markdown
-      solution cell, ``grade_id`` = ``derivation_<name>`` (nbgrader releases it as an answer
-      cell for the learner's own derivation);
+    - a held-back derivation (``<!-- BEGIN DERIVATION name -->``): a markdown answer cell worth
+      0 points, ``grade_id`` = ``derivation_<name>`` (nbgrader releases it as an answer cell for
+      the learner's own derivation; it requires a markdown solution cell to be a grade cell);
     - every other cell: no nbgrader metadata.
 
     Running it twice gives the same notebook (the tool is idempotent).
@@ -180,7 +180,7 @@ def tag_nbgrader(nb):
         cell.metadata.pop("nbgrader", None)
         name = derivation_name(cell.source) if cell.cell_type == "markdown" else None
         if name is not None:
-            cell.metadata["nbgrader"] = _nbgrader_meta(False, True, False, f"derivation_{name}")
+            cell.metadata["nbgrader"] = _nbgrader_meta(True, True, False, f"derivation_{name}", 0)
     for ex in exercises(nb):
         cell = nb.cells[ex.cell]
         if cell.cell_type == "markdown":

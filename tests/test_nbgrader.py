@@ -95,6 +95,25 @@ def course(tmp_path_factory):
     return course
 
 
+def test_nbgrader_generates_every_lesson(tmp_path):
+    """Every lesson goes through generate_assignment: nbgrader validates each cell's metadata
+    (a held-back derivation, a markdown answer cell, must be a grade cell: 0 points)."""
+    pytest.importorskip("nbgrader", reason="nbgrader is not installed (it is in the test extra)")
+    (tmp_path / "source" / "all").mkdir(parents=True)
+    for path in sorted(NOTEBOOKS.glob("[0-9]*.ipynb")):
+        shutil.copy(path, tmp_path / "source" / "all")
+    (tmp_path / "nbgrader_config.py").write_text(
+        "c = get_config()\nc.CourseDirectory.course_id = 'dlcourse'\n")
+    _nbgrader(tmp_path, "generate_assignment", "all", "--force")
+    released = sorted(p.name for p in (tmp_path / "release" / "all").glob("*.ipynb"))
+    assert released == sorted(p.name for p in NOTEBOOKS.glob("[0-9]*.ipynb"))
+    held = [c for p in NOTEBOOKS.glob("[0-9]*.ipynb")
+            for c in nbformat.read(tmp_path / "release" / "all" / p.name, as_version=4).cells
+            if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("derivation_")]
+    assert held and all("YOUR ANSWER HERE" in c.source for c in held)
+    assert all(c.metadata["nbgrader"]["points"] == 0 for c in held)
+
+
 def _changed_cells(before, after) -> list[int]:
     return [i for i, (a, b) in enumerate(zip(before.cells, after.cells)) if a.source != b.source]
 
