@@ -153,8 +153,8 @@ def _elementwise(dout, dx, grads, saved):      # dx = dout * mask, and the like
 BACKWARD_TEMPORARIES = {"Linear": _linear, "LinearReLU": _linear, "Conv2d": _conv,
                         "Conv2dReLU": _conv}
 # Arrays the size of one parameter alive at once in each optimizer's update: SGD p -= lr * v
-# (one); Adam (1-b2) * (g * g) (two), then sqrt(v), m / that and step_size * that (three).
-UPDATE_TEMPORARIES = {"SGD": 1, "Adam": 3, "AdamW": 3, "RMSprop": 2, "Adagrad": 3}
+# (one); Adam g * g (one, scaled in place), then sqrt(v) and m / that (two, scaled in place).
+UPDATE_TEMPORARIES = {"SGD": 1, "Adam": 2, "AdamW": 2, "RMSprop": 2, "Adagrad": 3}
 
 
 def _workspace(model, layers, x, optimizer) -> int:

@@ -185,10 +185,14 @@ class Adam(Optimizer):
             m *= self.b1
             m += (1 - self.b1) * g
             v *= self.b2
-            v += (1 - self.b2) * (g * g)
+            g2 = g * g                       # temporaries made and scaled in place: at most
+            g2 *= 1 - self.b2                # two alive at once, whatever NumPy's version
+            v += g2
             denom = xp.sqrt(v)
             denom += eps
-            p -= step_size * (m / denom)
+            update = m / denom
+            update *= step_size
+            p -= update
         _keep_pruned(self.model)       # pruned weights stay zero (lesson 11b)
 
     def _decay(self, p, g):

@@ -32,12 +32,13 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 # The cases live per lesson group in tests/derive_cases/.
 from derive_cases import basics, cnn, flagship, gpu, later  # noqa: E402
 from derive_cases import recurrence  # noqa: E402  (lesson 14b)
+from derive_cases import tokens  # noqa: E402  (lesson 15c)
 
 DERIVED: dict[str, list[str]] = {**basics.DERIVED, **cnn.DERIVED, **gpu.DERIVED, **later.DERIVED,
-                                 **flagship.DERIVED, **recurrence.DERIVED}
+                                 **flagship.DERIVED, **recurrence.DERIVED, **tokens.DERIVED}
 SHORTCUTS: dict[str, tuple[str, str]] = {**basics.SHORTCUTS, **cnn.SHORTCUTS, **gpu.SHORTCUTS,
                                          **later.SHORTCUTS, **flagship.SHORTCUTS,
-                                         **recurrence.SHORTCUTS}
+                                         **recurrence.SHORTCUTS, **tokens.SHORTCUTS}
 
 
 def _squash(text: str) -> str:

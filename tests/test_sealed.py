@@ -293,3 +293,26 @@ def test_what_the_seal_costs_on_a_check():
     print(f"\nconv2d_naive's check: {sealed_time * 1e3:.0f} ms sealed, {open_time * 1e3:.0f} ms "
           f"with the hook left out ({sealed_time / open_time:.2f}x)")
     assert sealed_time < 100 * open_time + 1.0
+
+
+def test_finalizers_and_garbage_collector_callbacks_are_not_the_learners_calls():
+    """A collection can start anywhere in the learner's code, and run a package's gc callback
+    (Hypothesis registers one) or an object's __del__ there: neither is a call the learner
+    made, and neither fails the check."""
+    import gc
+    namespace = {"dl": dl}
+    exec(compile("def callback(phase, info):\n    dl.shapes.as_pair(1)\n"      # noqa: S102
+                 "class Held:\n    def __del__(self):\n        dl.shapes.as_pair(2)\n",
+                 dl.shapes.__file__, "exec"), namespace)    # code that lives in a package
+    gc.callbacks.append(namespace["callback"])
+    try:
+        def answer(x):
+            for _ in range(1000):
+                held = namespace["Held"]()
+                held.me = held                    # a cycle: only the collector frees it
+                del held
+            gc.collect()
+            return x
+        assert (_run(answer, np.ones(2)) == 1).all()
+    finally:
+        gc.callbacks.remove(namespace["callback"])

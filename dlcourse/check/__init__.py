@@ -39,6 +39,7 @@ module                     lessons
 ``recurrence.py``          14b: recurrent networks, backpropagation through time
 ``self_attention.py``      15-16: attention by hand, FlashAttention
 ``transformer_block.py``   15b: the transformer block and the language model
+``tokens_and_block.py``    15c: byte-level BPE, RMSNorm, rotary positions
 ``flash_tiled.py``         16b: FlashAttention's tiled forward and backward
 =========================  ===================================================================
 """
@@ -74,6 +75,7 @@ from .self_attention import (attention_backward, attention_bytes, causal_mask,  
                              merge_softmax)
 from .transformer_block import (lm_loss, mha_forward, train_step,  # lesson 15b
                                 transformer_block_backward)
+from .tokens_and_block import bpe_merge_step, rmsnorm_backward, rope  # lesson 15c
 from .flash_tiled import flash_backward, flash_forward_tiled  # lesson 16b
 
 # Every check of every lesson (each submodule's __all__; a test keeps this list complete).
@@ -125,6 +127,8 @@ __all__ = [
     "attention_backward", "causal_mask", "merge_softmax", "attention_bytes",
     # lesson 15b (transformer_block.py)
     "mha_forward", "transformer_block_backward", "lm_loss", "train_step",
+    # lesson 15c (tokens_and_block.py)
+    "bpe_merge_step", "rmsnorm_backward", "rope",
     # lesson 16b (flash_tiled.py)
     "flash_forward_tiled", "flash_backward",
 ]

@@ -205,12 +205,19 @@ class _SwapOnSecondOpen:
 
     def __enter__(self):
         __tracebackhide__ = True
+        import pathlib
         self.builtins.open = self.io.open = self._open
+        # Python 3.10's pathlib opens through an accessor that holds io.open itself
+        self.accessor = getattr(pathlib, "_NormalAccessor", None)
+        if self.accessor is not None:
+            self.accessor.open = staticmethod(self._open)
         return self
 
     def __exit__(self, *exc):
         __tracebackhide__ = True
         self.builtins.open = self.io.open = self.original
+        if self.accessor is not None:
+            self.accessor.open = self.original
         return False
 
 

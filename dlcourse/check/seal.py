@@ -368,6 +368,16 @@ class Refusal(Exception):
     """Raised inside the learner's code at a refused call (the check then fails, naming it)."""
 
 
+def _unbidden(code) -> bool:
+    """Code the interpreter runs on its own in the middle of the learner's code, which the
+    learner did not call: a finalizer (``__del__``) or a garbage-collector callback (Hypothesis
+    registers one), run when a collection happens to start there."""
+    __tracebackhide__ = True
+    import gc
+    return code.co_name == "__del__" or any(
+        code in _codes_of(callback) for callback in list(gc.callbacks))
+
+
 class _ClosedType:
     """Stands for a closed package's scalar type (``ml_dtypes.bfloat16``) while a check runs.
     A cast to it calls no Python function that the hook could see (NumPy runs ml_dtypes' C
@@ -498,7 +508,9 @@ class sealed:
     def _closed_call(self, frame, kind):
         __tracebackhide__ = True
         code = frame.f_code
-        if not self._is_open_code(code) and self._from_learner(frame.f_back, kind == _LIBRARY):
+        if self._is_open_code(code) or _unbidden(code):
+            return
+        if self._from_learner(frame.f_back, kind == _LIBRARY):
             self._refuse(describe(code), kind)
 
     def _closed_c_call(self, frame, arg, module, kind):
