@@ -1,6 +1,6 @@
 """The block of today's open models (Llama's): RMSNorm, rotary position embeddings, SwiGLU.
 
-Introduced in notebook ``15b_transformer_block_and_language_model`` beside lesson 15's block
+Introduced in notebook ``15c_tokens_and_the_modern_block`` beside lesson 15's block
 (``transformer.py``); ``dl.TransformerBlock(norm="rms", pos="rope", mlp="swiglu")`` and
 ``dl.Transformer(...)`` with the same three arguments put them together.
 

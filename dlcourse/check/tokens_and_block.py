@@ -473,12 +473,13 @@ HINTS: dict[str, list[str]] = {
     ],
     'rmsnorm_backward': [
         ("one row's graph: its D values -> r, one over the root of (mean of the squares + eps) "
-         "-> x_hat, x scaled by r -> y, g times x_hat. Each x reaches the loss directly (through its own x_hat) and through "
-         "r, which every x_hat of the row shares. What is d r / d x_j? dg gathers over every "
-         "row."),
-        ("with the gradient reaching x_hat (dout times g) and r per row (keepdims): dx = r times "
-         "(that gradient - x_hat times the mean over the row of ___); dg = the sum of ___ over every axis but the last. Set it beside "
-         "LayerNorm's backward (lesson 07b): which term is gone, and why?"),
+         "-> x_hat, x scaled by r -> y, g times x_hat. Each x reaches the loss directly "
+         "(through its own x_hat) and through r, which every x_hat of the row shares. What is "
+         "d r / d x_j? dg gathers over every row."),
+        ("with the gradient reaching x_hat (dout times g) and r per row (keepdims): dx = r "
+         "times (that gradient - x_hat times the mean over the row of ___); dg = the sum of ___ "
+         "over every axis but the last. Set it beside LayerNorm's backward (lesson 07b): which "
+         "term is gone, and why?"),
     ],
     'rope': [
         ("build the table of angles first: the positions of the T rows (a column) times "

@@ -1,7 +1,8 @@
 """A byte-level BPE tokenizer trained from scratch (as GPT-2's, and CS336's assignment 1).
 
-Introduced in notebook ``15_attention`` (characters against BPE tokens on the same text) and
-used by ``dlcourse train --model transformer --dataset text --tokenizer bpe --vocab 512``.
+Introduced in notebook ``15c_tokens_and_the_modern_block`` (its merges, the round trip, and
+characters against BPE tokens on the same text, per byte) and used by
+``dlcourse train --model transformer --dataset text --tokenizer bpe --vocab 512``.
 
 **The idea.** Start from the 256 byte values (ids 0-255): any UTF-8 text is a sequence of
 them, so nothing is ever unknown. Then repeat: count every pair of neighbouring ids in the

@@ -5,8 +5,8 @@ DERIVED: dict[str, list[str]] = {
     # the tie-break and the jump past a merged pair
     "bpe_merge_step": [r"\(-counts?\[p\],p\)", r"i\+=2", r"i\+2"],
     # RMSNorm's backward: the rms's path with its 1/D, and no mean's path
-    "rmsnorm_backward": [r"r\(\\hat\{?g\}?-\\hatx", r"dx_hat-x_hat\*", r"\\frac\{r\}\{D\}",
-                         r"-\\frac\{?1\}?\{?D\}?\\sum_k\\hatg_k\\hatx_k"],
+    "rmsnorm_backward": [r"\\hatg_j-\\hatx_j", r"r\(\\hat\{?g\}?-\\hatx", r"g_hat-x_hat\*",
+                         r"\\frac\{r\}\{D\}", r"-\\frac\{?1\}?\{?D\}?\\sum_k\\hatg_k\\hatx_k"],
     # the rotation of one pair, written out
     "rope": [r"x_\{2i\}\\cos.*-x_\{2i\+1\}\\sin", r"x0\*cos-x1\*sin"],
 }
