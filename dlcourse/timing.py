@@ -1,7 +1,7 @@
 """One timing rule for every lesson: warm up, repeat, take the median; synchronize on a GPU.
 
-Introduced in notebook ``00_setup_and_gpu_arrays`` (built there by hand as ``time_it``); used in
-``05_gpu_batching``, ``06a_convolution_and_im2col`` and the GPU lessons ``08a``, ``08b`` and ``08d``.
+Introduced in notebook ``00_setup_and_gpu_arrays`` (built there by hand as ``time_it``); used with
+CUDA events in the GPU lessons ``08a``, ``08b`` and ``08d``.
 
     seconds = dl.timeit(lambda: a @ b)                       # CPU or GPU, wall clock
     seconds = dl.timeit(kernel, A, B, cuda_events=True)       # GPU time from CUDA events
@@ -11,9 +11,10 @@ GPU calls return before their work is done, so every timed call is followed by
 its own stream). Warm-up calls are not timed: the first call compiles a kernel or fills a
 memory pool. The median of the repeats is robust to the odd slow run of a busy machine.
 
-To compare variants on a CPU (lessons ``05``, ``14``, ``15``), ``dl.timing.compare`` times them
-in turns over several rounds with the BLAS threads set explicitly, as ``benchmarks/`` does, so a
-busy spell of a shared machine slows every variant alike and the figure means the same anywhere:
+To compare variants on a CPU (lessons ``00``, ``05``, ``06a``, ``08d``, ``11b``, ``12``, ``13b``,
+``14b``, ``16``), ``dl.timing.compare`` times them in turns over several rounds with the BLAS
+threads set explicitly, as ``benchmarks/`` does, so a busy spell of a shared machine slows every
+variant alike and the figure means the same anywhere:
 
     t = dl.timing.compare({"loop": f, "batch": g}, threads=1)
     t["batch"].median, t["batch"].low, t["batch"].high        # seconds: median, middle half
