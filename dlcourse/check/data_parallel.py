@@ -21,13 +21,26 @@ from .. import distributed
 from .harness import (ExerciseError, call, expect_close, expect_tuple, expect_unchanged,
                       check_wrapper, closed, fail, handed, passed, raise_error, to_array)
 
-__all__ = ["ring_all_reduce", "fit_alpha_beta", "ExerciseError"]
+__all__ = ["ring_all_reduce", "fit_alpha_beta", "ExerciseError"]   # and run_on_ranks, 13b's
 
 # The learner's ring runs on simulated ranks with the library closed (harness.closed): what it
 # may call is the counting communicator it is handed, whose all_reduce refuses too.
+def _refused_collective(name):
+    """A communicator method that refuses: the learner builds the collective from sendrecv."""
+    __tracebackhide__ = True
+
+    def collective(self, *args, **kwargs):
+        __tracebackhide__ = True
+        raise RuntimeError(f"comm.{name} is what you are building, or does it for you: use "
+                           f"sendrecv only.")
+    collective.__name__ = name
+    return collective
+
+
 @handed
 class _Counting(distributed.Communicator):
-    """A simulated rank that counts what it sends and forbids shortcuts (all_reduce)."""
+    """A simulated rank that counts what it sends and refuses every collective (the learner
+    builds one from sendrecv): lessons 13 and 13b."""
 
     def __init__(self, inner):
         __tracebackhide__ = True
@@ -44,15 +57,15 @@ class _Counting(distributed.Communicator):
         self.peers.add((dest, source))
         self.inner.sendrecv(send, dest, recv, source)
 
-    def all_reduce(self, x, op="sum"):
-        __tracebackhide__ = True
-        raise RuntimeError("comm.all_reduce is what you are building: use sendrecv only.")
+    all_reduce, all_reduce_in_place, iall_reduce_in_place, reduce_scatter, all_gather, \
+        broadcast = (_refused_collective(name) for name in (
+            "all_reduce", "all_reduce_in_place", "iall_reduce_in_place", "reduce_scatter",
+            "all_gather", "broadcast"))
 
-    broadcast = all_reduce
 
-
-def _run(fn, inputs, case):
-    """Run ``fn`` on simulated ranks: (the result of each rank, each rank's counter)."""
+def run_on_ranks(fn, inputs, case):
+    """Run ``fn(comm, x)`` on simulated ranks, one per input, with the library closed: (the
+    result of each rank, each rank's counter). Lessons 13 and 13b's ring exercises."""
     __tracebackhide__ = True
     counters = {}
 
@@ -72,7 +85,7 @@ def _run(fn, inputs, case):
             def not_yet():                  # the usual "not implemented yet: <hint>" message
                 __tracebackhide__ = True
                 raise cause
-            not_yet.__name__ = getattr(fn, "__name__", "ring_all_reduce")
+            not_yet.__name__ = getattr(fn, "__name__", "your function")
             call(not_yet, case=case)
         stuck = "Empty" in repr(cause) or "did not finish" in str(err)
         fail(fn, case, f"it raised on the simulated ranks: {err}",
@@ -95,7 +108,7 @@ def ring_all_reduce(fn) -> None:
         inputs = [np.random.default_rng([r, 13]).standard_normal(shape).astype(dtype)
                   for r in range(N)]
         given = [x.copy() for x in inputs]
-        out, counters = _run(fn, given, case)
+        out, counters = run_on_ranks(fn, given, case)
         total = sum(inputs)
         for r in range(N):
             got = to_array(out[r], fn, case, f"the result on rank {r}")

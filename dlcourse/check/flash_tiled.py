@@ -21,42 +21,13 @@ import math
 
 import numpy as np
 
-from .harness import (call, expect_close, expect_finite, expect_shape, expect_tuple,
+from .harness import (PeakMemory, call, expect_close, expect_finite, expect_shape, expect_tuple,
                       expect_unchanged, fail, passed, rng, shape_text, to_array)
 
 __all__ = ["flash_forward_tiled", "flash_backward"]
 
 LONG = 2048           # Tq = Tk in the memory case: the full matrix is LONG^2 * 8 bytes = 32 MiB
 LIMIT = LONG * LONG * 8 // 8      # what the function may hold at once there: 4 MiB
-
-
-class _Peak:
-    """``with _Peak(on) as peak:`` the most memory (bytes) allocated at once in the block above
-    what was allocated before it (tracemalloc sees NumPy's arrays); off: 0."""
-
-    def __init__(self, on: bool):
-        __tracebackhide__ = True
-        self.on, self.bytes, self.started = on, 0, False
-
-    def __enter__(self):
-        __tracebackhide__ = True
-        import tracemalloc
-        if self.on:
-            self.started = not tracemalloc.is_tracing()
-            if self.started:
-                tracemalloc.start()
-            tracemalloc.reset_peak()
-            self.base = tracemalloc.get_traced_memory()[0]
-        return self
-
-    def __exit__(self, *exc):
-        __tracebackhide__ = True
-        import tracemalloc
-        if self.on:
-            self.bytes = tracemalloc.get_traced_memory()[1] - self.base
-            if self.started:
-                tracemalloc.stop()
-        return False
 
 
 def _memory_rule(fn, case, peak, Tq, Tk, itemsize):
@@ -151,7 +122,7 @@ def flash_forward_tiled(fn) -> None:
         q, k, v, bq, bk, causal, scale = _inputs(spec)
         case = _case_text(q, k, bq, bk, causal, scale)
         given = [a.copy() for a in (q, k, v)]
-        with _Peak(q.shape[2] >= LONG) as peak:
+        with PeakMemory(q.shape[2] >= LONG) as peak:
             answer = call(fn, *given, bq, bk, causal, case=case,
                           on_error="q (N, H, Tq, d) against a tile of k (N, H, block_k, d): "
                                    "q_tile @ k_tile.swapaxes(-1, -2) is (N, H, block_q, "
@@ -266,7 +237,7 @@ def flash_backward(fn) -> None:
         lse = cache[4]
         dout = rng(q.shape[2] + 5).standard_normal(q.shape)
         given = [a.copy() for a in (dout, q, k, v, out, lse)]
-        with _Peak(q.shape[2] >= LONG) as peak:
+        with PeakMemory(q.shape[2] >= LONG) as peak:
             answer = call(fn, *given, bq, bk, causal, case=case,
                           on_error="lse has one number per query row, (N, H, Tq): give its "
                                    "slice a last axis of 1 to broadcast against a (N, H, "

@@ -40,7 +40,7 @@ from .seal import handed, sealed
 __all__ = ["ExerciseError", "fail", "call", "to_array", "to_number", "to_integer",
            "expect_tuple", "expect_shape", "expect_finite", "expect_close", "expect_unchanged",
            "passed", "gpu", "expect_on_gpu", "rng", "shape_text", "closed", "check_wrapper",
-           "handed", "sealed", "derivation", "raise_error"]
+           "handed", "sealed", "derivation", "raise_error", "PeakMemory", "lines_run"]
 
 
 class ExerciseError(AssertionError):
@@ -431,6 +431,35 @@ def expect_on_gpu(value, fn, case, what):
         fail(fn, case, f"{what} came back as a NumPy array for a CuPy (GPU) input.",
              "write xp = dl.get_array_module(x) and use xp.<function>, not np.<function>, "
              "so the result stays where the input lives.")
+
+
+class PeakMemory:
+    """``with PeakMemory(on) as peak:`` the most memory (bytes) allocated at once in the block, above
+    what was allocated before it (``peak.bytes``; tracemalloc sees NumPy's arrays). Off: 0."""
+
+    def __init__(self, on: bool):
+        __tracebackhide__ = True
+        self.on, self.bytes, self.started = on, 0, False
+
+    def __enter__(self):
+        __tracebackhide__ = True
+        import tracemalloc
+        if self.on:
+            self.started = not tracemalloc.is_tracing()
+            if self.started:
+                tracemalloc.start()
+            tracemalloc.reset_peak()
+            self.base = tracemalloc.get_traced_memory()[0]
+        return self
+
+    def __exit__(self, *exc):
+        __tracebackhide__ = True
+        import tracemalloc
+        if self.on:
+            self.bytes = tracemalloc.get_traced_memory()[1] - self.base
+            if self.started:
+                tracemalloc.stop()
+        return False
 
 
 def rng(seed):

@@ -464,8 +464,10 @@ class sealed:
             return True
         if self.prefixes:
             filename = code.co_filename
-            return any(filename.startswith(p) or os.path.realpath(filename).startswith(p)
-                       for p in self.prefixes)
+            if any(filename.startswith(p) or os.path.realpath(filename).startswith(p)
+                   for p in self.prefixes):
+                self.codes.add(code)          # decided once per function
+                return True
         return False
 
     @staticmethod
@@ -508,9 +510,9 @@ class sealed:
     def _closed_call(self, frame, kind):
         __tracebackhide__ = True
         code = frame.f_code
-        if self._is_open_code(code) or _unbidden(code):
-            return
-        if self._from_learner(frame.f_back, kind == _LIBRARY):
+        if not self._from_learner(frame.f_back, kind == _LIBRARY):
+            return                            # the library calling itself: the common case
+        if not (self._is_open_code(code) or _unbidden(code)):
             self._refuse(describe(code), kind)
 
     def _closed_c_call(self, frame, arg, module, kind):

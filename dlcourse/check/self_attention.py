@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_tuple,
+from .harness import (PeakMemory, call, expect_close, expect_on_gpu, expect_shape, expect_tuple,
                       expect_unchanged, fail, gpu, passed, rng, shape_text, to_array, to_number)
 
 __all__ = ["attention_backward", "causal_mask", "merge_softmax", "attention_bytes"]
@@ -57,35 +57,6 @@ def _attention_cases():
 
 
 _LONG = 1024     # keys per row in the case where a Tk x Tk matrix would show
-
-
-class _Peak:
-    """``with _Peak(on) as peak:`` the most memory (bytes) allocated at once in the block, above
-    what was allocated before it (``peak.bytes``; tracemalloc sees NumPy's arrays). Off: 0."""
-
-    def __init__(self, on: bool):
-        __tracebackhide__ = True
-        self.on, self.bytes, self.started = on, 0, False
-
-    def __enter__(self):
-        __tracebackhide__ = True
-        import tracemalloc
-        if self.on:
-            self.started = not tracemalloc.is_tracing()
-            if self.started:
-                tracemalloc.start()
-            tracemalloc.reset_peak()
-            self.base = tracemalloc.get_traced_memory()[0]
-        return self
-
-    def __exit__(self, *exc):
-        __tracebackhide__ = True
-        import tracemalloc
-        if self.on:
-            self.bytes = tracemalloc.get_traced_memory()[1] - self.base
-            if self.started:
-                tracemalloc.stop()
-        return False
 
 
 def _expect_no_square(fn, case, peak, p, Tk):
@@ -130,7 +101,7 @@ def attention_backward(fn) -> None:
         case = (f"q {shape_text(q.shape)}, k and v {shape_text(k.shape)}, p "
                 f"{shape_text(p.shape)}{', causal (p is 0 above the diagonal)' if causal else ''}")
         given = {"dout": dout.copy(), "q": q.copy(), "k": k.copy(), "v": v.copy(), "p": p.copy()}
-        with _Peak(Tk >= _LONG) as peak:       # the rule: no Tk x Tk matrix
+        with PeakMemory(Tk >= _LONG) as peak:       # the rule: no Tk x Tk matrix
             answer = call(fn, given["dout"], (given["q"], given["k"], given["v"], given["p"]),
                           case=case,
                           on_error="follow the shapes: dout (N, H, Tq, d), p (N, H, Tq, Tk); "
@@ -420,7 +391,7 @@ def attention_bytes(fn) -> None:
     cases = _attention_bytes_cases()
     for N, H, T, d, b, Br, causal in cases:
         case = (f"N={N}, H={H}, T={T}, d={d}, itemsize={b} bytes, Br={Br}"
-                + (", causal" if causal else "") + (f" (T is not a multiple of Br)"
+                + (", causal" if causal else "") + (" (T is not a multiple of Br)"
                                                      if T % Br and T > Br else ""))
         out = expect_tuple(call(fn, N, H, T, d, b, Br, causal, case=case), 2, fn, case,
                            "naive, tiled")

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..communicators import Communicator, chunk_sizes, simulate
+from ..communicators import chunk_sizes
 from ..optim import Adam
-from .harness import (ExerciseError, call, check_wrapper, closed, expect_close, expect_tuple,
-                      expect_unchanged, fail, handed, passed, raise_error, to_array, to_number)
+from .data_parallel import run_on_ranks      # lesson 13's simulated ranks, counted
+from .harness import (ExerciseError, call, expect_close, expect_tuple, expect_unchanged, fail,
+                      passed, to_array, to_number)
 
 __all__ = ["bucket_plan", "reduce_scatter", "sharded_adam_step", "recompute_memory",
            "ExerciseError"]
@@ -139,67 +140,6 @@ def bucket_plan(fn) -> None:
 # ======================================================================================
 # reduce_scatter, on simulated ranks
 # ======================================================================================
-@handed
-class _Counting(Communicator):
-    """A simulated rank that counts what it sends and refuses the collectives being built."""
-
-    def __init__(self, inner):
-        __tracebackhide__ = True
-        self.inner, self.rank, self.world_size = inner, inner.rank, inner.world_size
-        self.messages, self.sent, self.peers = 0, 0, set()
-
-    def sendrecv(self, send, dest, recv, source):
-        __tracebackhide__ = True
-        if not (0 <= dest < self.world_size and 0 <= source < self.world_size):
-            raise ValueError(f"rank {self.rank} sent to {dest} / received from {source}: ranks "
-                             f"are 0..{self.world_size - 1} (use % world_size).")
-        self.messages += 1
-        self.sent += np.asarray(send).size
-        self.peers.add((dest, source))
-        self.inner.sendrecv(send, dest, recv, source)
-
-    def reduce_scatter(self, x):
-        __tracebackhide__ = True
-        raise RuntimeError("comm.reduce_scatter is what you are building: use sendrecv only.")
-
-    def all_reduce(self, x, op="sum"):
-        __tracebackhide__ = True
-        raise RuntimeError("comm.all_reduce would do the adding for you: use sendrecv only.")
-
-    all_reduce_in_place = iall_reduce_in_place = all_gather = broadcast = all_reduce
-
-
-def _run_ranks(fn, inputs, case):
-    """``fn`` on simulated ranks with the library closed: (each rank's result, its counter)."""
-    __tracebackhide__ = True
-    counters = {}
-
-    def body(comm, x):
-        __tracebackhide__ = True
-        counting = counters[comm.rank] = _Counting(comm)
-        return fn(counting, x)
-    try:
-        with closed(fn, case):
-            out = simulate(body, inputs, timeout=5)
-    except RuntimeError as err:
-        cause = err.__cause__
-        if isinstance(cause, ExerciseError):
-            raise_error(cause)
-        if isinstance(cause, NotImplementedError):
-            @check_wrapper()
-            def not_yet():
-                __tracebackhide__ = True
-                raise cause
-            not_yet.__name__ = getattr(fn, "__name__", "reduce_scatter")
-            call(not_yet, case=case)
-        stuck = "Empty" in repr(cause) or "did not finish" in str(err)
-        fail(fn, case, f"it raised on the simulated ranks: {err}",
-             "a rank waited for a message nobody sent: every rank must call sendrecv the same "
-             "number of times, sending to rank+1 and receiving from rank-1." if stuck else
-             "read the error above: the traceback points at your code.")
-    return out, counters
-
-
 def _split(total, N, rule):
     """Chunks of ``total`` under a cutting rule: the lesson's, or a mistaken one."""
     __tracebackhide__ = True
@@ -224,7 +164,7 @@ def reduce_scatter(fn) -> None:
         inputs = [np.random.default_rng([r, 41]).standard_normal(P).astype(dtype)
                   for r in range(N)]
         given = [x.copy() for x in inputs]
-        out, counters = _run_ranks(fn, given, case)
+        out, counters = run_on_ranks(fn, given, case)
         total = sum(inputs)
         sizes = chunk_sizes(P, N)
         bounds = np.cumsum([0] + sizes)
