@@ -17,7 +17,10 @@
 #      of every backend test, each hand-written kernel compiled by NVRTC against its NumPy
 #      reference, the fused layers, checkpoints loaded onto the GPU, fit(precision=) on CuPy),
 #      then every .cu source built with the machine's nvcc            -> OUT/tests.xml
-#   3. benchmarks/gpu_suite.py (all five sections; --quick when BUDGET_S is short)
+#   3. benchmarks/gpu_suite.py --sections tensor_cores,flash_memory: matmul_wmma vs cuBLAS FP16,
+#      matmul_warptile vs cuBLAS FP32 at 4096^3, the FlashAttention kernel vs naive attention
+#      for T = 512 ... 16384 (time, peak memory, spills)            -> OUT/kernels/<device>.json
+#   3b. benchmarks/gpu_suite.py (its six default sections; --quick when BUDGET_S is short)
 #                                                                     -> OUT/<device>.json, .png
 #   4. the GPU lessons (05, 08a-08d, 10, 16) executed on the GPU under nbval -> OUT/notebooks.xml
 # Everything printed goes to OUT/check.log too, and OUT/summary.txt says where each second went.
@@ -107,9 +110,13 @@ DLCOURSE_DEVICE=gpu run "tests (-m gpu)" 200 "$PY" -m pytest tests -m gpu $XDIST
 run "nvcc builds" 60 "$PY" -m pytest tests/test_kernels.py -k "nvcc" -q -rfEs \
     -o addopts="-p no:cacheprovider" --junitxml="$OUT/nvcc.xml"
 
-# 3. The benchmark suite (it writes <device>.partial.json after each section).
+# 3. The benchmark suite (it writes <device>.partial.json after each section): first the
+# sections of the kernels closest to the hardware (issue 43; estimated 30-40 s on an H100/H200:
+# CuPy's start, four NVRTC builds and a few seconds of timing; see docs/gpu_check.md), then the rest.
 QUICK=""
 [ "$BUDGET" -lt 400 ] && QUICK="--quick"
+run "gpu_suite kernel sections${QUICK:+ (quick)}" 90 "$PY" benchmarks/gpu_suite.py \
+    --sections tensor_cores,flash_memory --out "$OUT/kernels" $QUICK
 run "gpu_suite${QUICK:+ (quick)}" 170 "$PY" benchmarks/gpu_suite.py --out "$OUT" $QUICK
 
 # 4. The GPU lessons, on the GPU (DLCOURSE_DEVICE=auto finds it), under nbval.

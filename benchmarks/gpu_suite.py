@@ -1,6 +1,6 @@
 """The GPU benchmark suite: dlcourse's CUDA kernels and training steps, measured on one GPU.
 
-    python benchmarks/gpu_suite.py [--out benchmarks/results] [--quick] [--sections ...] [--no-torch]
+    python benchmarks/gpu_suite.py [--out benchmarks/results] [--quick] [--sections ...] [--no-torch] [--dry-run]
 
 What it measures (every figure on the GPU it runs on, and each result checked before it is timed):
 
@@ -30,6 +30,20 @@ What it measures (every figure on the GPU it runs on, and each result checked be
    ``scaled_dot_product_attention`` in FP32 where PyTorch has CUDA; each checked against the
    naive result first, in ms and TFLOP/s (4 N H T² d FLOPs, half of that when causal), with the
    bytes each version moves counted from the shapes (``attention_traffic``).
+
+Two more sections run only when ``--sections`` names them (``KERNEL_SECTIONS``; the check runs
+them in a step of their own):
+
+7. tensor_cores: ``matmul_wmma`` (FP16 in, FP32 accumulated) against cuBLAS FP16
+   (``cp.matmul`` on float16) and ``matmul_warptile`` (rung 5) against cuBLAS FP32 (TF32 off), at
+   4096x4096x4096; each checked against its cuBLAS product and for register spills
+   (``local_size_bytes == 0``) before it is timed.
+8. flash_memory: the FlashAttention kernel against naive attention (``naive_attention``: the
+   T x T scores written out, both products on cuBLAS), FP32, 1 sample x 8 heads x d = 64,
+   T = 512 ... 16384: time, the memory each holds (CuPy's pool), and the kernel's spills.
+
+``--dry-run`` prints what the chosen sections would run (sizes, launch geometry, bytes) and exits
+0 without a GPU, measuring and writing nothing.
 
 It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
 figure) and a plot ``<out>/<device-name>.png`` beside it (sections 1-4; sections 5 and 6 are in
@@ -888,6 +902,159 @@ def section_attention(cp, cfg, out, torch, torch_note):
 
 
 # ======================================================================================
+# 7-8. The hand-written kernels closest to the hardware (issue 43): only with --sections
+# ======================================================================================
+#: The sections main() runs only when --sections names them (the check runs them in a step of
+#: their own, benchmarks/gpu_check.sh), with the problem sizes they use.
+KERNEL_SECTIONS = ("tensor_cores", "flash_memory")
+TENSOR_CORES_N = 4096                         # C = A @ B at 4096 x 4096 x 4096
+FLASH_MEMORY_SHAPE = dict(N=1, H=8, d=64, T=(512, 1024, 2048, 4096, 8192, 16384), target_s=0.5)
+
+
+def _no_spills(file, name):
+    """The compiled kernel's local memory per thread, in bytes: 0 unless it spills registers."""
+    return int(K.get_kernel(file, name).local_size_bytes)
+
+
+def section_tensor_cores(cp, cfg, out):
+    """matmul_wmma (FP16 in, FP32 accumulated) against cuBLAS FP16 (cp.matmul on float16), and
+    matmul_warptile against cuBLAS FP32 (TF32 off), at TENSOR_CORES_N cubed. Each kernel is
+    checked against its cuBLAS product first and its registers must not spill."""
+    n = TENSOR_CORES_N
+    flops = 2 * n ** 3
+    out.update(n=n, flops=flops)
+    say(f"\n[7] tensor cores and warp tiling, {n}x{n}x{n}: matmul_wmma vs cuBLAS FP16, "
+        f"matmul_warptile vs cuBLAS FP32")
+    A, B = _matmul_operands(cp, n)
+    # FP16: cuBLAS returns float16 (its sums are in FP32 on tensor cores), the kernel float32.
+    A16, B16 = A.astype(cp.float16), B.astype(cp.float16)
+    C16 = cp.matmul(A16, B16)
+    t = time_cuda(cp, lambda: cp.matmul(A16, B16, out=C16), cfg["target_s"])
+    out["cublas_fp16"] = dict(t, tflops=flops / (t["median_ms"] / 1e3) / 1e12)
+    ref32, out["cublas_fp32"] = _cublas_fp32(cp, A, B, cfg["target_s"])
+    pairs = [("wmma", lambda: K.matmul_wmma(A16, B16), C16.astype(cp.float32), "cublas_fp16",
+              "matmul_wmma.cu", 1e-2),
+             ("warptile", lambda: K.matmul_warptile(A, B), ref32, "cublas_fp32",
+              "matmul_warptile.cu", 1e-4)]
+    for name, fn, ref, base, file, tol in pairs:
+        C = fn()                                      # compiles on first call
+        err = rel_err(cp, C, ref)
+        entry = out[name] = {"launch": str(K.launch_config(name, n, n, n)),
+                             f"max_rel_err_vs_{base}": err,
+                             "local_size_bytes": _no_spills(file, f"matmul_{name}")}
+        if not err < tol or entry["local_size_bytes"]:
+            entry["error"] = (f"wrong result: max relative error {err:.2e} against {base}"
+                              if not err < tol else
+                              f"spills: {entry['local_size_bytes']} bytes of local memory per thread")
+            say(f"  {name}: {entry['error']}; not timed")
+            continue
+        t = time_cuda(cp, fn, cfg["target_s"], warmup=1)
+        entry.update(t, tflops=flops / (t["median_ms"] / 1e3) / 1e12,
+                     share_of_cublas=out[base]["median_ms"] / t["median_ms"])
+        say(f"  matmul_{name:9s} {t['median_ms']:8.3f} ms {entry['tflops']:7.1f} TFLOP/s "
+            f"{entry['share_of_cublas']:6.1%} of {base} ({out[base]['tflops']:.1f} TFLOP/s); "
+            f"no spills")
+        del C
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def naive_attention(cp, q, k, v):
+    """softmax(q k^T / sqrt(d)) v with the scores S and probabilities P written out, (B, T, T)
+    each, and both products on cuBLAS (cp.matmul). q, k, v: (B, T, d) float32."""
+    S = cp.matmul(q, k.transpose(0, 2, 1))
+    S *= np.float32(1.0 / np.sqrt(q.shape[-1]))
+    S -= S.max(axis=-1, keepdims=True)
+    P = cp.exp(S, out=S)
+    P /= P.sum(axis=-1, keepdims=True)
+    return cp.matmul(P, v)
+
+
+def _peak_bytes(cp, fn):
+    """Bytes CuPy's pool holds after one call of fn, beyond what it held before: the pool keeps
+    every block it allocated until free_all_blocks(), so this is the call's high-water mark
+    (an upper bound: a freed block reused for a smaller array counts whole)."""
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    result = fn()
+    cp.cuda.get_current_stream().synchronize()
+    peak = pool.total_bytes() - before
+    del result
+    pool.free_all_blocks()
+    return peak
+
+
+def section_flash_memory(cp, cfg, out):
+    """The FlashAttention forward kernel against naive attention (naive_attention: scores in
+    memory, cuBLAS products), FP32, not causal, N x H problems of T x d for each T of
+    FLASH_MEMORY_SHAPE: time, peak memory from CuPy's pool, and the kernel's spills."""
+    N, H, d = (FLASH_MEMORY_SHAPE[key] for key in ("N", "H", "d"))
+    out.update(N=N, H=H, d=d, cases={})
+    kname = f"flash_attention_forward<{K.flash_head_dim(d)}>"
+    out["local_size_bytes"] = _no_spills("flash_attention_forward.cu", kname)
+    say(f"\n[8] FlashAttention kernel vs naive attention (S in memory, cuBLAS), N={N} x H={H} "
+        f"x d={d}, FP32; {kname}: {out['local_size_bytes']} bytes of local memory per thread")
+    gen = np.random.default_rng(0)
+    for T in FLASH_MEMORY_SHAPE["T"]:
+        q, k, v = (cp.asarray(gen.standard_normal((N, H, T, d)).astype(np.float32)) for _ in range(3))
+        flat = [a.reshape(N * H, T, d) for a in (q, k, v)]
+        entry = out["cases"][f"T={T}"] = {"T": T, "flops": 4 * N * H * T * T * d}
+        runs = (("naive", lambda: naive_attention(cp, *flat)),
+                ("flash_kernel", lambda: K.flash_attention_forward(q, k, v)[0]))
+        want, line = None, f"  T={T:6d}"
+        for name, fn in runs:
+            if want is None and name != "naive":      # nothing to check it against: not timed
+                entry[name] = {"error": "not checked: the naive result is missing"}
+                line += f"   {name}: not checked"
+                continue
+            try:
+                got = fn().reshape(N, H, T, d)
+                want = got if want is None else want
+                err = rel_err(cp, got, want)
+                del got
+                if err > 1e-4:
+                    entry[name] = {"error": f"max relative error {err:.1e} against naive"}
+                    line += f"   {name}: WRONG ({err:.1e})"
+                    continue
+                t = time_cuda(cp, fn, FLASH_MEMORY_SHAPE["target_s"], warmup=1)
+                t.update(peak_bytes=_peak_bytes(cp, fn), max_rel_err_vs_naive=err)
+                entry[name] = t
+                line += f"   {name} {t['median_ms']:9.3f} ms, {t['peak_bytes'] / 2**20:9.1f} MiB"
+            except Exception as err:                   # naive runs out of memory first
+                entry[name] = {"error": f"{type(err).__name__}: {err}"[:200]}
+                line += f"   {name}: {type(err).__name__}"
+            cp.get_default_memory_pool().free_all_blocks()
+        if "median_ms" in entry.get("naive", {}) and "median_ms" in entry.get("flash_kernel", {}):
+            entry["speedup_over_naive"] = entry["naive"]["median_ms"] / entry["flash_kernel"]["median_ms"]
+            line += f"   flash {entry['speedup_over_naive']:.2f}x naive"
+        say(line)
+
+
+def plan_kernel_sections(sections):
+    """What --dry-run prints for KERNEL_SECTIONS: each run, its launch geometry and the bytes
+    it will ask for, computed from the shapes (no GPU: nothing is run or measured)."""
+    lines = []
+    if "tensor_cores" in sections:
+        n = TENSOR_CORES_N
+        lines.append(f"[7] tensor_cores: {n}x{n}x{n}, operands {2 * n * n * 4 / 2**20:.0f} MiB FP32 "
+                     f"+ {2 * n * n * 2 / 2**20:.0f} MiB FP16")
+        for name, base in (("wmma", "cuBLAS FP16 (cp.matmul on float16)"),
+                           ("warptile", "cuBLAS FP32 (cp.matmul, TF32 off)")):
+            lines.append(f"    matmul_{name} vs {base}: {K.launch_config(name, n, n, n)}, "
+                         f"checked, then local_size_bytes == 0, then timed")
+    if "flash_memory" in sections:
+        N, H, d = (FLASH_MEMORY_SHAPE[key] for key in ("N", "H", "d"))
+        lines.append(f"[8] flash_memory: N={N} x H={H} x d={d}, FP32, not causal; "
+                     f"flash_attention_forward<{K.flash_head_dim(d)}>: local_size_bytes == 0 checked")
+        for T in FLASH_MEMORY_SHAPE["T"]:
+            scores = N * H * T * T * 4
+            lines.append(f"    T={T:6d}: naive holds S (= P) of {scores / 2**20:9.1f} MiB; flash "
+                         f"{K.launch_config('flash_attention_forward', N * H, T, T, d)}, "
+                         f"q, k, v, out {4 * N * H * T * d * 4 / 2**20:.1f} MiB")
+    return lines
+
+
+# ======================================================================================
 # Environment, output, plot
 # ======================================================================================
 def environment(cp, torch):
@@ -1046,19 +1213,29 @@ def main(argv=None):
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)}")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print what the chosen sections would run and exit: no GPU needed, "
+                         "nothing measured or written")
     ap.add_argument("--tf32-child", type=int, metavar="N", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.tf32_child:
         tf32_child(args.tf32_child)
         return 0
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS + KERNEL_SECTIONS)
+    if unknown:
+        ap.error(f"unknown sections {sorted(unknown)}; choose from "
+                 f"{', '.join(SECTIONS + KERNEL_SECTIONS)}")
+    if args.dry_run:
+        say(f"dry run: sections {', '.join(sections)}{' (quick)' if args.quick else ''}; "
+            f"nothing is run, measured or written")
+        for line in plan_kernel_sections(sections):
+            say(line)
+        return 0
     if not gpu_available():
         say(f"No usable GPU, so nothing was measured and nothing was written. {gpu_problem()}")
         return 0
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = set(sections) - set(SECTIONS)
-    if unknown:
-        ap.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
 
     cp = require_cupy()
     torch, torch_note = _load_torch(args)
@@ -1089,6 +1266,10 @@ def main(argv=None):
                 section_cpu_vs_gpu(cp, cfg, out)
             elif name == "attention":
                 section_attention(cp, cfg, out, torch, torch_note)
+            elif name == "tensor_cores":
+                section_tensor_cores(cp, cfg, out)
+            elif name == "flash_memory":
+                section_flash_memory(cp, cfg, out)
             else:
                 section_precision(cp, cfg, out, torch, torch_note, results.get("matmul"))
         except Exception as err:   # keep what was measured; say what failed and why

@@ -89,3 +89,37 @@ def test_every_lesson_with_a_gpu_only_cell_runs_on_the_gpu():
     assert gpu_lessons, "no lesson marks a cell '# GPU only': has the marker changed?"
     missing = sorted(p.name for p in gpu_lessons - listed)
     assert not missing, f"gpu_check.sh's notebooks step leaves out {missing}"
+
+
+def test_the_suite_steps_of_the_check_dry_run_on_the_cpu(benchmark_script, tmp_path, capsys):
+    """Every `gpu_suite.py --sections ...` that gpu_check.sh runs is accepted by the suite: with
+    --dry-run (no GPU) it prints what it would run, the kernel sections' sizes and launch
+    geometry included, and writes nothing."""
+    suite = benchmark_script("gpu_suite")
+    commands = "\n".join(line for line in SCRIPT.read_text().splitlines()
+                          if not line.lstrip().startswith("#"))
+    chosen = re.findall(r"gpu_suite\.py\s*\\?\s*--sections ([\w,]+)", commands)
+    assert chosen == ["tensor_cores,flash_memory"], chosen
+    assert set(chosen[0].split(",")) == set(suite.KERNEL_SECTIONS)
+    for sections in chosen + [",".join(suite.SECTIONS)]:
+        assert suite.main(["--dry-run", "--sections", sections, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "[7] tensor_cores: 4096x4096x4096" in printed
+    assert "matmul_wmma vs cuBLAS FP16" in printed and "matmul_warptile vs cuBLAS FP32" in printed
+    assert "[8] flash_memory" in printed and "T= 16384: naive holds S (= P) of    8192.0 MiB" in printed
+    assert list(tmp_path.iterdir()) == [], "a dry run writes nothing"
+    with pytest.raises(SystemExit):
+        suite.main(["--dry-run", "--sections", "tensor_cores,nope"])
+
+
+def test_the_suites_naive_attention_is_attention(benchmark_script):
+    """naive_attention (the yardstick of the flash_memory section), run with NumPy as its array
+    module, equals dl.attention_forward."""
+    import numpy as np
+    from dlcourse.attention import attention_forward
+    suite = benchmark_script("gpu_suite")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 3, 40, 16)).astype(np.float32) for _ in range(3))
+    got = suite.naive_attention(np, *(a.reshape(6, 40, 16) for a in (q, k, v)))
+    want, _ = attention_forward(q, k, v)
+    np.testing.assert_allclose(got.reshape(q.shape), want, rtol=1e-5, atol=1e-6)

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import re
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -171,6 +172,41 @@ def test_emulation_catches_double_buffering_mistakes(tmp_path, plant):
     C = empty((M, N), np.float32)
     launch(broken, "run_matmul_regblock", K.launch_config("regblock", M, N, Kd, **tuning),
             guarded(A), guarded(B), C, M, N, Kd)
+    assert not np.allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
+
+
+#: Rung 5, matmul_warptile.cu: K, N multiples of 4 (float4). (130, 136, 20): four blocks, ragged
+#: in M and N, two k-steps (BK = 16), the second partial; (70, 36, 36): three k-steps.
+WARPTILE_SIZES = [(1, 4, 4), (130, 136, 20), (70, 36, 36)]
+
+
+@pytest.mark.parametrize("M, N, Kd", WARPTILE_SIZES)
+def test_emulated_matmul_warptile(emu, M, N, Kd, reverse):
+    rng = np.random.default_rng(M + N)
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
+    C = empty((M, N), np.float32)
+    launch(emu, "run_matmul_warptile", K.launch_config("warptile", M, N, Kd),
+           guarded(A), guarded(B), C, M, N, Kd, reverse=reverse)
+    np.testing.assert_allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("plant", [
+    ("        __syncthreads();                         // 1.", "        // (removed) 1."),
+    ("        __syncthreads();                         // 2.", "        // (removed) 2."),
+    ("&As[k * AS_STRIDE + warpRow * WM + wm * WSUBM + laneRow * TM]",
+     "&As[k * BM + warpRow * WM + wm * WSUBM + laneRow * TM]"),
+], ids=["no-wait-for-the-tiles", "no-wait-before-overwriting", "stride-without-padding"])
+def test_emulation_catches_warptile_mistakes(tmp_path, plant, reverse):
+    """Without the first wait a warp reads tiles the others have not stored yet; without the
+    second it overwrites tiles they still read; a k-row of As read with BM instead of its
+    padded stride reads the wrong rows of A. Each gives a wrong C, in either warp order."""
+    rng = np.random.default_rng(2)
+    M, N, Kd = 130, 136, 52
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
+    broken = _planted(tmp_path, {"matmul_warptile.cu": plant})
+    C = empty((M, N), np.float32)
+    launch(broken, "run_matmul_warptile", K.launch_config("warptile", M, N, Kd),
+           guarded(A), guarded(B), C, M, N, Kd, reverse=reverse)
     assert not np.allclose(C, R.matmul(A, B), rtol=1e-5, atol=1e-5)
 
 
@@ -489,6 +525,17 @@ def test_emulated_matmul_wmma_wrapper(emulated_gpu, monkeypatch, M, N, Kd, misal
         K.matmul_wmma(device_array(A.astype(np.float32)), device_array(B))
 
 
+@pytest.mark.parametrize("M, N, Kd, misaligned", [(37, 45, 29, False), (33, 64, 8, True)])
+def test_emulated_matmul_warptile_wrapper(emulated_gpu, M, N, Kd, misaligned):
+    """(37, 45, 29) and the misaligned view take the zero-padded copies (float4 loads)."""
+    rng = np.random.default_rng(M * N)
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, Kd), (Kd, N)))
+    A_dev = device_array(np.vstack([A[:1], A]))[1:] if misaligned else device_array(A)   # 4 B * K past
+    C = K.matmul_warptile(A_dev, device_array(B))
+    assert C.shape == (M, N) and C.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(C), R.matmul(A, B), rtol=1e-5, atol=1e-5)
+
+
 def test_emulated_matmul_regblock_refuses_an_untested_tuning(emulated_gpu):
     A = device_array(np.ones((4, 4), np.float32))
     with pytest.raises(ValueError, match=r"bk 8 or 16.*got bk=12"):
@@ -682,3 +729,57 @@ def test_emulated_products_on_kernel_train_like_the_array_code(emulated_gpu, mon
     for k, want in runs[0][1].items():
         np.testing.assert_allclose(runs[1][1][k], want, rtol=1e-4, atol=1e-5, err_msg=k)
     assert dl.ops.matmul(np.eye(2), np.ones((2, 2))).tolist() == [[1, 1], [1, 1]]  # put back
+
+
+def test_the_suites_kernel_sections_run_on_the_emulated_kernels(emulated_gpu, benchmark_script,
+                                                                monkeypatch):
+    """benchmarks/gpu_suite.py's tensor_cores and flash_memory sections, end to end at small
+    sizes: matmul_wmma and matmul_warptile on the emulated kernels, checked against the products
+    the suite uses as cuBLAS's; the flash kernel replaced by the NumPy attention (its own tests
+    are in test_flash_attention.py), checked against the suite's naive attention. The clock,
+    the memory pool and the spill count are stand-ins: no figure here is a measurement."""
+    from dlcourse.attention import attention_forward
+    suite = benchmark_script("gpu_suite")
+    plain = lambda a: a.view(np.ndarray) if isinstance(a, EmuArray) else a   # noqa: E731
+
+    def matmul(a, b, out=None):
+        c = np.matmul(plain(a), plain(b))
+        if out is None:
+            return device_array(c)
+        out[...] = c
+        return out
+
+    class RandomState:
+        def __init__(self, seed):
+            self.rng = np.random.RandomState(seed)
+
+        def standard_normal(self, shape, dtype=np.float64):
+            return device_array(self.rng.standard_normal(shape).astype(dtype))
+
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None, total_bytes=lambda: 0)
+    cp = types.SimpleNamespace(**vars(FAKE_CUPY), float64=np.float64, matmul=matmul, abs=np.abs,
+                               exp=np.exp, random=types.SimpleNamespace(RandomState=RandomState),
+                               get_default_memory_pool=lambda: pool,
+                               cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(
+                                   synchronize=lambda: None)))
+    monkeypatch.setattr(K.matmul, "device_of", lambda a: "gpu")
+    monkeypatch.setattr(suite, "TENSOR_CORES_N", 128)
+    monkeypatch.setattr(suite, "FLASH_MEMORY_SHAPE", dict(N=1, H=2, d=16, T=(40, 72), target_s=0.0))
+    monkeypatch.setattr(suite, "time_cuda", lambda cp, fn, target_s, warmup=2: (
+        fn(), {"median_ms": 1.0, "min_ms": 1.0, "repeats": 1})[1])
+    monkeypatch.setattr(suite, "_no_spills", lambda file, name: 0)
+    monkeypatch.setattr(K, "flash_attention_forward", lambda q, k, v, causal=False: (
+        device_array(attention_forward(plain(q), plain(k), plain(v))[0]), None))
+
+    out = {}
+    suite.section_tensor_cores(cp, {"target_s": 0.0}, out)
+    for name, base in (("wmma", "cublas_fp16"), ("warptile", "cublas_fp32")):
+        assert "error" not in out[name], out[name]
+        assert out[name][f"max_rel_err_vs_{base}"] < (1e-2 if name == "wmma" else 1e-5)
+        assert out[name]["local_size_bytes"] == 0 and out[name]["share_of_cublas"] == 1.0
+    out = {}
+    suite.section_flash_memory(cp, {"target_s": 0.0}, out)
+    assert sorted(out["cases"]) == ["T=40", "T=72"]
+    for entry in out["cases"].values():
+        assert entry["flash_kernel"]["max_rel_err_vs_naive"] < 1e-5, entry
+        assert entry["speedup_over_naive"] == 1.0 and entry["naive"]["peak_bytes"] == 0

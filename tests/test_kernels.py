@@ -236,6 +236,7 @@ def test_registry_lists_every_source_and_kernel():
         for name in info.kernels:
             assert name.split("<")[0] in text, (info.file, name)
     assert "matmul_regblock" in K.list_kernels()
+    assert "matmul_warptile" in K.list_kernels()
     with pytest.raises(KeyError, match="sources are"):
         K.source("nope.cu")
 
@@ -293,6 +294,25 @@ def test_regblock_tunings_name_their_builds():
         K.matmul.regblock_defines(double_buffer=True)
     with pytest.raises(ValueError, match=r"bk 8 or 16.*got bk=12"):   # nor its geometry
         K.launch_config("regblock", 64, 64, 64, bk=12)
+
+
+def test_warptile_geometry_is_the_sources():
+    """WARPTILE_GEOMETRY (matmul.py) names the #defines of matmul_warptile.cu; the launch covers
+    C with 8 warps of 64x32, and the shared memory is what the file declares."""
+    text = K.source("matmul_warptile.cu")
+    in_source = dict(re.findall(r"#define (\w+) (\d+)\b", text))
+    g = K.WARPTILE_GEOMETRY
+    for name, value in g.items():
+        if name != "AS_PAD":
+            assert int(in_source[name]) == value, name
+    assert "#define AS_STRIDE (BM + %d)" % g["AS_PAD"] in text
+    assert (g["WM"] // g["WMITER"] // g["TM"]) * (g["WN"] // g["WNITER"] // g["TN"]) == 32
+    for M, N, Kd in [(1, 1, 4), (130, 257, 36), (4096, 4096, 4096)]:
+        cfg = K.launch_config("warptile", M, N, Kd)
+        assert cfg.block == (32 * (g["BM"] // g["WM"]) * (g["BN"] // g["WN"]), 1, 1) == (256, 1, 1)
+        gx, gy, gz = cfg.grid
+        assert gz == 1 and gx * 128 >= N > (gx - 1) * 128 and gy * 128 >= M > (gy - 1) * 128
+        assert cfg.static_shared_mem == 16 * (132 + 128) * 4 <= 48 * 1024
 
 
 def test_wmma_launch_geometry_and_numpy_path():
@@ -541,6 +561,19 @@ def test_gpu_matmul_matches_reference(cp, name, tuning, M, N, Kd):
     C = K.MATMUL_KERNELS[name](cp.asarray(A), cp.asarray(B), **tuning)
     assert C.shape == (M, N) and C.dtype == np.float32 and C.flags.c_contiguous
     np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
+
+
+@needs_gpu
+@pytest.mark.parametrize("M, N, Kd", MATMUL_SHAPES)
+def test_gpu_matmul_warptile(cp, M, N, Kd):
+    """Rung 5 against A @ B, awkward sizes (padded copies) included; and no register spills."""
+    rng = np.random.default_rng(M * 1000 + N + Kd)
+    A = rng.standard_normal((M, Kd)).astype(np.float32)
+    B = rng.standard_normal((Kd, N)).astype(np.float32)
+    C = K.matmul_warptile(cp.asarray(A), cp.asarray(B))
+    assert C.shape == (M, N) and C.dtype == np.float32 and C.flags.c_contiguous
+    np.testing.assert_allclose(C.get(), R.matmul(A, B), rtol=1e-4, atol=1e-4 * np.sqrt(max(Kd, 1)))
+    assert K.get_kernel("matmul_warptile.cu", "matmul_warptile").local_size_bytes == 0, "no spills"
 
 
 @needs_gpu

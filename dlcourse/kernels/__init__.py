@@ -26,7 +26,7 @@ that off for a model, loss or optimizer.
 
 The matmul ladder (matmul.py): ``matmul_naive``, ``matmul_coalesced``, ``matmul_tiled``,
 ``matmul_regblock``; ``products_on_kernel()`` runs the library's products on the last (a CUDA
-graph can capture them, not cuBLAS's). On the tensor cores: ``matmul_wmma`` (float16 in,
+graph can capture them, not cuBLAS's). Rung 5, warp tiling: ``matmul_warptile``. On the tensor cores: ``matmul_wmma`` (float16 in,
 float32 out; on NumPy arrays its reference). Fused kernels (fused.py): ``bias_relu_forward``,
 ``bias_relu_backward`` (bias along columns, used by ``dl.LinearReLU``),
 ``bias_relu_rows_forward``, ``bias_relu_rows_backward`` (bias along rows, used by
@@ -55,7 +55,8 @@ from .flash import (FLASH_BC, FLASH_BR, FLASH_HEAD_DIMS, flash_attention_forward
 from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_naive,
-                     matmul_regblock, matmul_tiled, matmul_wmma, products_on_kernel)
+                     WARPTILE_GEOMETRY, matmul_regblock, matmul_tiled, matmul_warptile,
+                     matmul_wmma, products_on_kernel)
 from .unfold import col2im, fold_cols, im2col, maxpool_backward, maxpool_forward, unfold_cols
 
 __all__ = [
@@ -63,7 +64,7 @@ __all__ = [
     "list_kernels", "source", "SOURCES", "KERNEL_DIR", "NVRTC_OPTIONS",
     "LaunchConfig", "launch_config",
     "matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "MATMUL_KERNELS",
-    "matmul_wmma",
+    "matmul_wmma", "matmul_warptile", "WARPTILE_GEOMETRY",
     "REGBLOCK_TUNINGS", "products_on_kernel",
     "bias_relu_forward", "bias_relu_backward", "bias_relu_rows_forward", "bias_relu_rows_backward",
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",

@@ -52,6 +52,9 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
            "matmul rung 3: 32x32 shared-memory tiles"),
     Source("matmul_regblock.cu", ("matmul_regblock",),
            "matmul rung 4: 128x128x8 block tile, 8x8 register micro-tile, float4 loads"),
+    Source("matmul_warptile.cu", ("matmul_warptile",),
+           "matmul rung 5: 128x128x16 block tile, 64x32 warp tiles in 2x2 sub-tiles, 4x4 per "
+           "lane, float4 shared-memory loads"),
     Source("matmul_wmma.cu", ("matmul_wmma",),
            "tensor cores: FP16 in, FP32 accumulated, 16x16x16 WMMA fragments, 128x128x32 "
            "block tiles in shared memory, 64x32 per warp",
@@ -273,7 +276,7 @@ def geometry(name: str):
 def launch_config(name: str, *sizes, **tuning) -> LaunchConfig:
     """The launch geometry of kernel ``name`` for the given sizes.
 
-    ``launch_config("naive" | "coalesced" | "tiled" | "regblock", M, N, K)`` for C = A @ B
+    ``launch_config("naive" | "coalesced" | "tiled" | "regblock" | "warptile" | "wmma", M, N, K)`` for C = A @ B
     (``launch_config("regblock", M, N, K, bk=16, prefetch=True, ...)`` for another build of
     regblock: the keywords of ``matmul_regblock``);
     ``launch_config("bias_relu", N, F[, itemsize])``; ``launch_config("bias_relu_rows", F, M[, itemsize])``;

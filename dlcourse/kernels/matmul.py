@@ -14,14 +14,20 @@ matmul_coalesced      the same, threadIdx.x along a row: coalesced loads      ma
 matmul_tiled          32x32 tiles of A and B staged in shared memory          matmul_tiled.cu
 matmul_regblock       128x128 block tiles, 8x8 outputs per thread in          matmul_regblock.cu
                       registers, float4 loads
+matmul_warptile       the same block tile, 64x32 per warp in 2x2 sub-tiles,   matmul_warptile.cu
+                      4x4 per lane in each, float4 shared-memory loads
 ====================  ======================================================  ==============
+
+``matmul_warptile`` (rung 5) is not in ``MATMUL_KERNELS`` (the ladder the lessons 08a-08c
+walk and time): ``benchmarks/gpu_suite.py`` times it in its own section against cuBLAS FP32.
 
 Beside the ladder, on the tensor cores (lesson 08c): ``matmul_wmma`` (matmul_wmma.cu), FP16
 inputs, FP32 output, 16x16x16 WMMA fragments per warp inside 128x128x32 shared-memory tiles;
 on NumPy arrays it returns its reference ``reference.matmul_fp16``, so it runs everywhere.
 
-All four take float32, 2-D, C-contiguous CuPy arrays A (M, K) and B (K, N) and return a new
-C (M, N). Any M, N, K work: the kernels check their bounds. ``matmul_regblock`` reads with
+All five rungs take float32, 2-D, C-contiguous CuPy arrays A (M, K) and B (K, N) and return a new
+C (M, N). Any M, N, K work: the kernels check their bounds. ``matmul_regblock`` (and
+``matmul_warptile``, the same way) reads with
 float4 (16-byte) loads, which need K and N to be multiples of 4; when they are not, the wrapper
 copies A and B into zero-padded arrays first (zeros add nothing to the products) and says so
 in its docstring. Their NumPy reference is ``dlcourse.kernels.reference.matmul`` (``A @ B``).
@@ -37,8 +43,9 @@ from ..backend import device_of, require_cupy
 from . import reference
 from ._build import LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
-__all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "matmul_wmma",
-           "MATMUL_KERNELS", "REGBLOCK_TUNINGS", "regblock_defines", "regblock_label"]
+__all__ = ["matmul_naive", "matmul_coalesced", "matmul_tiled", "matmul_regblock", "matmul_warptile",
+           "matmul_wmma", "MATMUL_KERNELS", "REGBLOCK_TUNINGS", "WARPTILE_GEOMETRY",
+           "regblock_defines", "regblock_label"]
 
 INT32_MAX = 2**31 - 1
 
@@ -123,6 +130,25 @@ def _regblock_geometry(M, N, K, bk=8, prefetch=False, double_buffer=False,
                         block=((BM // TM) * (BN // TN), 1, 1),
                         static_shared_mem=stages * (bk * as_stride + bk * BN) * 4,
                         note=f"one 128x128 tile of C per block, 8x8 per thread, BK = {bk}")
+
+
+#: matmul_warptile.cu's tile sizes, by their names there (a test checks that they agree): the
+#: block tile BM x BN x BK, the warp tile WM x WN split into WMITER x WNITER sub-tiles, TM x TN
+#: per lane in each; AS_PAD floats of padding per k-row of As.
+WARPTILE_GEOMETRY = dict(BM=128, BN=128, BK=16, WM=64, WN=32, WMITER=2, WNITER=2, TM=4, TN=4,
+                         AS_PAD=4)
+
+
+@geometry("warptile")
+def _warptile_geometry(M, N, K):
+    g = WARPTILE_GEOMETRY
+    warps = (g["BM"] // g["WM"]) * (g["BN"] // g["WN"])
+    return LaunchConfig("warptile", "matmul_warptile.cu",
+                        grid=(ceil_div(N, g["BN"]), ceil_div(M, g["BM"]), 1),
+                        block=(32 * warps, 1, 1),
+                        static_shared_mem=g["BK"] * (g["BM"] + g["AS_PAD"] + g["BN"]) * 4,
+                        note="one 128x128 tile of C per block, 64x32 per warp, 2x2 sub-tiles "
+                             "of 32x16, 4x4 per lane in each")
 
 
 @geometry("wmma")
@@ -214,19 +240,35 @@ def matmul_regblock(A, B, bk=8, prefetch=False, double_buffer=False, avoid_confl
     """
     M, N, K = _check_operands("matmul_regblock", A, B)
     tuning = _tuning(bk, prefetch, double_buffer, avoid_conflicts, two_blocks)
-    defines = regblock_defines(**tuning)
+    return _launch_float4("regblock", A, B, M, N, K, regblock_defines(**tuning), **tuning)
+
+
+def _launch_float4(name, A, B, M, N, K, defines=(), **tuning):
+    """Launch rung name, whose kernel reads with float4: as it is when K % 4 == 0, N % 4 == 0
+    and A, B are 16-byte aligned; otherwise on zero-padded copies (M, K4) and (K4, N4), keeping
+    the first N columns of the result."""
     cupy = require_cupy()
     K4, N4 = ceil_div(K, 4) * 4, ceil_div(N, 4) * 4
     aligned = A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0
     if (K4, N4) == (K, N) and aligned:
-        return _launch(launch_config("regblock", M, N, K, **tuning), A, B, M, N, K, defines)
-    _check_size("matmul_regblock", M, N4, K4)   # the padded sizes must still fit in int32
+        return _launch(launch_config(name, M, N, K, **tuning), A, B, M, N, K, defines)
+    _check_size(f"matmul_{name}", M, N4, K4)   # the padded sizes must still fit in int32
     Ap = cupy.zeros((M, K4), dtype=cupy.float32)
     Ap[:, :K] = A
     Bp = cupy.zeros((K4, N4), dtype=cupy.float32)
     Bp[:K, :N] = B
-    C = _launch(launch_config("regblock", M, N4, K4, **tuning), Ap, Bp, M, N4, K4, defines)
+    C = _launch(launch_config(name, M, N4, K4, **tuning), Ap, Bp, M, N4, K4, defines)
     return cupy.ascontiguousarray(C[:, :N])
+
+
+def matmul_warptile(A, B):
+    """C = A @ B with warp tiling: 128x128 block tiles, each warp a 64x32 tile of C in 2x2
+    sub-tiles, each lane 4x4 outputs of every sub-tile, its operands read from shared memory as
+    float4s (rung 5, siboehm's kernels 9-10). A: (M, K), B: (K, N) float32, C-contiguous.
+    Returns C: (M, N). Any M; like matmul_regblock it pads A and B with zeros first when
+    K % 4 != 0, N % 4 != 0 or the data is not 16-byte aligned. See matmul_warptile.cu."""
+    M, N, K = _check_operands("matmul_warptile", A, B)
+    return _launch_float4("warptile", A, B, M, N, K)
 
 
 def matmul_wmma(A, B):

@@ -437,6 +437,8 @@ int run_matmul_tiled(GEOMETRY, const float* A, const float* B, float* Cm, int M,
 { LAUNCH(matmul_tiled(A, B, Cm, M, N, K)); }
 int run_matmul_regblock(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
 { LAUNCH(matmul_regblock(A, B, Cm, M, N, K)); }
+int run_matmul_warptile(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
+{ LAUNCH(matmul_warptile(A, B, Cm, M, N, K)); }
 int run_matmul_wmma(GEOMETRY, const half* A, const half* B, float* Cm, int M, int N, int K)
 { LAUNCH(matmul_wmma(A, B, Cm, M, N, K)); }
 """
