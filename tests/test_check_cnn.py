@@ -3,11 +3,8 @@ gets the message that names its mistake (also the wrong answers a mutation test 
 
 Each wrong answer is a small function named after its mistake, written as a learner would."""
 
-import inspect
 import math
-import textwrap
 import time
-import types
 
 import numpy as np
 import pytest
@@ -21,28 +18,14 @@ from dlcourse.conv import (
     im2col,
     maxpool_backward_naive,
 )
-from support.expect import expect_fail
+from support.expect import expect_fail, learner_copy
 
 
 
-def _own(f):
-    """A copy of a library loop, standing in for the learner's own code: its source compiled
-    anew, so that it is the learner's (the library is closed while a check runs)."""
-    namespace = dict(f.__globals__)
-    for name in f.__code__.co_names:          # the library helpers it calls, copied likewise
-        helper = namespace.get(name)
-        if isinstance(helper, types.FunctionType) and helper.__module__.startswith("dlcourse") \
-                and helper.__module__ != "dlcourse.backend":
-            namespace[name] = _own(helper)
-    exec(compile(textwrap.dedent(inspect.getsource(f)), "<the learner's copy>", "exec"),  # noqa: S102
-         namespace)
-    return namespace[f.__name__]
-
-
-maxpool_mistakes = _own(convolution.maxpool_mistakes)   # the check's wrong answers, copied
-_conv_fwd = _own(conv2d_forward_naive)
-_conv_bwd = _own(conv2d_backward_naive)
-_pool_bwd = _own(maxpool_backward_naive)
+maxpool_mistakes = learner_copy(convolution.maxpool_mistakes)   # the check's wrong answers, copied
+_conv_fwd = learner_copy(conv2d_forward_naive)
+_conv_bwd = learner_copy(conv2d_backward_naive)
+_pool_bwd = learner_copy(maxpool_backward_naive)
 
 
 # ---- minibatches

@@ -9,7 +9,7 @@ import pytest
 import dlcourse as dl
 import dlcourse.check as C
 from dlcourse.check import recurrence as R
-from support.expect import expect_fail
+from support.expect import expect_fail, learner_copy
 
 
 # ---- the references, gradient-checked in float64
@@ -156,19 +156,12 @@ def test_bptt_names_each_mistake(wrong, words):
 
 
 # ---- lstm_step_backward
-def _lstm_with(carry=True, tanh_c=True, forget="c_prev", local=True, out_tanh=True,
-               order="ifgo", keep="f"):
+_lstm_variant = learner_copy(R._lstm_variant)     # the check's own variants, the learner's
+
+
+def _lstm_with(**changed):
     def lstm_step_backward(dh, dc, cache):     # the right answer with one part changed
-        i, f, g, o, c_prev, c = cache
-        tc = np.tanh(c)
-        dct = (dc if carry else 0) + dh * o * ((1 - tc * tc) if tanh_c else (1 - c * c))
-        grads = {"i": dct * g, "f": {"c_prev": dct * c_prev, "c": dct * c, "zero": 0 * c}[forget],
-                 "g": dct * i, "o": dh * (tc if out_tanh else c)}
-        if local:
-            grads = {"i": grads["i"] * i * (1 - i), "f": grads["f"] * f * (1 - f),
-                     "g": grads["g"] * (1 - g * g), "o": grads["o"] * o * (1 - o)}
-        da = np.concatenate([grads[k] for k in order], axis=1)
-        return da, {"f": dct * f, "none": dct, "incoming": dc * f, "zero": 0 * c}[keep]
+        return _lstm_variant(dh, dc, *cache, **changed)
     return lstm_step_backward
 
 
