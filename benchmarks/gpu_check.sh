@@ -5,7 +5,8 @@
 #
 # Made for a lent GPU machine that starts bare, has no network and gives a few minutes at a time
 # (see docs/gpu_check.md): the launch command below is all it needs, with the wheels the machine
-# lacks carried in .whl/ (`python benchmarks/gpu_check_wheels.py` fills it, here, with network).
+# lacks carried in .whl/ (`python benchmarks/gpu_check_wheels.py` fills it, here, with network:
+# the notebook stack and the FastAPI service's, about 25 MiB).
 #
 # launch: bash benchmarks/gpu_check.sh "$OUT" 450
 #
@@ -16,16 +17,21 @@
 #   2. the test suite's GPU cases on the real GPU (every test marked gpu: the cupy backend case
 #      of every backend test, each hand-written kernel compiled by NVRTC against its NumPy
 #      reference, the fused layers, checkpoints loaded onto the GPU, fit(precision=) on CuPy),
-#      then every .cu source built with the machine's nvcc            -> OUT/tests.xml
+#      then every .cu source built with the machine's nvcc   -> OUT/tests.xml, OUT/nvcc.xml
+#   2c. the FastAPI service's tests (lessons 12, 12b; not marked gpu, so step 2 leaves them
+#      out), with the carried FastAPI stack                             -> OUT/service.xml
 #   3. benchmarks/gpu_suite.py --sections tensor_cores,flash_memory: matmul_wmma vs cuBLAS FP16,
 #      matmul_warptile vs cuBLAS FP32 at 4096^3, the FlashAttention kernel vs naive attention
-#      for T = 512 ... 16384 (time, peak memory, spills)            -> OUT/kernels/<device>.json
-#   3b. benchmarks/gpu_suite.py (its six default sections; --quick when BUDGET_S is short)
+#      and PyTorch's SDPA for T = 512 ... 16384 (time, peak memory, spills), causal at T = 1024
+#      and 4096, and flash_attention_wmma vs SDPA FP16 (flash backend)
+#                                                                -> OUT/kernels/<device>.json
+#   3b. benchmarks/gpu_suite.py (its seven default sections, the last the character
+#      transformer's training step against PyTorch's; --quick when BUDGET_S is short)
 #                                                                     -> OUT/<device>.json, .png
-#   4. the GPU lessons (05, 08a-08d, 10, 16) executed on the GPU under nbval -> OUT/notebooks.xml
+#   4. the GPU lessons (05, 08a-08e, 10, 16) executed on the GPU under nbval -> OUT/notebooks.xml
 # Everything printed goes to OUT/check.log too, and OUT/summary.txt says where each second went.
 # DLCOURSE_GPU_CHECK_SKIP="gpu_suite notebooks" leaves those steps out (a short recheck; the
-# first word of a step's name: tests, nvcc, gpu_suite, notebooks).
+# first word of a step's name: tests, nvcc, service, gpu_suite, notebooks).
 # Without a GPU it says so and exits 0 in seconds, having run nothing.
 set -u
 OUT=${1:-${OUT:-}}
@@ -83,7 +89,8 @@ fi
 cat "$OUT/env.txt"
 summary "machine: $(sed -n 3p "$OUT/env.txt"), $((SECONDS - START)) s"
 
-# 1. The carried wheels (mnist1d, nbval and the notebook stack), into a folder of their own.
+# 1. The carried wheels (mnist1d, nbval and the notebook stack; FastAPI, uvicorn, httpx,
+# cryptography and what they need), into a folder of their own.
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 WHEELS=${DLCOURSE_WHEELS:-.whl}
 if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
@@ -110,22 +117,32 @@ DLCOURSE_DEVICE=gpu run "tests (-m gpu)" 200 "$PY" -m pytest tests -m gpu $XDIST
 run "nvcc builds" 60 "$PY" -m pytest tests/test_kernels.py -k "nvcc" -q -rfEs \
     -o addopts="-p no:cacheprovider" --junitxml="$OUT/nvcc.xml"
 
+# 2c. The FastAPI service's tests (issue 43, item 5), which need the carried FastAPI stack. The
+# service asks for no device (dlcourse/serve: NumPy or onnxruntime on the CPU), so
+# DLCOURSE_DEVICE stays auto: what runs is the service on this machine's Python and packages.
+# shellcheck disable=SC2086
+run "service tests" 90 "$PY" -m pytest $XDIST $PER_TEST -q -rfEs -o addopts="-p no:cacheprovider" \
+    --junitxml="$OUT/service.xml" tests/test_serve.py tests/test_serve_engines.py \
+    tests/test_cli_language_model.py tests/test_signature_notices.py \
+    tests/test_deploy_refusals.py tests/test_protect.py
+
 # 3. The benchmark suite (it writes <device>.partial.json after each section): first the
-# sections of the kernels closest to the hardware (issue 43; estimated 30-40 s on an H100/H200:
-# CuPy's start, four NVRTC builds and a few seconds of timing; see docs/gpu_check.md), then the rest.
+# sections of the kernels closest to the hardware (issue 43; estimated 40-55 s on an H100/H200:
+# CuPy's and PyTorch's start, five NVRTC builds and about 15 s of timing; see docs/gpu_check.md),
+# then the rest (transformer_train, the last, estimated 10-40 s of it).
 QUICK=""
 [ "$BUDGET" -lt 400 ] && QUICK="--quick"
 run "gpu_suite kernel sections${QUICK:+ (quick)}" 90 "$PY" benchmarks/gpu_suite.py \
     --sections tensor_cores,flash_memory --out "$OUT/kernels" $QUICK
-run "gpu_suite${QUICK:+ (quick)}" 170 "$PY" benchmarks/gpu_suite.py --out "$OUT" $QUICK
+run "gpu_suite${QUICK:+ (quick)}" 200 "$PY" benchmarks/gpu_suite.py --out "$OUT" $QUICK
 
 # 4. The GPU lessons, on the GPU (DLCOURSE_DEVICE=auto finds it), under nbval.
 # shellcheck disable=SC2086
 # (--dist loadfile: nbval's items are a notebook's cells, which must run in order on one kernel.)
 run "notebooks" 200 "$PY" -m pytest $XDIST --dist loadfile -q -rfE --nbval-cell-timeout=150 \
     --junitxml="$OUT/notebooks.xml" notebooks/05_*.ipynb notebooks/08a_*.ipynb \
-    notebooks/08b_*.ipynb notebooks/08c_*.ipynb notebooks/08d_*.ipynb notebooks/10_*.ipynb \
-    notebooks/16_*.ipynb
+    notebooks/08b_*.ipynb notebooks/08c_*.ipynb notebooks/08d_*.ipynb notebooks/08e_*.ipynb \
+    notebooks/10_*.ipynb notebooks/16_*.ipynb
 
 summary "total: $((SECONDS - START)) s of a budget of $BUDGET s"
 exit 0

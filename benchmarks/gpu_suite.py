@@ -30,6 +30,12 @@ What it measures (every figure on the GPU it runs on, and each result checked be
    ``scaled_dot_product_attention`` in FP32 where PyTorch has CUDA; each checked against the
    naive result first, in ms and TFLOP/s (4 N H T² d FLOPs, half of that when causal), with the
    bytes each version moves counted from the shapes (``attention_traffic``).
+9. transformer_train: the character transformer of ``dlcourse train --model transformer
+   --dataset text`` (its sizes: d_model 64, 4 heads, 2 layers, context 64, batch 32), trained
+   with AdamW by the library's own step on CuPy, against the same model written in PyTorch
+   eager on the same GPU (same weights, copied; same batches; its parameter count and first
+   loss checked against dlcourse's), in tokens per second over timed rounds of steps after
+   warm-up. Estimated (not measured) at 10-40 s on an H100 (docs/gpu_check.md).
 
 Two more sections run only when ``--sections`` names them (``KERNEL_SECTIONS``; the check runs
 them in a step of their own):
@@ -39,14 +45,19 @@ them in a step of their own):
    4096x4096x4096; each checked against its cuBLAS product and for register spills
    (``local_size_bytes == 0``) before it is timed.
 8. flash_memory: the FlashAttention kernel against naive attention (``naive_attention``: the
-   T x T scores written out, both products on cuBLAS), FP32, 1 sample x 8 heads x d = 64,
-   T = 512 ... 16384: time, the memory each holds (CuPy's pool), and the kernel's spills.
+   T x T scores written out, both products on cuBLAS) and PyTorch's
+   ``scaled_dot_product_attention`` in FP32, 1 sample x 8 heads x d = 64, T = 512 ... 16384,
+   and causal at T = 1024 and 4096: time, the memory each holds (CuPy's pool; PyTorch's
+   ``max_memory_allocated`` for SDPA), and the kernel's spills; then, where ``dl.kernels`` has
+   it, ``flash_attention_wmma`` (FP16 in, FP32 out, tensor cores) against SDPA in FP16 on its
+   FlashAttention backend, T = 1024 ... 16384, both checked against FP32.
 
-``--dry-run`` prints what the chosen sections would run (sizes, launch geometry, bytes) and exits
-0 without a GPU, measuring and writing nothing.
+``--dry-run`` prints what the chosen sections would run (sizes, launch geometry, bytes; for
+transformer_train the two models' parameter counts, built on the CPU) and exits 0 without a
+GPU, measuring and writing nothing.
 
 It writes ``<out>/<device-name>.json`` (device, driver, CUDA, CuPy, PyTorch versions, date, every
-figure) and a plot ``<out>/<device-name>.png`` beside it (sections 1-4; sections 5 and 6 are in
+figure) and a plot ``<out>/<device-name>.png`` beside it (sections 1-4; the others are in
 the JSON and the printout only). Until the last section has run the JSON is
 ``<device-name>.partial.json`` (``"complete": false``), rewritten after each section, so
 a run cut short keeps what it measured, says it is partial, and leaves earlier complete results
@@ -89,19 +100,22 @@ import dlcourse as dl                      # noqa: E402
 from dlcourse import kernels as K          # noqa: E402
 from dlcourse._io import atomic_write       # noqa: E402
 from dlcourse.backend import gpu_available, gpu_problem, require_cupy  # noqa: E402
+from dlcourse.cli.train_settings import TEXT_DEFAULTS  # noqa: E402
 from dlcourse.precision import FORMATS, TRAINING_FORMATS as PRECISIONS, round_to  # noqa: E402
 from steps import VARIANTS, dlcourse_step, torch_step  # noqa: E402  (benchmarks/steps.py)
 
-SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu", "precision", "attention")
+SECTIONS = ("matmul", "elementwise", "training", "cpu_vs_gpu", "precision", "attention",
+            "transformer_train")
 
 # Problem sizes. --quick shrinks them for a smoke run (its JSON says "quick": true).
 FULL = dict(matmul_n=4096, elem_rows=65536, elem_cols=1024, conv_batch=640,
             mlp_batches=(64, 1024), cnn_batch=256, graph_batch=64,
             cpu_batches=tuple(2 ** k for k in range(5, 13)), target_s=1.0,
-            attention_T=(512, 1024, 2048, 4096))
+            attention_T=(512, 1024, 2048, 4096), lm_rounds=5)
 QUICK = dict(matmul_n=2048, elem_rows=16384, elem_cols=1024, conv_batch=160,
              mlp_batches=(64, 1024), cnn_batch=256, graph_batch=64,
-             cpu_batches=(32, 256, 2048), target_s=0.25, attention_T=(512, 1024, 2048))
+             cpu_batches=(32, 256, 2048), target_s=0.25, attention_T=(512, 1024, 2048),
+             lm_rounds=2)
 
 
 # ======================================================================================
@@ -902,13 +916,287 @@ def section_attention(cp, cfg, out, torch, torch_note):
 
 
 # ======================================================================================
+# 9. The character transformer's training step: dlcourse against PyTorch
+# ======================================================================================
+#: `dlcourse train --model transformer --dataset text`'s model and batch (TEXT_DEFAULTS:
+#: d_model 64, 4 heads, 2 layers, context 64, batch 32, lr 3e-3), trained with AdamW (the
+#: command's `--optimizer adamw`, weight decay 0.01; its default is adam); warmup steps, then
+#: `rounds` rounds of `steps` timed steps (FULL; QUICK takes fewer: cfg["lm_rounds"]).
+TRANSFORMER_TRAIN = dict({k: TEXT_DEFAULTS[k] for k in ("d_model", "heads", "layers",
+                                                       "context", "batch_size", "lr")},
+                         weight_decay=0.01, warmup=10, steps=50, batches=8, seed=0)
+
+
+def lm_batches(ids, batch, T, count, seed=0):
+    """``count`` batches of random windows of the text ``ids`` (1-D ints): a list of (x, y),
+    (batch, T) int64 each, y = x shifted by one position (the next character)."""
+    gen = np.random.default_rng(seed)
+    ids = np.asarray(ids, dtype=np.int64)
+    windows = [ids[gen.integers(0, len(ids) - T, size=batch)[:, None] + np.arange(T + 1)]
+               for _ in range(count)]
+    return [(w[:, :-1], w[:, 1:]) for w in windows]
+
+
+def dlcourse_lm_step(model, s, device):
+    """The library's training step of ``model`` (a dl.Transformer) as ``dl.fit`` takes it,
+    moved to ``device``: step(x, y) -> the loss, a Python float (so each step waits for the
+    GPU, as in dl.fit), x, y: (B, T) int64 on the device. dl.SequenceCrossEntropy, backward,
+    dl.AdamW (betas (0.9, 0.999), eps 1e-8, weight decay s["weight_decay"]). Left out: what
+    dl.fit does around each step (its snapshot to undo a diverged step, the lr schedule, the
+    progress bar) and the copy of each batch to the device."""
+    model.to(device)
+    model.train()
+    loss = dl.SequenceCrossEntropy()
+    opt = dl.AdamW(model, lr=s["lr"], betas=(0.9, 0.999), eps=1e-8,
+                   weight_decay=s["weight_decay"])
+
+    def step(x, y):
+        value = loss.forward(model.forward(x), y)          # a Python float
+        model.backward(loss.backward())                    # fills model.grads
+        opt.step()
+        return value
+    return step
+
+
+def torch_lm(torch, model):
+    """``model`` (a dl.Transformer with learned positions, on the CPU) written in PyTorch:
+    nn.Embedding + a position table, pre-LayerNorm blocks (LayerNorm, q/k/v/o nn.Linear with
+    biases, scaled_dot_product_attention with is_causal=True, LayerNorm, Linear-GELU(tanh)-Linear),
+    LayerNorm, Linear head: ids (B, T) -> logits (B, T, V). Its weights are copied from
+    ``model``'s (Linear weights transposed: dlcourse keeps W as (in, out)), every one of them
+    (load_state_dict(strict=True)), so both start from the same point."""
+    nn, F = torch.nn, torch.nn.functional
+    V, D, T = model.vocab, model.d_model, model.max_len
+    heads = model.blocks.layers[0].attention.heads
+    hidden = model.blocks.layers[0].layers[1].block.layers[1].hidden
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+            self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
+            self.fc1, self.fc2 = nn.Linear(D, hidden), nn.Linear(hidden, D)
+
+        def forward(self, x):                                          # (B, T, D)
+            B, T, _ = x.shape
+            a = self.ln1(x)
+            q, k, v = (lin(a).view(B, T, heads, D // heads).transpose(1, 2)
+                       for lin in (self.q, self.k, self.v))             # (B, H, T, d)
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.o(att.transpose(1, 2).reshape(B, T, D))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(V, D)
+            self.position = nn.Parameter(torch.zeros(T, D))
+            self.blocks = nn.ModuleList(Block() for _ in model.blocks.layers)
+            self.norm, self.head = nn.LayerNorm(D), nn.Linear(D, V)
+
+        def forward(self, idx):                                        # (B, T) int64
+            h = self.embedding(idx) + self.position[:idx.shape[1]]
+            for block in self.blocks:
+                h = block(h)
+            return self.head(self.norm(h))                             # (B, T, V)
+
+    lm = LM()
+    p = {key: dl.to_device(value, "cpu") for key, value in model.params.items()}
+    state = {"embedding.weight": p["embedding.W"], "position": p["position.W"],
+             "norm.weight": p["norm.gamma"], "norm.bias": p["norm.beta"],
+             "head.weight": p["head.W"].T, "head.bias": p["head.b"]}
+    for i in range(len(model.blocks.layers)):
+        att, ff = f"blocks.{i}.0.block.1.", f"blocks.{i}.1.block.1."
+        for n, norm in ((1, f"blocks.{i}.0.block.0."), (2, f"blocks.{i}.1.block.0.")):
+            state[f"blocks.{i}.ln{n}.weight"] = p[norm + "gamma"]
+            state[f"blocks.{i}.ln{n}.bias"] = p[norm + "beta"]
+        for n in "qkvo":
+            state[f"blocks.{i}.{n}.weight"] = p[f"{att}W{n}"].T
+            state[f"blocks.{i}.{n}.bias"] = p[f"{att}b{n}"]
+        for n in ("fc1", "fc2"):
+            state[f"blocks.{i}.{n}.weight"] = p[f"{ff}{n}.W"].T
+            state[f"blocks.{i}.{n}.bias"] = p[f"{ff}{n}.b"]
+    if len(state) != len(p):
+        raise ValueError(f"torch_lm copies {len(state)} arrays, but the dlcourse model has "
+                         f"{len(p)}: {sorted(p)}")
+    lm.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in state.items()},
+                       strict=True)
+    return lm
+
+
+def torch_lm_step(torch, lm, s, device):
+    """The same step in PyTorch eager on ``device``: step(x, y) -> loss.item() (waits, as
+    dlcourse's), cross-entropy over the (B·T, V) rows, torch.optim.AdamW with the same lr,
+    betas, eps and weight decay."""
+    lm.to(device).train()
+    opt = torch.optim.AdamW(lm.parameters(), lr=s["lr"], betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=s["weight_decay"])
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        logits = lm(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
+def _round_clock(cp, torch, on_gpu):
+    """fn -> seconds of one call of fn: CUDA events on the current stream of CuPy (torch None)
+    or of PyTorch, around the call; perf_counter on the CPU (on_gpu False)."""
+    if not on_gpu:
+        def seconds(fn):
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+    elif torch is None:
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+
+        def seconds(fn):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return cp.cuda.get_elapsed_time(start, end) / 1e3
+    else:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def seconds(fn):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+    return seconds
+
+
+def _tokens_per_second(step, batches, s, rounds, seconds):
+    """Warm ``step`` up for s["warmup"] steps, then time ``rounds`` rounds of s["steps"] steps
+    each, cycling through ``batches``: tokens per second (B·T per step) of the median round,
+    and the losses of the timed steps' first and last."""
+    for i in range(s["warmup"]):
+        step(*batches[i % len(batches)])
+    losses, times = [], []
+
+    def round_of_steps():
+        for i in range(s["steps"]):
+            losses.append(step(*batches[i % len(batches)]))
+
+    for _ in range(rounds):
+        times.append(seconds(round_of_steps))
+    tokens = s["batch_size"] * s["context"] * s["steps"]
+    median_s = statistics.median(times)
+    return {"tokens_per_s": tokens / median_s, "median_round_s": median_s,
+            "min_round_s": min(times), "rounds": rounds, "steps_per_round": s["steps"],
+            "ms_per_step": median_s / s["steps"] * 1e3, "loss_first_timed": losses[0],
+            "loss_last_timed": losses[-1]}
+
+
+def section_transformer_train(cp, cfg, out, torch, torch_note, sizes=None):
+    """The character transformer of `dlcourse train --model transformer --dataset text`
+    trained with the library's step on CuPy (dlcourse_lm_step) against the same model in
+    PyTorch eager on the same GPU (torch_lm, torch_lm_step): tokens per second over
+    cfg["lm_rounds"] rounds of TRANSFORMER_TRAIN["steps"] steps after warm-up, both on the same
+    batches of the course's text (dl.data.load_text, on the device before timing), FP32 (TF32
+    off). Checked before timing: the two models have the same number of parameters (copied
+    weights) and their first losses agree (LOSS_TOL). ``cp``: CuPy, or NumPy to run the
+    whole section on the CPU (PyTorch on the CPU, perf_counter clocks): how the tests run it,
+    with ``sizes`` overriding TRANSFORMER_TRAIN. Estimated (not measured) at 10-40 s on an
+    H100: see docs/gpu_check.md."""
+    s = dict(TRANSFORMER_TRAIN, **(sizes or {}))
+    on_gpu = cp is not np
+    device, torch_device = ("gpu", "cuda") if on_gpu else ("cpu", "cpu")
+    rounds = cfg["lm_rounds"]
+    text = dl.data.load_text()
+    T, B = s["context"], s["batch_size"]
+    model = dl.Transformer(text.vocab_size, s["d_model"], s["heads"], s["layers"], max_len=T,
+                           seed=s["seed"])
+    lm = torch_lm(torch, model) if torch is not None else None    # weights copied, on the CPU
+    out.update(settings=s, vocab=text.vocab_size, text=text.source, torch_note=torch_note,
+               tokens_per_step=B * T, dlcourse_parameters=model.num_parameters(),
+               optimizer="AdamW", precision="fp32")
+    say(f"\n[9] the character transformer's training step (d_model {s['d_model']}, {s['heads']} "
+        f"heads, {s['layers']} layers, context {T}, vocabulary {text.vocab_size}), batch {B}, "
+        f"AdamW lr {s['lr']:g}, FP32: dlcourse on {'CuPy' if on_gpu else 'NumPy'} vs PyTorch eager")
+    batches = lm_batches(text.train, B, T, s["batches"], s["seed"])
+    step = dlcourse_lm_step(model, s, device)
+    dl_batches = [tuple(dl.to_device(a, device) for a in pair) for pair in batches]
+    first = step(*dl_batches[0])                     # compiles the kernels; checked below
+    out["dlcourse"] = _tokens_per_second(step, dl_batches, s, rounds, _round_clock(cp, None, on_gpu))
+    out["dlcourse"]["first_loss"] = first
+    msg = (f"  dlcourse: {out['dlcourse_parameters']:,} parameters, "
+           f"{out['dlcourse']['tokens_per_s']:10,.0f} tokens/s ({out['dlcourse']['ms_per_step']:.2f} ms/step)")
+    if lm is None:
+        say(msg + f"; PyTorch: {torch_note}")
+        return
+    out["torch_parameters"] = sum(p.numel() for p in lm.parameters())
+    tstep = torch_lm_step(torch, lm, s, torch_device)
+    t_batches = [tuple(torch.from_numpy(a).to(torch_device) for a in pair) for pair in batches]
+    t_first = tstep(*t_batches[0])
+    out["first_losses"] = {"dlcourse": first, "torch": t_first}
+    problem = None
+    if out["torch_parameters"] != out["dlcourse_parameters"]:
+        problem = (f"PyTorch's model has {out['torch_parameters']:,} parameters, dlcourse's "
+                   f"{out['dlcourse_parameters']:,}: not the same model")
+    elif not abs(first - t_first) <= LOSS_TOL * abs(first):
+        problem = f"first losses differ: dlcourse {first:.6f}, PyTorch {t_first:.6f}"
+    if problem:
+        out["torch"] = {"error": problem + "; not timed"}
+        say(msg + f"\n  PyTorch: {problem}; not timed")
+        return
+    out["torch"] = _tokens_per_second(tstep, t_batches, s, rounds, _round_clock(cp, torch, on_gpu))
+    out["dlcourse_over_torch"] = out["dlcourse"]["tokens_per_s"] / out["torch"]["tokens_per_s"]
+    say(msg)
+    say(f"  PyTorch:  {out['torch_parameters']:,} parameters, "
+        f"{out['torch']['tokens_per_s']:10,.0f} tokens/s ({out['torch']['ms_per_step']:.2f} ms/step)"
+        f"; first losses {first:.5f} and {t_first:.5f}")
+    say(f"  dlcourse/PyTorch tokens per second: {out['dlcourse_over_torch']:.2f}x (below 1: slower); "
+        f"after the same {s['warmup'] + 1 + rounds * s['steps']} steps on the same batches "
+        f"their losses are {out['dlcourse']['loss_last_timed']:.5f} and "
+        f"{out['torch']['loss_last_timed']:.5f}")
+
+
+LOSS_TOL = 1e-4          # the first losses of the two models, same weights and batch: relative
+
+
+def plan_transformer_train():
+    """The dry run's lines for transformer_train: the model, built on the CPU to count its
+    parameters (and PyTorch's, where PyTorch is importable), and the steps it would time."""
+    s = TRANSFORMER_TRAIN
+    text = dl.data.load_text()
+    model = dl.Transformer(text.vocab_size, s["d_model"], s["heads"], s["layers"],
+                           max_len=s["context"], seed=s["seed"])
+    lines = [f"[9] transformer_train: dl.Transformer(vocab {text.vocab_size} here, d_model "
+             f"{s['d_model']}, {s['heads']} heads, {s['layers']} layers, context {s['context']}), "
+             f"batch {s['batch_size']} ({s['batch_size'] * s['context']} tokens per step), "
+             f"AdamW lr {s['lr']:g}, weight decay {s['weight_decay']}, FP32",
+             f"    dlcourse: {model.num_parameters():,} parameters; {s['warmup']} warm-up steps, "
+             f"then {FULL['lm_rounds']} rounds ({QUICK['lm_rounds']} with --quick) of "
+             f"{s['steps']} timed steps on {s['batches']} batches already on the GPU"]
+    try:
+        import torch
+    except ImportError:
+        return lines + ["    PyTorch: not importable here, so its parameters are not counted"]
+    lm = torch_lm(torch, model)
+    lines.append(f"    PyTorch eager, the same weights: "
+                 f"{sum(p.numel() for p in lm.parameters()):,} parameters; the same steps, "
+                 f"after its first loss is checked against dlcourse's (relative {LOSS_TOL:.0e})")
+    return lines
+
+
+# ======================================================================================
 # 7-8. The hand-written kernels closest to the hardware (issue 43): only with --sections
 # ======================================================================================
 #: The sections main() runs only when --sections names them (the check runs them in a step of
 #: their own, benchmarks/gpu_check.sh), with the problem sizes they use.
 KERNEL_SECTIONS = ("tensor_cores", "flash_memory")
 TENSOR_CORES_N = 4096                         # C = A @ B at 4096 x 4096 x 4096
-FLASH_MEMORY_SHAPE = dict(N=1, H=8, d=64, T=(512, 1024, 2048, 4096, 8192, 16384), target_s=0.5)
+FLASH_MEMORY_SHAPE = dict(N=1, H=8, d=64, T=(512, 1024, 2048, 4096, 8192, 16384),
+                          causal_T=(1024, 4096), wmma_T=(1024, 2048, 4096, 8192, 16384),
+                          target_s=0.25)
+WMMA_TOL = 1e-2          # flash_attention_wmma's error against FP32 (P is rounded to FP16)
 
 
 def _no_spills(file, name):
@@ -958,11 +1246,15 @@ def section_tensor_cores(cp, cfg, out):
     cp.get_default_memory_pool().free_all_blocks()
 
 
-def naive_attention(cp, q, k, v):
+def naive_attention(cp, q, k, v, causal=False):
     """softmax(q k^T / sqrt(d)) v with the scores S and probabilities P written out, (B, T, T)
-    each, and both products on cuBLAS (cp.matmul). q, k, v: (B, T, d) float32."""
+    each, and both products on cuBLAS (cp.matmul). q, k, v: (B, T, d) float32. causal: row i
+    sees keys j <= i (a (T, T) bias of -inf above the diagonal added to S)."""
     S = cp.matmul(q, k.transpose(0, 2, 1))
     S *= np.float32(1.0 / np.sqrt(q.shape[-1]))
+    if causal:
+        T = S.shape[-1]
+        S += cp.triu(cp.full((T, T), -np.inf, dtype=np.float32), 1)
     S -= S.max(axis=-1, keepdims=True)
     P = cp.exp(S, out=S)
     P /= P.sum(axis=-1, keepdims=True)
@@ -984,55 +1276,182 @@ def _peak_bytes(cp, fn):
     return peak
 
 
-def section_flash_memory(cp, cfg, out):
+def _torch_peak_bytes(torch, fn):
+    """Bytes PyTorch's allocator had in use at most during one call of fn, beyond what it
+    held before (torch.cuda.max_memory_allocated after reset_peak_memory_stats)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del result
+    torch.cuda.empty_cache()
+    return peak
+
+
+def _sdpa(torch, q, k, v, causal, flash_backend=False):
+    """PyTorch's scaled_dot_product_attention on q, k, v (torch tensors (N, H, T, d));
+    flash_backend=True: only its FlashAttention backend (FP16/BF16), an error where it cannot."""
+    F = torch.nn.functional
+    if not flash_backend:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _check_and_time(cp, torch, name, fn, want, tol, target_s, err_key="max_rel_err_vs_naive"):
+    """One run of a flash_memory case: fn's result (a CuPy array or a torch tensor) checked
+    against ``want`` (max relative error at most tol, kept under err_key; want None: fn's is
+    the reference), then timed and its peak memory measured, each with its own library's
+    events and allocator. Returns (entry, result as CuPy): the entry holds an "error" instead
+    when it failed."""
+    on_torch = name.startswith("torch")
+    try:
+        result = fn()
+        got = cp.asarray(result.contiguous()) if on_torch else result
+        err = 0.0 if want is None else rel_err(cp, got, want)
+        if err > tol:
+            return {"error": f"max relative error {err:.1e} against the reference "
+                             f"(allowed {tol:.0e})"}, None
+        if on_torch:
+            t = time_torch(torch, fn, target_s, warmup=1)
+            t["peak_bytes"] = _torch_peak_bytes(torch, fn)
+        else:
+            t = time_cuda(cp, fn, target_s, warmup=1)
+            t["peak_bytes"] = _peak_bytes(cp, fn)
+        t[err_key] = err
+        return t, got
+    except Exception as err:                     # naive runs out of memory first
+        return {"error": f"{type(err).__name__}: {err}"[:200]}, None
+
+
+def _flash_cell(name, entry):
+    """The printed cell of one run: its time and memory, or why it has none."""
+    if "median_ms" in entry:
+        return f"{name} {entry['median_ms']:8.3f} ms {entry['peak_bytes'] / 2**20:8.1f} MiB"
+    return f"{name}: {entry['error'][:60]}"
+
+
+def section_flash_memory(cp, cfg, out, torch=None, torch_note=None):
     """The FlashAttention forward kernel against naive attention (naive_attention: scores in
-    memory, cuBLAS products), FP32, not causal, N x H problems of T x d for each T of
-    FLASH_MEMORY_SHAPE: time, peak memory from CuPy's pool, and the kernel's spills."""
-    N, H, d = (FLASH_MEMORY_SHAPE[key] for key in ("N", "H", "d"))
-    out.update(N=N, H=H, d=d, cases={})
+    memory, cuBLAS products) and PyTorch's scaled_dot_product_attention, FP32, N x H problems
+    of T x d for each T of FLASH_MEMORY_SHAPE, and causal for each of its causal_T: time, peak
+    memory (CuPy's pool; PyTorch's allocator for SDPA), and the kernel's spills. Then, where
+    dl.kernels has it, flash_attention_wmma (FP16 in, FP32 out, tensor cores) against SDPA in
+    FP16 on its FlashAttention backend, for each of wmma_T, both checked against FP32 naive
+    attention of the same FP16 inputs. Without PyTorch (torch None) the SDPA runs are left
+    out and torch_note says why."""
+    S = FLASH_MEMORY_SHAPE
+    N, H, d, target_s = S["N"], S["H"], S["d"], S["target_s"]
+    out.update(N=N, H=H, d=d, cases={}, torch_note=torch_note)
     kname = f"flash_attention_forward<{K.flash_head_dim(d)}>"
     out["local_size_bytes"] = _no_spills("flash_attention_forward.cu", kname)
-    say(f"\n[8] FlashAttention kernel vs naive attention (S in memory, cuBLAS), N={N} x H={H} "
-        f"x d={d}, FP32; {kname}: {out['local_size_bytes']} bytes of local memory per thread")
+    say(f"\n[8] FlashAttention kernel vs naive attention (S in memory, cuBLAS) and PyTorch SDPA, "
+        f"N={N} x H={H} x d={d}, FP32; {kname}: {out['local_size_bytes']} bytes of local "
+        f"memory per thread")
+    if torch is None:
+        say(f"  note: {torch_note}: the PyTorch SDPA runs are left out")
     gen = np.random.default_rng(0)
-    for T in FLASH_MEMORY_SHAPE["T"]:
+    cases = [(T, False) for T in S["T"]] + [(T, True) for T in S["causal_T"]]
+    for T, causal in cases:
         q, k, v = (cp.asarray(gen.standard_normal((N, H, T, d)).astype(np.float32)) for _ in range(3))
         flat = [a.reshape(N * H, T, d) for a in (q, k, v)]
-        entry = out["cases"][f"T={T}"] = {"T": T, "flops": 4 * N * H * T * T * d}
-        runs = (("naive", lambda: naive_attention(cp, *flat)),
-                ("flash_kernel", lambda: K.flash_attention_forward(q, k, v)[0]))
-        want, line = None, f"  T={T:6d}"
+        entry = out["cases"][f"T={T}{' causal' if causal else ''}"] = {
+            "T": T, "causal": causal, "flops": 4 * N * H * T * T * d * (0.5 if causal else 1.0)}
+        runs = [("naive", lambda: naive_attention(cp, *flat, causal=causal).reshape(N, H, T, d)),
+                ("flash_kernel", lambda: K.flash_attention_forward(q, k, v, causal)[0])]
+        if torch is not None:
+            tq, tk, tv = (torch.as_tensor(a, device="cuda") for a in (q, k, v))
+            runs.append(("torch_sdpa_fp32", lambda: _sdpa(torch, tq, tk, tv, causal)))
+        want, cells = None, []
         for name, fn in runs:
-            if want is None and name != "naive":      # nothing to check it against: not timed
+            if want is None and name != "naive":        # nothing to check it against: not timed
                 entry[name] = {"error": "not checked: the naive result is missing"}
-                line += f"   {name}: not checked"
-                continue
-            try:
-                got = fn().reshape(N, H, T, d)
-                want = got if want is None else want
-                err = rel_err(cp, got, want)
-                del got
-                if err > 1e-4:
-                    entry[name] = {"error": f"max relative error {err:.1e} against naive"}
-                    line += f"   {name}: WRONG ({err:.1e})"
-                    continue
-                t = time_cuda(cp, fn, FLASH_MEMORY_SHAPE["target_s"], warmup=1)
-                t.update(peak_bytes=_peak_bytes(cp, fn), max_rel_err_vs_naive=err)
-                entry[name] = t
-                line += f"   {name} {t['median_ms']:9.3f} ms, {t['peak_bytes'] / 2**20:9.1f} MiB"
-            except Exception as err:                   # naive runs out of memory first
-                entry[name] = {"error": f"{type(err).__name__}: {err}"[:200]}
-                line += f"   {name}: {type(err).__name__}"
+            else:
+                entry[name], got = _check_and_time(cp, torch, name, fn, want, 1e-4, target_s)
+                want = got if name == "naive" else want
+            cells.append(_flash_cell(name, entry[name]))
             cp.get_default_memory_pool().free_all_blocks()
-        if "median_ms" in entry.get("naive", {}) and "median_ms" in entry.get("flash_kernel", {}):
-            entry["speedup_over_naive"] = entry["naive"]["median_ms"] / entry["flash_kernel"]["median_ms"]
-            line += f"   flash {entry['speedup_over_naive']:.2f}x naive"
-        say(line)
+        kernel_ms = entry["flash_kernel"].get("median_ms")
+        for base in ("naive", "torch_sdpa_fp32"):
+            if kernel_ms and "median_ms" in entry.get(base, {}):
+                key = "speedup_over_naive" if base == "naive" else "speedup_over_torch_sdpa_fp32"
+                entry[key] = entry[base]["median_ms"] / kernel_ms
+        ratios = [f"{entry[key]:.2f}x {what}" for key, what in (
+            ("speedup_over_naive", "naive"), ("speedup_over_torch_sdpa_fp32", "SDPA"))
+            if key in entry]
+        say(f"  T={T:6d}{' causal' if causal else '       '}   " + "   ".join(cells)
+            + (f"   kernel {', '.join(ratios)}" if ratios else ""))
+        if torch is not None:
+            torch.cuda.empty_cache()
+        cp.get_default_memory_pool().free_all_blocks()
+    out["wmma"] = _flash_wmma_lines(cp, torch, torch_note, gen)
 
 
-def plan_kernel_sections(sections):
-    """What --dry-run prints for KERNEL_SECTIONS: each run, its launch geometry and the bytes
-    it will ask for, computed from the shapes (no GPU: nothing is run or measured)."""
+def _flash_wmma_lines(cp, torch, torch_note, gen):
+    """flash_attention_wmma (where dl.kernels has it) against PyTorch's SDPA in FP16 on its
+    FlashAttention backend, N x H problems of T x 64 for each T of FLASH_MEMORY_SHAPE's
+    wmma_T, not causal: each checked against naive_attention in FP32 on the same FP16 inputs
+    (at most WMMA_TOL), then timed, with its peak memory. Returns the section's "wmma" entry."""
+    S = FLASH_MEMORY_SHAPE
+    N, H, d, target_s = S["N"], S["H"], S["d"], S["target_s"]
+    wmma = getattr(K, "flash_attention_wmma", None)
+    if wmma is None:
+        say("  flash_attention_wmma: not in dl.kernels, so its lines are left out")
+        return {"not_measured": "dl.kernels has no flash_attention_wmma"}
+    res = {"cases": {}, "tolerance": WMMA_TOL,
+           "note": "errors against naive_attention in FP32 on the same FP16 inputs"}
+    try:
+        res["local_size_bytes"] = _no_spills("flash_attention_wmma.cu", "flash_attention_wmma")
+    except Exception as err:
+        res["local_size_bytes"] = f"unknown ({type(err).__name__}: {err})"[:200]
+    say(f"  flash_attention_wmma (FP16 in, FP32 out) vs PyTorch SDPA FP16 (flash backend), "
+        f"N={N} x H={H} x d={d}; {res['local_size_bytes']} bytes of local memory per thread")
+    for T in S["wmma_T"]:
+        q16, k16, v16 = (cp.asarray(gen.standard_normal((N, H, T, d)).astype(np.float16))
+                         for _ in range(3))
+        flat16 = [a.reshape(N * H, T, d) for a in (q16, k16, v16)]
+        entry = res["cases"][f"T={T}"] = {"T": T, "flops": 4 * N * H * T * T * d}
+        try:
+            want = naive_attention(cp, *(a.astype(cp.float32) for a in flat16))
+        except Exception as err:
+            entry["error"] = f"no FP32 reference: {type(err).__name__}: {err}"[:200]
+            say(f"  T={T:6d}   {entry['error']}; not timed")
+            continue
+        runs = [("flash_attention_wmma", lambda: wmma(*flat16, causal=False))]
+        if torch is not None:
+            tq, tk, tv = (torch.as_tensor(a, device="cuda") for a in (q16, k16, v16))
+            runs.append(("torch_sdpa_fp16_flash",
+                         lambda: _sdpa(torch, tq, tk, tv, False, flash_backend=True)
+                         .reshape(N * H, T, d)))
+        cells = []
+        for name, fn in runs:
+            entry[name], _ = _check_and_time(cp, torch, name, fn, want, WMMA_TOL, target_s,
+                                             "max_rel_err_vs_fp32")
+            cells.append(_flash_cell(name, entry[name]))
+            cp.get_default_memory_pool().free_all_blocks()
+        if "median_ms" in entry["flash_attention_wmma"] and \
+                "median_ms" in entry.get("torch_sdpa_fp16_flash", {}):
+            entry["speedup_over_torch_sdpa_fp16_flash"] = (
+                entry["torch_sdpa_fp16_flash"]["median_ms"] / entry["flash_attention_wmma"]["median_ms"])
+            cells.append(f"wmma {entry['speedup_over_torch_sdpa_fp16_flash']:.2f}x SDPA")
+        errors = ", ".join(f"{name} {entry[name]['max_rel_err_vs_fp32']:.1e}" for name, _ in runs
+                           if "max_rel_err_vs_fp32" in entry[name])
+        say(f"  T={T:6d}   " + "   ".join(cells) + (f"   (errors: {errors})" if errors else ""))
+        if torch is not None:
+            torch.cuda.empty_cache()
+        cp.get_default_memory_pool().free_all_blocks()
+    if torch is None:
+        res["torch_note"] = torch_note
+    return res
+
+
+def plan_sections(sections):
+    """What --dry-run prints for the sections that have a plan (KERNEL_SECTIONS and
+    transformer_train): each run, its sizes, launch geometry and the bytes it will ask for,
+    computed from the shapes on the CPU (no GPU: nothing is run or measured)."""
     lines = []
     if "tensor_cores" in sections:
         n = TENSOR_CORES_N
@@ -1043,14 +1462,42 @@ def plan_kernel_sections(sections):
             lines.append(f"    matmul_{name} vs {base}: {K.launch_config(name, n, n, n)}, "
                          f"checked, then local_size_bytes == 0, then timed")
     if "flash_memory" in sections:
-        N, H, d = (FLASH_MEMORY_SHAPE[key] for key in ("N", "H", "d"))
-        lines.append(f"[8] flash_memory: N={N} x H={H} x d={d}, FP32, not causal; "
-                     f"flash_attention_forward<{K.flash_head_dim(d)}>: local_size_bytes == 0 checked")
-        for T in FLASH_MEMORY_SHAPE["T"]:
-            scores = N * H * T * T * 4
-            lines.append(f"    T={T:6d}: naive holds S (= P) of {scores / 2**20:9.1f} MiB; flash "
-                         f"{K.launch_config('flash_attention_forward', N * H, T, T, d)}, "
-                         f"q, k, v, out {4 * N * H * T * d * 4 / 2**20:.1f} MiB")
+        lines += _plan_flash_memory()
+    if "transformer_train" in sections:
+        lines += plan_transformer_train()
+    return lines
+
+
+def _plan_flash_memory():
+    S = FLASH_MEMORY_SHAPE
+    N, H, d = S["N"], S["H"], S["d"]
+    lines = [f"[8] flash_memory: N={N} x H={H} x d={d}, FP32; "
+             f"flash_attention_forward<{K.flash_head_dim(d)}>: local_size_bytes == 0 checked; "
+             f"each run checked against naive, then timed (target {S['target_s']} s) and its "
+             f"peak memory taken"]
+    for T in S["T"]:
+        scores = N * H * T * T * 4
+        lines.append(f"    T={T:6d}: naive holds S (= P) of {scores / 2**20:9.1f} MiB; flash "
+                     f"{K.launch_config('flash_attention_forward', N * H, T, T, d)}, "
+                     f"q, k, v, out {4 * N * H * T * d * 4 / 2**20:.1f} MiB")
+    lines.append("    PyTorch SDPA FP32 (torch.nn.functional.scaled_dot_product_attention) at each "
+                 "T above: time, torch.cuda.max_memory_allocated (left out without PyTorch)")
+    lines.append(f"    causal (is_causal=True; naive masked) at T = "
+                 f"{', '.join(map(str, S['causal_T']))}: naive, the kernel and SDPA FP32")
+    if getattr(K, "flash_attention_wmma", None) is None:
+        lines.append("    flash_attention_wmma: not in dl.kernels, so its lines are left out")
+        return lines
+    lines.append(f"    flash_attention_wmma (FP16 in, FP32 out) vs PyTorch SDPA FP16, flash backend "
+                 f"(sdpa_kernel(SDPBackend.FLASH_ATTENTION)), not causal; each checked against "
+                 f"naive FP32 of the same FP16 inputs (error <= {WMMA_TOL:.0e}); "
+                 f"local_size_bytes taken")
+    for T in S["wmma_T"]:
+        try:
+            launch = K.launch_config("flash_attention_wmma", N * H, T)
+        except Exception as err:                       # its geometry not registered (yet)
+            launch = f"launch geometry unknown ({type(err).__name__})"
+        lines.append(f"    T={T:6d}: wmma {launch}, q, k, v {3 * N * H * T * d * 2 / 2**20:.1f} MiB "
+                     f"FP16, out {N * H * T * d * 4 / 2**20:.1f} MiB FP32")
     return lines
 
 
@@ -1230,7 +1677,7 @@ def main(argv=None):
     if args.dry_run:
         say(f"dry run: sections {', '.join(sections)}{' (quick)' if args.quick else ''}; "
             f"nothing is run, measured or written")
-        for line in plan_kernel_sections(sections):
+        for line in plan_sections(sections):
             say(line)
         return 0
     if not gpu_available():
@@ -1266,10 +1713,12 @@ def main(argv=None):
                 section_cpu_vs_gpu(cp, cfg, out)
             elif name == "attention":
                 section_attention(cp, cfg, out, torch, torch_note)
+            elif name == "transformer_train":
+                section_transformer_train(cp, cfg, out, torch, torch_note)
             elif name == "tensor_cores":
                 section_tensor_cores(cp, cfg, out)
             elif name == "flash_memory":
-                section_flash_memory(cp, cfg, out)
+                section_flash_memory(cp, cfg, out, torch, torch_note)
             else:
                 section_precision(cp, cfg, out, torch, torch_note, results.get("matmul"))
         except Exception as err:   # keep what was measured; say what failed and why

@@ -29,7 +29,8 @@ Ed25519 keys) that only its owner can read (a key readable by group or others is
 hexadecimal digits). Never a command-line argument: other users see those in process lists.
 A key of the other kind (the public key given as the AES key) is named as such. ``keygen``
 checks every file it would write before writing any, so a pair is written whole or not at all.
-A ``.sig`` is read only when it is a regular file, and at most :data:`MAX_SIGNATURE_BYTES` of it.
+A ``.sig`` or a key file is read only when it is a regular file, and at most
+:data:`MAX_SIGNATURE_BYTES` or :data:`MAX_KEY_BYTES` of it (``--key /dev/zero`` is refused at once).
 The optional extra ``protect`` installs ``cryptography``: ``pip install -e ".[protect]"``.
 """
 from __future__ import annotations
@@ -53,6 +54,7 @@ MAGIC = b"DLCOURSE-ENCRYPTED\n"          # the first line of an encrypted checkp
 FORMAT, VERSION, CIPHER = "dlcourse-encrypted", 1, "AES-256-GCM"
 SIGNATURE_FORMAT = "dlcourse-signature"
 MAX_SIGNATURE_BYTES = 4096            # a .sig is ~230 bytes; anything larger is not one
+MAX_KEY_BYTES = 4096                  # a key file is 32 bytes (AES) or ~120 (PEM); likewise
 PRIVATE_NAME, PUBLIC_NAME, AES_NAME = "model_signing.key", "model_signing.pub", "model.aeskey"
 
 
@@ -160,7 +162,7 @@ def _secret_file(path, what: str) -> bytes:
     except FileNotFoundError:
         raise FileNotFoundError(f"No {what} at {path}: give the file `dlcourse keygen` wrote.") \
             from None
-    data = path.read_bytes()
+    data = _read_small(path, MAX_KEY_BYTES, what, "the file `dlcourse keygen` wrote")
     _refuse_other_kind(data, path, what)
     if os.name == "posix" and stat.S_IMODE(info.st_mode) & 0o077:
         raise ProtectionError(f"{path} is readable by others (mode "
@@ -244,7 +246,8 @@ def _public_key(path):
         raise ProtectionError("give the public key as a file (the .pub that `dlcourse keygen` "
                               "wrote), not its text.")
     try:
-        data = Path(path).expanduser().read_bytes()
+        data = _read_small(Path(path).expanduser(), MAX_KEY_BYTES, "public key",
+                           f"the {PUBLIC_NAME} that `dlcourse keygen` wrote")
     except FileNotFoundError:
         raise FileNotFoundError(f"No public key at {path}: give the {PUBLIC_NAME} that "
                                 f"`dlcourse keygen` wrote.") from None
@@ -347,24 +350,33 @@ def public_key_id(path) -> str:
     return key_id(_raw_public(_public_key(path)))
 
 
+def _read_small(path: Path, limit: int, what: str, wanted: str) -> bytes:
+    """The bytes of ``path``, read only when it is a regular file of at most ``limit`` bytes: a
+    FIFO, a device such as /dev/zero, a folder or a huge file is refused without reading it
+    (``what``: what the file should be; ``wanted``: the file to give instead).
+    FileNotFoundError when there is none."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused, unread)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as f:                         # closes fd, whatever happens
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProtectionError(f"{path} is not a regular file (a FIFO, a device or a folder), "
+                                  f"so it is not a {what}: give {wanted}. Refused without "
+                                  f"reading it.")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ProtectionError(f"{path} holds more than {limit} bytes, which is more than any "
+                              f"{what}: this is not one (another file under that name?). Give "
+                              f"{wanted}.")
+    return data
+
+
 def read_signature_file(sig: Path) -> bytes:
     """The bytes of the signature file ``sig``, read only when it is a regular file of at most
     :data:`MAX_SIGNATURE_BYTES` (a FIFO, a device such as /dev/zero, or a huge file is refused
     without reading it). FileNotFoundError when there is none."""
-    # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused, unread)
-    fd = os.open(sig, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with os.fdopen(fd, "rb") as f:                         # closes fd, whatever happens
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ProtectionError(f"{sig} is not a regular file (a FIFO, a device or a folder): "
-                                  f"a signature is the small file `dlcourse sign` writes. "
-                                  f"Refusing it without reading it; remove it and sign again.")
-        text = f.read(MAX_SIGNATURE_BYTES + 1)
-    if len(text) > MAX_SIGNATURE_BYTES:
-        raise ProtectionError(f"{sig} holds more than {MAX_SIGNATURE_BYTES} bytes, and a "
-                              f"signature is about 230: this is not one (another file under "
-                              f"that name?). Refusing it; remove it and sign again (dlcourse "
-                              f"sign).")
-    return text
+    return _read_small(sig, MAX_SIGNATURE_BYTES, "signature",
+                       "the small file `dlcourse sign` writes: remove this one and sign again "
+                       "(dlcourse sign)")
 
 
 def verify_bytes(data: bytes, path, public_key) -> None:

@@ -338,7 +338,9 @@ def fit(model, loss, optimizer, X, y, *, epochs: int = 10, batch_size: int = 64,
         validation: ``(X_val, y_val)``, evaluated after every epoch, or ``None``.
         seed: seeds the batch order and the dropout masks (``dl.manual_seed(seed)``): on the
             CPU the same seed and the same starting model give bit-for-bit the same result.
-        progress: show a progress bar (``tqdm.auto``).
+        progress: show a progress bar (``tqdm.auto``) where someone sees it redrawn: in a
+            notebook, or on a terminal; with standard error going into a file or a pipe, none
+            (each redraw would be a line of the file).
         callback: ``callback(epoch, history)`` after each epoch (from 1); returning ``False``
             or raising :class:`StopTraining` ends training cleanly.
         on_step: ``on_step(step, loss)`` after each step (counted over the run, from 1); same.
@@ -556,8 +558,24 @@ def _val_text(history) -> str:
     return parts
 
 
+def _bar_is_seen() -> bool:
+    """Whether a progress bar would be seen redrawn: in a Jupyter kernel (a widget), or with
+    standard error on a terminal. Not when it goes into a file, a pipe or a test's capture."""
+    shell = sys.modules.get("IPython")
+    if shell is not None:
+        try:
+            if getattr(shell.get_ipython(), "kernel", None) is not None:
+                return True
+        except Exception:  # noqa: BLE001 - an IPython that cannot say: fall back on the terminal
+            pass
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):     # replaced, or closed
+        return False
+
+
 def _progress_bar(progress: bool, total: int):
-    if not progress:
+    if not progress or not _bar_is_seen():
         return None
     try:
         from tqdm.auto import tqdm

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dlcourse import backend, cli, doctor
+from dlcourse import train as dl_train
 from dlcourse.cli import train_command, train_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,7 +185,7 @@ def test_train_saves_a_loadable_model(tmp_path, capsys):
 
 
 def test_train_progress_bar_goes_to_stderr(capsys, monkeypatch):
-    monkeypatch.setattr(train_command, "_stderr_is_terminal", lambda: True)   # a bar on a terminal only
+    monkeypatch.setattr(dl_train, "_bar_is_seen", lambda: True)   # a bar on a terminal only
     assert cli.main(["train", "--model", "mlp", "--dataset", "circles", "--epochs", "2",
                      "--device", "cpu"]) == 0
     captured = capsys.readouterr()

@@ -735,10 +735,13 @@ def test_the_suites_kernel_sections_run_on_the_emulated_kernels(emulated_gpu, be
                                                                 monkeypatch):
     """benchmarks/gpu_suite.py's tensor_cores and flash_memory sections, end to end at small
     sizes: matmul_wmma and matmul_warptile on the emulated kernels, checked against the products
-    the suite uses as cuBLAS's; the flash kernel replaced by the NumPy attention (its own tests
-    are in test_flash_attention.py), checked against the suite's naive attention. The clock,
-    the memory pool and the spill count are stand-ins: no figure here is a measurement."""
+    the suite uses as cuBLAS's; the flash kernels replaced by the NumPy attention and
+    dl.kernels.reference.flash_attention_fp16 (their own tests are in test_flash_attention.py
+    and test_flash_wmma.py), checked against the suite's naive attention, causal too. No
+    PyTorch (its SDPA lines are left out). The clock, the memory pool and the spill count are
+    stand-ins: no figure here is a measurement."""
     from dlcourse.attention import attention_forward
+    from dlcourse.kernels.reference import flash_attention_fp16
     suite = benchmark_script("gpu_suite")
     plain = lambda a: a.view(np.ndarray) if isinstance(a, EmuArray) else a   # noqa: E731
 
@@ -758,18 +761,22 @@ def test_the_suites_kernel_sections_run_on_the_emulated_kernels(emulated_gpu, be
 
     pool = types.SimpleNamespace(free_all_blocks=lambda: None, total_bytes=lambda: 0)
     cp = types.SimpleNamespace(**vars(FAKE_CUPY), float64=np.float64, matmul=matmul, abs=np.abs,
-                               exp=np.exp, random=types.SimpleNamespace(RandomState=RandomState),
+                               exp=np.exp, triu=np.triu, full=np.full,
+                               random=types.SimpleNamespace(RandomState=RandomState),
                                get_default_memory_pool=lambda: pool,
                                cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(
                                    synchronize=lambda: None)))
     monkeypatch.setattr(K.matmul, "device_of", lambda a: "gpu")
     monkeypatch.setattr(suite, "TENSOR_CORES_N", 128)
-    monkeypatch.setattr(suite, "FLASH_MEMORY_SHAPE", dict(N=1, H=2, d=16, T=(40, 72), target_s=0.0))
+    monkeypatch.setattr(suite, "FLASH_MEMORY_SHAPE", dict(N=1, H=2, d=16, T=(40, 72), causal_T=(40,),
+                                                          wmma_T=(72,), target_s=0.0))
     monkeypatch.setattr(suite, "time_cuda", lambda cp, fn, target_s, warmup=2: (
         fn(), {"median_ms": 1.0, "min_ms": 1.0, "repeats": 1})[1])
     monkeypatch.setattr(suite, "_no_spills", lambda file, name: 0)
     monkeypatch.setattr(K, "flash_attention_forward", lambda q, k, v, causal=False: (
-        device_array(attention_forward(plain(q), plain(k), plain(v))[0]), None))
+        device_array(attention_forward(plain(q), plain(k), plain(v), causal=causal)[0]), None))
+    monkeypatch.setattr(K, "flash_attention_wmma", lambda q, k, v, causal=False: device_array(
+        flash_attention_fp16(plain(q), plain(k), plain(v), causal)), raising=False)
 
     out = {}
     suite.section_tensor_cores(cp, {"target_s": 0.0}, out)
@@ -778,8 +785,12 @@ def test_the_suites_kernel_sections_run_on_the_emulated_kernels(emulated_gpu, be
         assert out[name][f"max_rel_err_vs_{base}"] < (1e-2 if name == "wmma" else 1e-5)
         assert out[name]["local_size_bytes"] == 0 and out[name]["share_of_cublas"] == 1.0
     out = {}
-    suite.section_flash_memory(cp, {"target_s": 0.0}, out)
-    assert sorted(out["cases"]) == ["T=40", "T=72"]
+    suite.section_flash_memory(cp, {"target_s": 0.0}, out, None, "no PyTorch (a stand-in note)")
+    assert sorted(out["cases"]) == ["T=40", "T=40 causal", "T=72"]
     for entry in out["cases"].values():
         assert entry["flash_kernel"]["max_rel_err_vs_naive"] < 1e-5, entry
         assert entry["speedup_over_naive"] == 1.0 and entry["naive"]["peak_bytes"] == 0
+        assert "torch_sdpa_fp32" not in entry
+    assert out["torch_note"] == "no PyTorch (a stand-in note)"
+    wmma = out["wmma"]["cases"]["T=72"]["flash_attention_wmma"]
+    assert wmma["max_rel_err_vs_fp32"] < suite.WMMA_TOL and wmma["median_ms"] == 1.0, wmma

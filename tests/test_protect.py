@@ -281,6 +281,44 @@ def test_a_signature_that_is_not_a_regular_file_is_refused_without_reading(model
     assert outcome and "not a regular file" in outcome[0], outcome
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and /dev/zero are POSIX's")
+@pytest.mark.parametrize("which", ["key", "sign_with", "public_key"])
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "huge"])
+def test_a_key_that_is_not_a_small_regular_file_is_refused_without_reading(model, keys, tmp_path,
+                                                                          which, kind):
+    """`--key /dev/zero` once hung reading forever; a FIFO waited for a writer. Every key file
+    (the AES key, the private and the public key) is read only when it is a regular file of at
+    most MAX_KEY_BYTES."""
+    import threading
+    private, public, aes = keys
+    path = dl.save(model, tmp_path / "m.npz", sign_with=private, encrypt_with=aes)
+    bad = tmp_path / "bad.key"
+    if kind == "fifo":
+        os.mkfifo(bad, 0o600)
+    elif kind == "/dev/zero":
+        bad.symlink_to("/dev/zero")
+    else:
+        with open(bad, "wb") as f:
+            f.truncate(64 * 2**20)                 # 64 MiB (sparse: no disk used)
+        os.chmod(bad, 0o600)
+    outcome = []
+
+    def use():
+        try:
+            if which == "sign_with":
+                dl.save(model, tmp_path / "n.npz", sign_with=bad)
+            else:
+                dl.load(path, **{"key": aes, "public_key": public, which: bad})
+        except ProtectionError as err:
+            outcome.append(str(err))
+    user = threading.Thread(target=use, daemon=True)
+    user.start()
+    user.join(timeout=20)
+    assert not user.is_alive(), f"reading the {which} waited on a {kind}"
+    words = "more than 4096 bytes" if kind == "huge" else "not a regular file"
+    assert outcome and words in outcome[0] and "dlcourse keygen" in outcome[0], outcome
+
+
 def test_a_nonce_of_the_wrong_type_says_the_file_is_damaged(model, keys, tmp_path):
     _, _, aes = keys
     path = dl.save(model, tmp_path / "m.npz", encrypt_with=aes)

@@ -127,6 +127,7 @@ def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop
     monkeypatch.setattr(suite, "section_cpu_vs_gpu", section("cpu_vs_gpu"))
     monkeypatch.setattr(suite, "section_precision", section("precision"))
     monkeypatch.setattr(suite, "section_attention", section("attention"))
+    monkeypatch.setattr(suite, "section_transformer_train", section("transformer_train"))
     monkeypatch.setattr(suite, "plot", lambda results, png: png.write_text("plot"))
 
     assert suite.main(["--out", str(tmp_path), "--no-torch", "--quick"]) == 0
@@ -136,7 +137,9 @@ def test_the_suite_writes_after_every_section_and_a_failed_section_does_not_stop
                     ("cpu_vs_gpu", ["matmul", "elementwise", "training"], False),
                     ("precision", ["matmul", "elementwise", "training", "cpu_vs_gpu"], False),
                     ("attention", ["matmul", "elementwise", "training", "cpu_vs_gpu",
-                                   "precision"], False)]
+                                   "precision"], False),
+                    ("transformer_train", ["matmul", "elementwise", "training", "cpu_vs_gpu",
+                                           "precision", "attention"], False)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.with_suffix(".png").name]
     results = json.loads(path.read_text())
     assert results["complete"] is True and results["quick"] is True

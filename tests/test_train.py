@@ -14,6 +14,7 @@ from dlcourse.losses import MSELoss, SigmoidCrossEntropy, SoftmaxCrossEntropy
 from dlcourse.models import CNN, MLP, Perceptron
 from dlcourse.optim import SGD, Adam
 from dlcourse.metrics import confusion_matrix
+from dlcourse import train as dl_train
 from dlcourse.train import History, StopTraining, TrainingDiverged, evaluate, fit
 
 
@@ -89,13 +90,27 @@ def test_the_mode_is_train_during_steps_and_restored_after(xor, device):
     assert model.training is False            # as it was before fit
 
 
-def test_progress_bar_runs(xor, capsys):
+def test_progress_bar_runs(xor, capsys, monkeypatch):
+    monkeypatch.setattr(dl_train, "_bar_is_seen", lambda: True)     # as on a terminal
     (X, y), val = xor
     model = small_mlp()
     history = fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=2,
                   validation=val, progress=True)
     assert history.epochs == 2
     assert "epoch 2/2" in capsys.readouterr().err
+
+
+def test_no_progress_bar_into_a_file_or_a_pipe(xor, capsys, monkeypatch):
+    """With standard error in a file (here pytest's capture, not a terminal) and no notebook,
+    progress=True draws nothing: every redraw would be a line of the file."""
+    (X, y), val = xor
+    model = small_mlp()
+    fit(model, SoftmaxCrossEntropy(), SGD(model, lr=0.1), X, y, epochs=2, progress=True)
+    assert capsys.readouterr().err == ""
+    import types
+    kernel = types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace(kernel=object()))
+    monkeypatch.setitem(sys.modules, "IPython", kernel)                # inside a Jupyter kernel
+    assert dl_train._bar_is_seen()
 
 
 def test_seeded_runs_are_bit_for_bit_repeatable(xor):

@@ -30,6 +30,7 @@ module                     lessons
 ``residual.py``            07b: LayerNorm and residual networks
 ``cuda.py``                08a-08b: GPU execution and memory, tiling and the roofline
 ``gpu_performance.py``     08c-08d: bank conflicts and occupancy, fusion and launches
+``tensor_cores.py``        08e: tensor cores by hand
 ``compression.py``         10, 11b: number formats and mixed precision, pruning
 ``quantization.py``        11a: int8 quantization, integer-only requantization
 ``deploy.py``              12-12b: from a checkpoint to a service, protecting a model
@@ -59,6 +60,7 @@ from .cuda import (arithmetic_intensity, global_index, grid_size,  # lessons 08a
                    tiled_matmul, warp_transactions)
 from .gpu_performance import (bank_conflicts, bias_relu_backward,  # lessons 08c-08d
                               launches_per_step, occupancy)
+from .tensor_cores import fragment_tiles, mma_sync, wmma_traffic  # lesson 08e
 from .harness import ExerciseError, derivation
 from .hints import hint, progress, solution
 from .playground import decision_grid, early_stop, mlp_parameter_count  # lesson 04d
@@ -110,6 +112,8 @@ __all__ = [
     # lessons 08c (bank_conflicts, occupancy), 08d (bias_relu_backward, launches_per_step)
     # (gpu_performance.py)
     "bank_conflicts", "occupancy", "bias_relu_backward", "launches_per_step",
+    # lesson 08e (tensor_cores.py)
+    "mma_sync", "fragment_tiles", "wmma_traffic",
     # lessons 10-11b
     "loss_scale_step", "bf16_round", "quantize_symmetric", "requantize", "magnitude_mask",
     "prune_conv_pair",

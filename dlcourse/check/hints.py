@@ -32,6 +32,7 @@ from . import flash_tiled, transformer_block     # lessons 15b, 16b
 from . import sharding                           # lesson 13b
 from . import recurrence                         # lesson 14b
 from . import tokens_and_block                   # lesson 15c
+from . import tensor_cores                       # lesson 08e
 
 __all__ = ["hint", "solution", "progress", "HINTS", "ANSWER_TOKENS", "Shown"]
 
@@ -53,7 +54,7 @@ HINTS: dict[str, list[str]] = {
     **gpu_performance.HINTS, **playground.HINTS, **compression.HINTS, **quantization.HINTS,
     **deploy.HINTS, **data_parallel.HINTS, **capstone.HINTS, **self_attention.HINTS,
     **transformer_block.HINTS, **flash_tiled.HINTS, **sharding.HINTS, **recurrence.HINTS,
-    **tokens_and_block.HINTS,
+    **tokens_and_block.HINTS, **tensor_cores.HINTS,
 }
 
 # name -> what a first-level hint must not contain (its answer), kept beside each lesson's HINTS.
@@ -65,7 +66,7 @@ ANSWER_TOKENS: dict[str, list[str]] = {
     **quantization.ANSWER_TOKENS, **deploy.ANSWER_TOKENS, **data_parallel.ANSWER_TOKENS,
     **capstone.ANSWER_TOKENS, **self_attention.ANSWER_TOKENS, **transformer_block.ANSWER_TOKENS,
     **flash_tiled.ANSWER_TOKENS, **sharding.ANSWER_TOKENS, **recurrence.ANSWER_TOKENS,
-    **tokens_and_block.ANSWER_TOKENS,
+    **tokens_and_block.ANSWER_TOKENS, **tensor_cores.ANSWER_TOKENS,
 }
 
 

@@ -87,16 +87,9 @@ def _blas_threads(threads):
         yield
 
 
-def _stderr_is_terminal() -> bool:
-    """Whether the progress bar (on stderr) would be seen redrawn on a terminal."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):     # replaced, or closed
-        return False
-
-
 def _train(args) -> int:
     from .. import backend
+    from .. import train as train_module
     from ..models import CNN, MLP, Perceptron
 
     if args.model == "cnn" and args.dataset in POINT_SETS:
@@ -130,7 +123,7 @@ def _train(args) -> int:
     settings = defaults(args)
     # A bar redraws itself with hundreds of "\r" updates: in a file or a pipe, one line per
     # epoch says the same. (--no-progress asks for the lines on a terminal too.)
-    args.no_progress = args.no_progress or not _stderr_is_terminal()
+    args.no_progress = args.no_progress or not train_module._bar_is_seen()
     if (args.ranks or 1) > 1 and not distributed.under_mpiexec():   # lesson 13
         return distributed.relaunch(args.ranks, ["-m", "dlcourse", *args.argv], "--ranks")
     comm = distributed.init()

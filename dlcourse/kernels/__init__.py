@@ -35,7 +35,9 @@ float32 out; on NumPy arrays its reference). Fused kernels (fused.py): ``bias_re
 (unfold.py): ``unfold_cols``, ``fold_cols`` (used by ``dl.Conv2d``; ``im2col`` and ``col2im``
 are them with one row per window), ``maxpool_forward``, ``maxpool_backward`` (used by
 ``dl.MaxPool2d``). Attention (flash.py, notebook 16): ``flash_attention_forward`` (used by
-``dl.flash_attention`` for float32 heads of d <= 64). References: ``dlcourse.kernels.reference``. Benchmarks:
+``dl.flash_attention`` for float32 heads of d <= 64) and, on the tensor cores,
+``flash_attention_wmma`` (float16 heads of d = 64, float32 out; on NumPy arrays its reference).
+References: ``dlcourse.kernels.reference``. Benchmarks:
 ``benchmarks/gpu_suite.py``. ``dl.fuse(model)`` rewrites a model's Linear→ReLU and Conv2d→ReLU
 pairs into the fused layers.
 """
@@ -50,8 +52,9 @@ from ..layer_base import every_layer, plug_in_kernels
 from . import reference
 from ._build import (KERNEL_DIR, NVRTC_OPTIONS, SOURCES, LaunchConfig, define_options,
                      get_kernel, launch_config, list_kernels, source)
-from .flash import (FLASH_BC, FLASH_BR, FLASH_HEAD_DIMS, flash_attention_forward,
-                    flash_head_dim, flash_kernel_takes)
+from .flash import (FLASH_BC, FLASH_BR, FLASH_HEAD_DIMS, FLASH_WMMA_D,
+                    flash_attention_forward, flash_attention_wmma, flash_head_dim,
+                    flash_kernel_takes)
 from .fused import (adam_update, bias_relu_backward, bias_relu_forward, bias_relu_rows_backward,
                     bias_relu_rows_forward, sgd_momentum_update, softmax_cross_entropy)
 from .matmul import (MATMUL_KERNELS, REGBLOCK_TUNINGS, matmul_coalesced, matmul_naive,
@@ -70,7 +73,7 @@ __all__ = [
     "softmax_cross_entropy", "sgd_momentum_update", "adam_update",
     "unfold_cols", "fold_cols", "im2col", "col2im", "maxpool_forward", "maxpool_backward", "reference",
     "flash_attention_forward", "flash_kernel_takes", "flash_head_dim", "FLASH_HEAD_DIMS",
-    "FLASH_BR", "FLASH_BC",
+    "FLASH_BR", "FLASH_BC", "flash_attention_wmma", "FLASH_WMMA_D",
 ]
 
 

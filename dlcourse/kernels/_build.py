@@ -87,6 +87,11 @@ SOURCES: dict[str, Source] = {s.file: s for s in (
             "flash_attention_forward<64>"),
            "FlashAttention's forward: one block per query tile, K/V tiles in shared memory, the "
            "online softmax's running max, sum and output in registers"),
+    Source("flash_attention_wmma.cu", ("flash_attention_wmma",),
+           "FlashAttention's forward on the tensor cores: FP16 q, k, v with d = 64, FP32 out; "
+           "S = Q Kᵀ and O += P V on WMMA fragments, 16 query rows per warp, the online "
+           "softmax in FP32 between them",
+           headers=("mma.h", "crt/mma.h", "cuda_fp16.h")),
 )}
 
 #: C++ spelling of the dtypes the templated kernels are instantiated for.
@@ -286,6 +291,7 @@ def launch_config(name: str, *sizes, **tuning) -> LaunchConfig:
     ``launch_config("maxpool_forward" | "maxpool_backward", N, C, H, W, KH, KW, stride)``;
     ``launch_config("optimizer_update", n)`` for a parameter of n elements;
     ``launch_config("flash_attention_forward", B, Tq, Tk, d)`` for B = N * heads problems.
+    ``launch_config("flash_attention_wmma", B, T)`` (d = 64, on the tensor cores).
     """
     if name not in _GEOMETRY:
         raise KeyError(f"No kernel named {name!r}; the names are: {', '.join(_GEOMETRY)}.")

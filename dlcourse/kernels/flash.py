@@ -1,4 +1,5 @@
-"""The FlashAttention forward kernel: ``flash_attention_forward.cu``, and its launch.
+"""The FlashAttention forward kernels, ``flash_attention_forward.cu`` (FP32) and
+``flash_attention_wmma.cu`` (tensor cores), and their launch.
 
 Introduced in notebook 16 (FlashAttention; issue 31). Read the ``.cu`` file's header first:
 one thread block per tile of 64 query rows, the K and V tiles through shared memory, each
@@ -6,6 +7,11 @@ row's running max, sum and output in registers. Its NumPy (and CuPy array-code) 
 the one it must match, is ``dlcourse.flash_attention.flash_attention`` (and both must match
 ``dlcourse.attention.attention``). ``dl.flash_attention`` calls this wrapper for float32
 CuPy arrays with d <= 64 (:func:`flash_kernel_takes`).
+
+Beside it, on the tensor cores (issue 43): ``flash_attention_wmma`` (flash_attention_wmma.cu),
+float16 q, k, v of head size 64, float32 output; S = Q Kᵀ and O += P V on 16x16x16 WMMA
+fragments, the online softmax between them in float32. On NumPy arrays it returns its reference
+``reference.flash_attention_fp16``, so it runs everywhere (as ``matmul_wmma`` does).
 """
 from __future__ import annotations
 
@@ -13,11 +19,12 @@ import math
 
 import numpy as np
 
-from ..backend import require_cupy
+from ..backend import device_of, require_cupy
+from . import reference
 from ._build import LaunchConfig, ceil_div, check_gpu_array, geometry, get_kernel, launch_config
 
 __all__ = ["flash_attention_forward", "flash_kernel_takes", "flash_head_dim", "FLASH_HEAD_DIMS",
-           "FLASH_BR", "FLASH_BC"]
+           "FLASH_BR", "FLASH_BC", "flash_attention_wmma", "FLASH_WMMA_D"]
 
 FILE = "flash_attention_forward.cu"
 FLASH_BR, FLASH_BC = 64, 32           # the .cu file's FA_BR and FA_BC
@@ -77,3 +84,86 @@ def flash_attention_forward(q, k, v, causal=False):
                                  np.float32(1.0 / math.sqrt(d)), np.int32(bool(causal))),
            shared_mem=cfg.shared_mem)
     return out, lse
+
+
+# --------------------------------------------------------------------------------------
+# On the tensor cores: flash_attention_wmma.cu (FP16 in, FP32 out, d = 64)
+# --------------------------------------------------------------------------------------
+WMMA_FILE = "flash_attention_wmma.cu"
+FLASH_WMMA_D = 64                     # the .cu file's FW_D: the one head size it is built for
+_WMMA_ROWS, _WMMA_WARPS, _PAD_HALVES, _PAD_FLOATS = 64, 4, 8, 4   # FW_BR = FW_BC, FW_WARPS, pads
+
+
+@geometry("flash_attention_wmma")
+def _flash_wmma_geometry(B, T):
+    rows, D, warps = _WMMA_ROWS, FLASH_WMMA_D, _WMMA_WARPS
+    kv_tiles = 2 * rows * (D + _PAD_HALVES) * 2                     # Ks, Vs: halves
+    per_warp = 16 * (rows + _PAD_FLOATS) * 4 + 16 * (rows + _PAD_HALVES) * 2   # Ss, Ps
+    return LaunchConfig("flash_attention_wmma", WMMA_FILE, grid=(ceil_div(T, rows), B, 1),
+                        block=(32 * warps, 1, 1), static_shared_mem=kv_tiles + warps * per_warp,
+                        note=f"one block per {rows} query rows of one (sample, head), 16 per "
+                             f"warp; K/V tiles of {rows} keys; WMMA fragments, d={D}")
+
+
+def _check_wmma_operands(fn, q, k, v, on_gpu):
+    """Assert what flash_attention_wmma needs (on either backend); return (B, T)."""
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if on_gpu:
+            check_gpu_array(fn, name, a, ndim=3, dtypes=(np.float16,), contiguous=False)
+        elif a.ndim != 3 or a.dtype != np.float16:
+            raise TypeError(f"{fn}: {name} must be a 3-D (B, T, d) float16 array, got shape "
+                            f"{tuple(a.shape)} and dtype {a.dtype}; convert with "
+                            f"{name}.astype(np.float16) (and fold the heads into B).")
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"{fn}: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}: "
+                         f"all three must be (B, T, d) of one shape (this kernel has Tq = Tk; "
+                         f"for a key/value cache use flash_attention_forward).")
+    B, T, d = q.shape
+    if d != FLASH_WMMA_D:
+        raise ValueError(f"{fn}: heads of size d={FLASH_WMMA_D} only (the kernel's tiles are "
+                         f"{FLASH_WMMA_D} wide: FW_D in {WMMA_FILE}), got d={d}. Choose the "
+                         f"number of heads so that width / heads = {FLASH_WMMA_D}, or use "
+                         f"flash_attention_forward (float32, any d <= 64).")
+    if B > 65535:
+        raise ValueError(f"{fn}: B = {B} problems, but the grid's y dimension (one block row "
+                         f"per problem) holds at most 65535; split the batch.")
+    return B, T
+
+
+def flash_attention_wmma(q, k, v, causal=False):
+    """out = softmax(q kᵀ / sqrt(64)) v on the tensor cores. q, k, v: (B, T, 64) float16
+    (B = N * heads); returns out (B, T, 64) float32. causal: row i sees keys j <= i. Any T:
+    the kernel zero-fills the tiles past T and masks those keys. S = Q Kᵀ and O += P V run on
+    WMMA fragments (FP16 in, FP32 sums), the online softmax in FP32, P rounded to FP16 for
+    the second product (flash_attention_wmma.cu). Inputs that are strided, or not 16-byte
+    aligned, are copied first.
+
+    On NumPy arrays it returns ``reference.flash_attention_fp16(q, k, v, causal)`` (same
+    dtypes and shapes asked), what the kernel must compute, so code written with it runs on
+    the CPU too."""
+    fn = "flash_attention_wmma"
+    on_gpu = any(device_of(a) == "gpu" for a in (q, k, v))
+    B, T = _check_wmma_operands(fn, q, k, v, on_gpu)
+    if not on_gpu:
+        return reference.flash_attention_fp16(q, k, v, causal)
+    cupy = require_cupy()
+    q, k, v = (_compact(cupy, a) for a in (q, k, v))
+    out = cupy.empty((B, T, FLASH_WMMA_D), dtype=cupy.float32)
+    if out.size == 0:
+        return out
+    cfg = launch_config("flash_attention_wmma", B, T)
+    kernel = get_kernel(cfg.file, "flash_attention_wmma")
+    kernel(cfg.grid, cfg.block, (q, k, v, out, np.int32(T),
+                                 np.float32(1.0 / math.sqrt(FLASH_WMMA_D)),
+                                 np.int32(bool(causal))), shared_mem=cfg.shared_mem)
+    return out
+
+
+def _compact(cupy, a):
+    """a itself when C-contiguous and 16-byte aligned (the kernel's 16-byte loads), else a
+    new array (CuPy's allocations are aligned) holding a copy."""
+    if a.flags.c_contiguous and a.data.ptr % 16 == 0:
+        return a
+    b = cupy.empty(a.shape, dtype=a.dtype)
+    b[...] = a
+    return b

@@ -21,6 +21,8 @@ maxpool_forward_ref,         maxpool_forward, maxpool_backward       maxpool.cu
 maxpool_backward_ref
 sgd_momentum_update_ref      sgd_momentum_update                     optimizers.cu
 adam_update_ref              adam_update                             optimizers.cu
+flash_attention_fp16         flash_attention_wmma (FP16 in, FP32     flash_attention_wmma.cu
+                             out)
 ===========================  ======================================  ===============
 """
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["matmul", "matmul_loops", "bias_relu_forward_ref", "bias_relu_backwar
            "bias_relu_rows_forward_ref", "bias_relu_rows_backward_ref",
            "softmax_cross_entropy_ref", "im2col_ref", "col2im_ref", "maxpool_forward_ref",
            "maxpool_backward_ref", "sgd_momentum_update_ref",
-           "adam_update_ref"]
+           "adam_update_ref", "flash_attention_fp16"]
 
 
 # --------------------------------------------------------------------------------------
@@ -215,3 +217,22 @@ def adam_update_ref(p, grad, m, v, b1, b2, step_size, eps, weight_decay=0.0):
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
     return p - step_size * (m / (np.sqrt(v) + eps)), m, v
+
+
+# --------------------------------------------------------------------------------------
+# Attention on the tensor cores
+# --------------------------------------------------------------------------------------
+def flash_attention_fp16(q, k, v, causal=False):
+    """out = softmax(q kᵀ / sqrt(d)) v as flash_attention_wmma computes it: q, k, v (B, T, d)
+    rounded to float16, everything after in float32 (the kernel's products are exact in FP32
+    and summed in FP32; it rounds P to FP16 too, which this reference does not: the tests'
+    tolerance is that rounding). causal: row i sees keys j <= i. Returns out (B, T, d) float32."""
+    q, k, v = (to_numpy(x).astype(np.float16).astype(np.float32) for x in (q, k, v))
+    B, T, d = q.shape
+    if T == 0:
+        return np.zeros((B, 0, d), dtype=np.float32)
+    s = (q @ k.transpose(0, 2, 1)) * np.float32(1 / np.sqrt(d))       # (B, T, T)
+    if causal:
+        s = np.where(np.tril(np.ones((T, T), dtype=bool)), s, np.float32(-np.inf))
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return ((p / p.sum(axis=-1, keepdims=True)) @ v).astype(np.float32)

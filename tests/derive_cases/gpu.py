@@ -1,8 +1,9 @@
-"""Derivation and shortcut cases of lessons 08a-09, dlcourse/check/cuda.py (08a-08b),
-gpu_performance.py (08c-08d) and playground.py (09) (see __init__.py).
+"""Derivation and shortcut cases of lessons 08a-08e and 04d, dlcourse/check/cuda.py (08a-08b),
+gpu_performance.py (08c-08d), tensor_cores.py (08e) and playground.py (04d) (see __init__.py).
 
 No shortcut case (nothing in the library computes it, so nothing to refuse): global_index,
-warp_transactions, arithmetic_intensity, bank_conflicts, occupancy, launches_per_step (pure
+warp_transactions, arithmetic_intensity, bank_conflicts, occupancy, fragment_tiles,
+wmma_traffic, launches_per_step (pure
 counting; the library has no launch counter) and
 early_stop (the library has no early-stopping callback)."""
 
@@ -21,6 +22,9 @@ DERIVED: dict[str, list[str]] = {
                            r"Σovernofdx"],
     "launches_per_step": [r"12\+2\+15\+6", r"4-2=2,so15"],
     "mlp_parameter_count": [r"d_in\*d_out\+d_out|d_in·d_out\+d_out|\(d_in\+1\)·d_out"],
+    "mma_sync": [r"astype\(np\.float32\)@", r"a\.astype\(", r"float32\)@b"],
+    "fragment_tiles": [r"w(arp)?//warps_n", r"w(arp)?%warps_n", r"\+16\*i"],
+    "wmma_traffic": [r"\(FM\+FN\)", r"FM\+FN", r"block_k//16"],
 }
 
 SHORTCUTS: dict[str, tuple[str, str]] = {
@@ -38,6 +42,10 @@ SHORTCUTS: dict[str, tuple[str, str]] = {
     return dl.widgets.decision_grid(model, X, resolution=resolution, pad=pad)[0]'''),
     "mlp_parameter_count": ("mlp_parameter_count", '''def mlp_parameter_count(sizes):
     return dl.MLP(sizes, seed=0).num_parameters()'''),
+    "mma_sync": ("mma_sync", '''def mma_sync(a, b, c):
+    return dl.kernels.matmul_wmma(a, b) + c'''),
+    "mma_sync_reference": ("mma_sync", '''def mma_sync(a, b, c):
+    return dl.kernels.reference.matmul_fp16(a, b) + c'''),
     "mlp_parameter_count_widgets": ("mlp_parameter_count", '''def mlp_parameter_count(sizes):
     return dl.widgets.count_parameters(sizes)'''),
 }

@@ -419,7 +419,8 @@ static int launch(const unsigned* grid, const unsigned* block, int reverse,
 """
 
 
-LAUNCHERS = r"""
+# What every unit of launchers starts with: the macros, and `extern "C" {` (closed by "}\n").
+LAUNCH_PRELUDE = r"""
 #define GEOMETRY const unsigned* grid, const unsigned* block, int reverse
 #define LAUNCH(call) return launch(grid, block, reverse, [&] { call; })
 #define CONV_SIZES int N, int C, int H, int W, int KH, int KW, int stride, int padding, int OH, int OW
@@ -429,6 +430,17 @@ LAUNCHERS = r"""
 
 extern "C" {
 const char* emu_last_error() { return emu_error; }
+"""
+
+
+FLASH_WMMA_LAUNCHER = r"""
+int run_flash_attention_wmma(GEOMETRY, const half* Q, const half* K, const half* V, float* O,
+                             int T, float scale, int causal)
+{ LAUNCH(flash_attention_wmma(Q, K, V, O, T, scale, causal)); }
+"""
+
+
+LAUNCHERS = LAUNCH_PRELUDE + FLASH_WMMA_LAUNCHER + r"""
 int run_matmul_naive(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
 { LAUNCH(matmul_naive(A, B, Cm, M, N, K)); }
 int run_matmul_coalesced(GEOMETRY, const float* A, const float* B, float* Cm, int M, int N, int K)
@@ -493,11 +505,15 @@ CTYPES = {np.float32: ctypes.c_float, np.float64: ctypes.c_double}
 GUARD = 64   # NaN elements on each side of every array: 256+ bytes, so float4 stays aligned
 
 
-def compile_kernels(out, sources, name="emulated"):
-    """Compile the .cu sources (name -> text) with the stand-in into a ctypes library."""
+def compile_kernels(out, sources, name="emulated", launchers=None):
+    """Compile the .cu sources (name -> text) with the stand-in into a ctypes library.
+    launchers: the extern "C" run_* functions (and emu_last_error) to export, for a unit of
+    some of the sources only; by default those of every kernel (all the sources needed)."""
     unit = CUDA_STAND_IN + "".join(f"// ---- {f}\n{text}\n" for f, text in sources.items())
-    unit += SCHEDULER + LAUNCHERS
-    unit += "".join(TYPED.format(t=t, T=T) for t, T in (("f", "float"), ("d", "double"))) + "}\n"
+    if launchers is None:
+        launchers = LAUNCHERS + "".join(TYPED.format(t=t, T=T) for t, T in
+                                        (("f", "float"), ("d", "double"))) + "}\n"
+    unit += SCHEDULER + launchers
     (out / f"{name}.cpp").write_text(unit)
     (out / "mma.h").write_text(WMMA_STAND_IN)          # what #include <mma.h> finds
     lib = out / f"lib{name}.so"
