@@ -55,7 +55,7 @@ LESSONS: dict[str, object] = {
     "test_autograd.py": ("14",),
     "test_backend.py": ("00", "05"),
     "test_benchmarks.py": TOOLING,
-    "test_browser.py": ("04d",),
+    "test_browser.py": {"prompt_page": ("12",), "": ("04d",)},
     "test_check_gpu.py": ("08c",),
     "test_check_tensor_cores.py": ("08e",),
     "test_check_cnn.py": {"softmax": ("02a",),

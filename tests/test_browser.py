@@ -1,6 +1,7 @@
-"""The playground in a real browser: JupyterLab started on the instructor notebooks,
-the lesson 04d_playground opened in headless Chromium, every cell run, then Train and Stop
-clicked in the panel.
+"""The course in a real browser: JupyterLab started on the instructor notebooks, the lesson
+04d_playground opened in headless Chromium, every cell run, then Train and Stop clicked in the
+panel; and the page `dlcourse serve` shows for a language model (lesson 12), driven in the
+same browser.
 
 Needs the ``playwright`` Python package and a Chromium on the PATH (Debian's ``chromium``;
 nothing is downloaded); skips with the reason otherwise. Leaves screenshots in
@@ -206,3 +207,52 @@ def test_playground_renders_and_trains_in_jupyterlab(browser_tools, lab):
             browser.close()
     elapsed = time.monotonic() - start
     assert elapsed < 180, f"the browser test took {elapsed:.0f} s (budget: 180 s)"
+
+
+def test_prompt_page_continues_a_text_in_a_browser(browser_tools, tmp_path):
+    """`dlcourse serve` on a language model shows, at GET /, a page that continues a text
+    (dlcourse/serve/prompt.html): in Chromium, "Next" appends the model's likeliest character
+    (checked against the model itself) and lists the five likeliest; "Sample ×20" appends
+    twenty characters of the model's own."""
+    pytest.importorskip("fastapi", reason="the service needs FastAPI: pip install -e '.[serve]'")
+    pytest.importorskip("uvicorn", reason="the service needs uvicorn: pip install -e '.[serve]'")
+    import numpy as np
+
+    import dlcourse as dl
+    from dlcourse import cli
+    from dlcourse.serve import loadtest
+
+    sync_api, chromium = browser_tools
+    path = tmp_path / "lm.npz"
+    assert cli.main(["train", "--model", "transformer", "--dataset", "text", "--epochs", "1",
+                     "--d-model", "8", "--heads", "1", "--layers", "1", "--context", "8",
+                     "--batch-size", "512", "--no-progress", "--save", str(path)]) == 0
+    model = dl.load(path)
+    ids = np.array([[model.chars.index(c) for c in "The "]])
+    likeliest = model.chars[int(np.asarray(model.forward(ids))[0, -1].argmax())]
+    port = _free_port()
+    proc = loadtest.start_server(path, port, "--engine", "dlcourse")
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS,
+                                         headless=True)
+            page = browser.new_page()
+            page.set_default_timeout(30_000)
+            page.goto(f"http://127.0.0.1:{port}/")
+            sync_api.expect(page.locator("h1")).to_have_text("Continue a text")
+            sync_api.expect(page.locator("#model")).to_contain_text("engine dlcourse")
+            page.fill("#prompt", "The ")
+            page.click("#next")
+            sync_api.expect(page.locator("#prompt")).to_have_value("The " + likeliest)
+            assert page.locator("#bars .bar").count() == 5
+            page.click("#many")
+            page.wait_for_function("() => document.getElementById('prompt').value.length "
+                                   ">= 25", timeout=60_000)
+            text = page.input_value("#prompt")
+            assert len(text) == 25 and set(text) <= set(model.chars)
+            assert page.locator("#message").inner_text() == ""
+            page.screenshot(path=str(ARTIFACTS / "prompt_page.png"))
+            browser.close()
+    finally:
+        loadtest.stop_server(proc)

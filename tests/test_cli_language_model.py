@@ -3,6 +3,7 @@
 instead of --samples), `export` writes an int64 input, `serve` takes prompts as text or token
 ids, and each answers what the model itself computes, never onnxruntime's INVALID_ARGUMENT."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,6 +124,17 @@ def test_serve_answers_text_and_token_id_prompts(lm, engine):
     assert health["vocabulary"] == model.chars and health["input_shape"] == [8]
 
 
+def test_the_page_of_a_served_language_model_continues_a_text(lm):
+    """GET / shows the page for a language model (prompt.html: a text to continue), not the
+    draw-a-digit page of a classifier."""
+    from dlcourse.serve import load_engine
+    served, _ = load_engine(lm, engine="dlcourse")
+    page = _client(served).get("/")
+    assert page.status_code == 200
+    assert "Continue a text" in page.text and "/predict" in page.text
+    assert "<canvas" not in page.text
+
+
 @pytest.mark.parametrize("inputs, words", [
     (["The €"], "never saw: '€'"), ([[1.5, 2]], "whole numbers"), ([[]], "is empty"),
     ([[0, 500]], "in [0, "), ([{"a": 1}], "text or a flat list"), ("The ", "must be a list")])
@@ -161,3 +173,40 @@ def test_a_non_causal_transformer_is_refused_saying_why(tmp_path, capsys):
     path = dl.save(model, tmp_path / "bidirectional.npz")
     assert cli.main(["predict", str(path), "--text", "abc"]) == 1
     assert "not causal" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def bpe_lm(tmp_path_factory):
+    """A transformer on BPE ids, saved with its tokenizer beside it (MODEL.npz.bpe.json)."""
+    path = tmp_path_factory.mktemp("bpe") / "m.npz"
+    assert cli.main(["train", "--model", "transformer", "--dataset", "text", "--tokenizer", "bpe",
+                     "--vocab", "280", *TINY, "--save", str(path)]) == 0
+    assert Path(str(path) + ".bpe.json").is_file()
+    return path
+
+
+def test_generate_and_predict_read_the_bpe_tokenizer_saved_beside_the_model(bpe_lm, capsys):
+    """`dlcourse generate` and `predict --text` on a --tokenizer bpe checkpoint encode the
+    prompt with its tokenizer and decode what comes back (they once refused it)."""
+    from dlcourse.data.bpe import BPETokenizer
+    model, tok = dl.load(bpe_lm), BPETokenizer.load(str(bpe_lm) + ".bpe.json")
+    capsys.readouterr()
+    assert cli.main(["generate", str(bpe_lm), "--prompt", "def ", "--steps", "12",
+                     "--seed", "3"]) == 0
+    ids = dl.generate(model, tok.encode("def "), 12, temperature=0.8, seed=3)
+    assert capsys.readouterr().out.rstrip("\n") == tok.decode(ids)
+    assert cli.main(["predict", str(bpe_lm), "--text", "def f(x", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    logits = np.asarray(model.forward(tok.encode("def f(x")[None]))[0, -1]
+    best = int(logits.argmax())
+    assert "likeliest next BPE tokens" in out and f"'def f(x' -> {tok.decode([best])!r}: " in out
+
+
+def test_a_tokenizer_that_is_not_the_models_is_refused(bpe_lm, tmp_path, capsys):
+    from dlcourse.data.bpe import BPETokenizer
+    other = tmp_path / "m.npz"
+    other.write_bytes(bpe_lm.read_bytes())
+    BPETokenizer.train("abc abd abe " * 50, vocab=259).save(str(other) + ".bpe.json")
+    assert cli.main(["generate", str(other), "--prompt", "def "]) == 1
+    err = capsys.readouterr().err
+    assert "a tokenizer of 259 ids" in err and "reads 280" in err and "trained with" in err

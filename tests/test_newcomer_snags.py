@@ -65,9 +65,10 @@ def test_doctors_gpu_advice_is_the_readmes_command():
     assert command in advice and "'dlcourse[gpu]'" not in advice
 
 
-def test_the_draw_page_has_an_icon_of_its_own():
+@pytest.mark.parametrize("name", ["draw.html", "prompt.html"])
+def test_the_service_pages_have_an_icon_of_their_own(name):
     from importlib import resources
-    page = resources.files("dlcourse.serve").joinpath("draw.html").read_text(encoding="utf-8")
+    page = resources.files("dlcourse.serve").joinpath(name).read_text(encoding="utf-8")
     icon = re.search(r'<link rel="icon" href="([^"]+)">', page)
     assert icon and icon.group(1).startswith("data:image/svg+xml,")   # no /favicon.ico request
 

@@ -143,3 +143,24 @@ def run_command(run, args) -> int:
             message = f"{message} ({type(err).__name__}; set DLCOURSE_DEBUG=1 for the traceback)"
         print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
         return 1
+
+
+def tokenizer_beside(model_path, model):
+    """The BPE tokenizer `dlcourse train --tokenizer bpe --save MODEL.npz` wrote beside the
+    model (``MODEL.npz.bpe.json``), or None when there is none. Refused when its ids are not
+    the model's (another tokenizer under that name). JSON only: nothing in it runs."""
+    from ..data.bpe import BPETokenizer
+    path = Path(str(model_path) + ".bpe.json")
+    if not path.is_file():
+        return None
+    try:
+        tokenizer = BPETokenizer.load(path)
+    except ValueError as err:
+        raise CLIError(f"{path}: {err}") from None
+    vocab = int(model.get_config().get("vocab", -1))
+    if len(tokenizer) != vocab:
+        raise CLIError(f"{path} is a tokenizer of {len(tokenizer)} ids, but {model_path} reads "
+                       f"{vocab}: not the tokenizer it was trained with. Train and save them "
+                       f"together (`{PROG} train ... --tokenizer bpe --save {model_path}`).")
+    return tokenizer
+

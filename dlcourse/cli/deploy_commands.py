@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import PROG, CLIError, add_protection_options, check_output, number, positive_int
+from .common import (PROG, CLIError, add_protection_options, check_output, number,
+                     positive_int, tokenizer_beside)
 from .train_data import DATASETS, load_data
 
 
@@ -195,6 +196,7 @@ def _predict_next(args, model, tokens) -> int:
                        f"classify. Give a prompt, `{PROG} predict {args.model} --text \"The "
                        f"\"` (the next character's probabilities), or continue it with "
                        f"`{PROG} generate {args.model} --prompt \"The \"`.")
+    bpe = None if tokens.chars else tokenizer_beside(args.model, model)   # --tokenizer bpe
     try:
         if args.text is not None:
             prompts = [args.text]
@@ -202,19 +204,27 @@ def _predict_next(args, model, tokens) -> int:
             prompts = [Path(args.input).read_text(encoding="utf-8")]
         else:
             prompts = read_inputs(args.input, (tokens.width,))
+        if bpe is not None:
+            prompts = [bpe.encode(p) if isinstance(p, str) else p for p in prompts]
         rows = tokens.batch(prompts)
     except InputError as err:
         raise CLIError(f"{'--text' if args.text is not None else args.input}: {err}") from None
     logits = next_token_logits(infer(model, np.where(rows < 0, 0, rows)), rows)
     _, probs = classes_and_probabilities(logits)
     top = min(args.top, probs.shape[1])
-    name = (lambda k: repr(tokens.chars[k])) if tokens.chars else str
+    if tokens.chars:
+        name, text, what = (lambda k: repr(tokens.chars[k])), "".join, "characters"
+    elif bpe is not None:
+        name, text, what = (lambda k: repr(bpe.decode([k]))), bpe.decode, "BPE tokens"
+    else:
+        name, text, what = str, None, "token ids"
     print(f"{len(rows)} prompt(s) for a language model (vocabulary {tokens.vocab}, context "
-          f"{tokens.width}): the {top} likeliest next "
-          f"{'characters' if tokens.chars else 'token ids'}")
+          f"{tokens.width}): the {top} likeliest next {what}")
     for i, (row, p) in enumerate(zip(rows, probs)):
         ids = row[row >= 0]
-        shown = repr("".join(tokens.chars[k] for k in ids)) if tokens.chars else str(ids.tolist())
+        if tokens.chars:
+            ids = [tokens.chars[k] for k in ids]
+        shown = repr(text(ids)) if text else str(ids.tolist())
         best = np.argsort(-p, kind="stable")[:top]
         print(f"{i}: {shown[-40:]} -> " + "  ".join(f"{name(k)}: {p[k]:.4f}" for k in best))
     return 0

@@ -3,7 +3,8 @@
 Introduced in notebook ``12_checkpoint_to_service``. Started by ``dlcourse serve MODEL.npz``
 (or ``MODEL.onnx``):
 
-``GET /``            a page where you draw a digit and watch the probabilities (draw.html)
+``GET /``            a page where you draw a digit and watch the probabilities (draw.html); for a
+                     language model, a page that continues your text (prompt.html)
 ``GET /health``      ``{"status": "ok", "engine": "onnxruntime", "sha256": ..., "input_shape":
                      [...], "classes": K, "batch_window_ms": 2, ...}``
 ``POST /predict``    ``{"inputs": [[...], ...]}`` (a batch, shaped as the model's input, flat
@@ -98,9 +99,11 @@ def load_verified(path, expect_sha256: str | None = None, *, key=None, public_ke
     return model, digest
 
 
-def page_html() -> str:
-    """The draw-a-digit page (package data: dlcourse/serve/draw.html)."""
-    return resources.files(__package__).joinpath("draw.html").read_text(encoding="utf-8")
+def page_html(language_model: bool = False) -> str:
+    """The service's page (package data): draw a digit (dlcourse/serve/draw.html), or, for a
+    language model, continue a text (dlcourse/serve/prompt.html)."""
+    page = "prompt.html" if language_model else "draw.html"
+    return resources.files(__package__).joinpath(page).read_text(encoding="utf-8")
 
 
 def load_engine(path, expect_sha256: str | None = None, *, engine: str = "auto", key=None,
@@ -240,8 +243,8 @@ def create_app(model, *, sha256: str = "", name: str = "model",
         return JSONResponse({"error": "internal error (see the server's log)"}, status_code=500)
 
     @app.get("/", response_class=HTMLResponse)
-    def draw_page():
-        return page_html()
+    def page():
+        return page_html(language_model=tokens is not None)
 
     @app.get("/health")
     def health():
