@@ -249,14 +249,28 @@ PAD = -1      # fills a token row after its prompt (the engines read each row's 
 @dataclass(frozen=True)
 class Tokens:
     """What a language model reads: ids in ``[0, vocab)``, the characters they stand for
-    (``chars[i]`` is id i; None when the model does not carry them) and ``width``, the
-    positions one row holds (the model's context: a longer prompt keeps its last ``width``)."""
+    (``chars[i]`` is id i; None when the model does not carry them), ``width``, the positions
+    one row holds (the model's context: a longer prompt keeps its last ``width``), and, for a
+    model trained on BPE ids, its ``tokenizer`` (``dl.data.BPETokenizer``: text in, ids out)."""
     vocab: int
     chars: str | None
     width: int
+    tokenizer: object = None
+
+    def reads_text(self) -> bool:
+        return bool(self.chars) or self.tokenizer is not None
+
+    def texts(self, ids) -> list:
+        """The text each id stands for (a character, or a BPE token's), or None."""
+        if self.chars:
+            return [self.chars[i] for i in ids]
+        if self.tokenizer is not None:
+            return [self.tokenizer.decode([int(i)]) for i in ids]
+        return None
 
     def expected(self) -> str:
-        text = "text made of the model's characters, or " if self.chars else ""
+        text = ("text made of the model's characters, or " if self.chars else
+                "text, or " if self.tokenizer is not None else "")
         return (f"each prompt {text}a list of token ids, whole numbers in [0, {self.vocab - 1}] "
                 f"(the last {self.width} are read)")
 
@@ -281,7 +295,9 @@ class Tokens:
 
     def _ids(self, prompt, i: int) -> np.ndarray:
         where = f"prompt {i}"
-        if isinstance(prompt, str):
+        if isinstance(prompt, str) and self.tokenizer is not None:
+            ids = np.asarray(self.tokenizer.encode(prompt), np.int64)
+        elif isinstance(prompt, str):
             if self.chars is None:
                 raise InputError(f"{where} is text, but this model does not carry its "
                                  f"characters: give token ids in [0, {self.vocab - 1}].")

@@ -210,3 +210,29 @@ def test_a_tokenizer_that_is_not_the_models_is_refused(bpe_lm, tmp_path, capsys)
     assert cli.main(["generate", str(other), "--prompt", "def "]) == 1
     err = capsys.readouterr().err
     assert "a tokenizer of 259 ids" in err and "reads 280" in err and "trained with" in err
+
+
+def test_a_bpe_language_model_is_served_text_in_and_out(bpe_lm, tmp_path):
+    """`dlcourse serve` on a --tokenizer bpe checkpoint reads the tokenizer beside it: text
+    prompts are encoded with it, each answer names its next token's text, and /health lists
+    every token's text (the prompt page appends them); another tokenizer is refused at start."""
+    from dlcourse.data.bpe import BPETokenizer
+    from dlcourse.serve import ModelRefused, load_engine
+    served, _ = load_engine(bpe_lm, engine="dlcourse")
+    client = _client(served)
+    model, tok = dl.load(bpe_lm), BPETokenizer.load(str(bpe_lm) + ".bpe.json")
+    body = client.post("/predict", json={"inputs": ["def f(x", tok.encode("if ").tolist()]}).json()
+    for i, prompt in enumerate(["def f(x", "if "]):
+        ids = tok.encode(prompt)[-served.tokens.width:]
+        logits = np.asarray(model.forward(ids[None]), np.float64)[0, -1]
+        p = np.exp(logits - logits.max())
+        np.testing.assert_allclose(body["probabilities"][i], p / p.sum(), atol=1e-5)
+        assert body["next_characters"][i] == tok.decode([int(p.argmax())])
+    health = client.get("/health").json()
+    assert health["input"] == "prompts: text or token ids"
+    assert len(health["vocabulary"]) == 280 and health["vocabulary"][ord("a")] == "a"
+    other = tmp_path / "m.npz"
+    other.write_bytes(bpe_lm.read_bytes())
+    BPETokenizer.train("abc abd abe " * 50, vocab=259).save(str(other) + ".bpe.json")
+    with pytest.raises(ModelRefused, match="a tokenizer of 259 ids"):
+        load_engine(other, engine="dlcourse")

@@ -147,20 +147,10 @@ def run_command(run, args) -> int:
 
 def tokenizer_beside(model_path, model):
     """The BPE tokenizer `dlcourse train --tokenizer bpe --save MODEL.npz` wrote beside the
-    model (``MODEL.npz.bpe.json``), or None when there is none. Refused when its ids are not
-    the model's (another tokenizer under that name). JSON only: nothing in it runs."""
+    model (``MODEL.npz.bpe.json``), or None when there is none (JSON only: nothing in it runs);
+    a CLIError when it is not the model's."""
     from ..data.bpe import BPETokenizer
-    path = Path(str(model_path) + ".bpe.json")
-    if not path.is_file():
-        return None
     try:
-        tokenizer = BPETokenizer.load(path)
+        return BPETokenizer.beside(model_path, model.get_config().get("vocab", -1))
     except ValueError as err:
-        raise CLIError(f"{path}: {err}") from None
-    vocab = int(model.get_config().get("vocab", -1))
-    if len(tokenizer) != vocab:
-        raise CLIError(f"{path} is a tokenizer of {len(tokenizer)} ids, but {model_path} reads "
-                       f"{vocab}: not the tokenizer it was trained with. Train and save them "
-                       f"together (`{PROG} train ... --tokenizer bpe --save {model_path}`).")
-    return tokenizer
-
+        raise CLIError(str(err)) from None

@@ -254,6 +254,22 @@ class BPETokenizer:
         return cls.from_dict(doc, str(path))
 
     @classmethod
+    def beside(cls, model_path, vocab: int) -> "BPETokenizer | None":
+        """The tokenizer `dlcourse train --tokenizer bpe --save MODEL.npz` wrote beside the
+        model (``MODEL.npz.bpe.json``), or None when there is none; ValueError when its ids
+        are not the model's ``vocab`` (another tokenizer under that name), or it is not one."""
+        path = Path(str(model_path) + ".bpe.json")
+        if not path.is_file():
+            return None
+        tokenizer = cls.load(path)
+        if len(tokenizer) != int(vocab):
+            raise ValueError(f"{path} is a tokenizer of {len(tokenizer)} ids, but {model_path} "
+                             f"reads {vocab}: not the tokenizer it was trained with. Train and "
+                             f"save them together (dlcourse train ... --tokenizer bpe --save "
+                             f"{Path(model_path).name}).")
+        return tokenizer
+
+    @classmethod
     def from_dict(cls, doc, where: str = "the dict") -> "BPETokenizer":
         if not isinstance(doc, dict) or doc.get("format") != BPE_FORMAT:
             raise ValueError(f"BPETokenizer.load: {where} is not a {BPE_FORMAT} file (no "

@@ -31,6 +31,7 @@ core install does not need it (``pip install -e ".[serve]"``).
 
 import hashlib  # (no `from __future__ import annotations`: FastAPI reads the handlers' annotations)
 import json
+from dataclasses import replace
 import sys
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import load_bytes
+from ..data.bpe import BPETokenizer
 from ..inference import (InputError, as_batch, check_parameters_finite, fits, input_shape,
                          tokens_of)
 from .batching import Batcher, run_rows
@@ -138,6 +140,13 @@ def load_engine(path, expect_sha256: str | None = None, *, engine: str = "auto",
                 raise ModelRefused(f"--input-shape {','.join(map(str, shape))} does not fit "
                                    f"{path}: {problem}")
             served = engine_for_checkpoint(model, shape, engine)
+            if served.tokens is not None and not served.tokens.chars:     # --tokenizer bpe
+                try:
+                    tokenizer = BPETokenizer.beside(path, served.tokens.vocab)
+                except ValueError as err:
+                    raise ModelRefused(f"refusing to serve {path}: {err}") from None
+                if tokenizer is not None:
+                    served = replace(served, tokens=replace(served.tokens, tokenizer=tokenizer))
     except (InputError, EngineError) as err:
         raise ModelRefused(f"refusing to serve {path}: {err}") from None
     try:
@@ -210,7 +219,9 @@ def create_app(model, *, sha256: str = "", name: str = "model",
             "signature": ({"verified": True, "key_id": signed_by} if signed_by else
                           {"verified": False})}
     if tokens is not None:
-        info.update(input="prompts: text or token ids", vocabulary=tokens.chars)
+        info.update(input=("prompts: text or token ids" if tokens.reads_text() else
+                           "prompts: token ids"),
+                    vocabulary=tokens.chars or tokens.texts(range(tokens.vocab)))
     batcher = (Batcher(engine.predict, batch_window_ms / 1000, max_batch)
                if batch_window_ms > 0 else None)
     unbatched = {"model_calls": 0, "requests": 0}
@@ -308,8 +319,8 @@ def create_app(model, *, sha256: str = "", name: str = "model",
                               f"trained on that its arithmetic overflows. Send values in the "
                               f"range of its training data.")
         answer = {"classes": classes.tolist(), "probabilities": np.round(probs, 6).tolist()}
-        if tokens is not None and tokens.chars:
-            answer["next_characters"] = [tokens.chars[c] for c in classes]
+        if tokens is not None and tokens.reads_text():
+            answer["next_characters"] = tokens.texts(classes)
         return answer
 
     return app
