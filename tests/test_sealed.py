@@ -316,3 +316,16 @@ def test_finalizers_and_garbage_collector_callbacks_are_not_the_learners_calls()
         assert (_run(answer, np.ones(2)) == 1).all()
     finally:
         gc.callbacks.remove(namespace["callback"])
+
+
+def test_a_function_with_other_parameters_is_named_with_the_reset_that_brings_the_new_stub():
+    """A function whose parameters cannot take the check's call (one missing or one extra, as in
+    a learner's copy of an exercise the course has since changed) is named as such before it
+    runs, with the command that brings the current stub back."""
+    def two_time_pad(c1, c2, p1, extra):
+        return b""
+    with pytest.raises(dl.check.ExerciseError) as err:
+        dl.check.two_time_pad(two_time_pad)
+    message = str(err.value)
+    assert "it takes (c1, c2, p1, extra)" in message and "3 argument(s)" in message
+    assert "dlcourse reset 12b two_time_pad" in message

@@ -110,6 +110,7 @@ def call(fn, *args, case: str, on_error: str | None = None, opens=(), on_refused
     __tracebackhide__ = True
     try:
         with closed(fn, case, opens=opens, handed=(*args, *kwargs.values()), fix=on_refused):
+            _expect_parameters(fn, args, kwargs, case)    # (a library answer is refused first)
             return fn(*args, **kwargs)
     except NotImplementedError as err:
         hint = str(err).strip() or _first_hint(_name(fn))
@@ -123,6 +124,38 @@ def call(fn, *args, case: str, on_error: str | None = None, opens=(), on_refused
             f"{_name(fn)} raised {type(err).__name__}: {err}\n"
             f"  case:    {case}\n"
             f"  likely fix: {fix}"), cause=err)
+
+
+def _expect_parameters(fn, args, kwargs, case: str):
+    """Fail, naming both, when ``fn`` cannot take what the check passes: a parameter missing or
+    extra, or a function written for an older version of the exercise (a learner's copy of a
+    lesson from before the course changed that exercise)."""
+    __tracebackhide__ = True
+    import inspect
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):       # a builtin or a C function: its own call will say
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as err:
+        exercise = current_exercise() or _name(fn)
+        given = f"{len(args)} argument(s)" + (f" and {', '.join(kwargs)}=" if kwargs else "")
+        fail(fn, case, f"it takes {signature}, and the check calls it with {given} ({err}).",
+             f"give it the parameters of the exercise's stub. If your copy of the lesson "
+             f"predates a change to this exercise, `{_reset_command(exercise)}` puts its cell "
+             f"back to the current stub (your other cells stay as they are).")
+
+
+def _reset_command(exercise: str) -> str:
+    """``dlcourse reset LESSON EXERCISE`` for the lesson that holds ``exercise`` now."""
+    __tracebackhide__ = True
+    from ..student import lesson_exercises
+    try:
+        lesson = next((stem for stem, names in lesson_exercises() if exercise in names), None)
+    except (OSError, ValueError):
+        lesson = None
+    return f"dlcourse reset {lesson.split('_')[0] if lesson else 'LESSON'} {exercise}"
 
 
 class closed:
