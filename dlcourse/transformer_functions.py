@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from .attention import attention
-from .backend import get_array_module
+from .backend import device_of, get_array_module, to_device
 from .optim import AdamW, clip_grad_norm
 from .transformer import SequenceCrossEntropy, gelu
 
@@ -182,7 +182,8 @@ def train_language_model(model, ids, steps: int, *, T: int, batch_size: int, lr:
     ``ADAMW_BETAS``, eps ``ADAMW_EPS``). With it: ``loss = train_step(model, lm_loss, window,
     state, lr, weight_decay, max_norm)``, ``state`` a dict the step keeps (empty at first),
     ``lm_loss(logits, tokens) -> (loss, dlogits)`` shifting by one itself (model.max_len must
-    hold T + 1 positions)."""
+    hold T + 1 positions). The windows are drawn on the host and moved to the model's device.
+    """
     gen = np.random.default_rng(seed)
     losses = []
     if train_step is None:
@@ -190,8 +191,10 @@ def train_language_model(model, ids, steps: int, *, T: int, batch_size: int, lr:
                           weight_decay=weight_decay)
         loss_fn = SequenceCrossEntropy()
     state: dict = {}
+    params = list(getattr(model, "params", {}).values())
+    device = device_of(params[0]) if params else "cpu"     # the windows go where the model is
     for _ in range(steps):
-        window = _windows(ids, gen, T, batch_size)
+        window = to_device(_windows(ids, gen, T, batch_size), device)
         if train_step is None:
             loss = loss_fn.forward(model.forward(window[:, :-1]), window[:, 1:])
             model.backward(loss_fn.backward())

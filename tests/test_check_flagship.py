@@ -1,5 +1,6 @@
 """Lessons 15b and 16b (issue 38): the learner builds the flagship. Each check passes the right
-answers, names each known mistake, accepts a right answer written differently, refuses a
+answers (on the cupy backend with one more case on CuPy arrays, whose results must stay on the
+GPU), names each known mistake, accepts a right answer written differently, refuses a
 full-matrix FlashAttention naming the memory rule; and the training hook gives the library's
 loss curve when the learner's functions train the model."""
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import dlcourse as dl
+from dlcourse import backend
 from support import flagship_answers as answers
 
 EXERCISES = ["mha_forward", "transformer_block_backward", "lm_loss", "train_step",
@@ -30,6 +32,42 @@ def _variant(name, old, new):
 def test_the_right_answers_pass(name, capsys):
     getattr(dl.check, name)(getattr(answers, name))
     assert f"\u2713 {name}" in capsys.readouterr().out
+
+
+def test_the_right_answers_run_a_case_on_each_backend(device, capsys):
+    """On the cupy backend (a GPU, or the CuPy stand-in) each check adds a case with CuPy arrays
+    (the cache, the model and the tokens included) and requires the results to stay there."""
+    for name in EXERCISES:
+        getattr(dl.check, name)(getattr(answers, name))
+    out = capsys.readouterr().out
+    where = "(NumPy and CuPy)" if device == "gpu" else "(NumPy)"
+    assert out.count(where) == len(EXERCISES), out
+
+
+def _to_host(value):
+    """``value`` with every CuPy array in it (inside tuples and dicts) copied to the host."""
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_to_host(v) for v in value)
+    return backend.to_numpy(value) if backend.device_of(value) == "gpu" else value
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_a_right_value_sent_back_to_the_host_is_named_on_the_cupy_backend(device, name):
+    if device != "gpu":
+        pytest.skip("the host/device mix-up exists on the cupy backend only")
+    if name == "train_step":    # it updates model.params in place: its mix-up is moments made on
+        wrong = _variant(name, "np.zeros_like(p)", "np.zeros(p.shape)")     # the host instead
+        words = ["on the GPU (CuPy arrays)", "numpy.ndarray"]
+    else:
+        def wrong(*args):
+            return _to_host(getattr(answers, name)(*args))
+        wrong.__name__ = name
+        words = ["on the GPU", "came back as a NumPy array"]
+    with pytest.raises(dl.check.ExerciseError) as err:
+        getattr(dl.check, name)(wrong)
+    assert all(w in str(err.value) for w in words), str(err.value)
 
 
 MISTAKES = [
@@ -53,7 +91,7 @@ MISTAKES = [
      "return y.reshape(N, T, D)", "heads' transpose is missing"),
     ("lm_loss", "z = logits[:, :-1]\n    y = tokens[:, 1:]", "z = logits[:, :-1]\n    y = "
      "tokens[:, :-1]", "shift by one is missing"),
-    ("lm_loss", "else y != pad_id", "else np.ones(y.shape, dtype=bool)",
+    ("lm_loss", "else y != pad_id", "else xp.ones(y.shape, dtype=bool)",
      "padding is not masked"),
     ("lm_loss", "count = max(int(keep.sum()), 1)", "count = y.size",
      "still counted in the mean"),
@@ -66,7 +104,7 @@ MISTAKES = [
     ("train_step", "state[\"t\"] = t = state.get(\"t\", 0) + 1",
      "state.clear()\n    state[\"t\"] = t = 1", "state is not kept"),
     ("flash_forward_tiled", "alpha * l + ", "l + ", "not rescaled"),
-    ("flash_forward_tiled", "lse[:, :, i0:i1] = (m + np.log(np.where(l > 0, l, 1)))[..., 0]",
+    ("flash_forward_tiled", "lse[:, :, i0:i1] = (m + xp.log(xp.where(l > 0, l, 1)))[..., 0]",
      "lse[:, :, i0:i1] = m[..., 0]", "lse is only the running max"),
     ("flash_forward_tiled", "qi = q[:, :, i0:i1] * scale", "qi = q[:, :, i0:i1]",
      "not divided by sqrt(d)"),
@@ -74,7 +112,7 @@ MISTAKES = [
     ("flash_backward", "D = (dout * out).sum(axis=-1, keepdims=True)",
      "D = dout.sum(axis=-1, keepdims=True)", "D is the row sum of dout alone"),
     ("flash_backward", "ds = p * (dp - D[:, :, i0:i1])", "ds = p * dp", "the term D is missing"),
-    ("flash_backward", "p = np.exp(s - lse[:, :, i0:i1, None])", "p = np.exp(s)",
+    ("flash_backward", "p = xp.exp(s - lse[:, :, i0:i1, None])", "p = xp.exp(s)",
      "recomputed without lse"),
     ("flash_backward", "dk[:, :, j0:j1] += ds.swapaxes(-1, -2) @ q[:, :, i0:i1] * scale",
      "dk[:, :, j0:j1] += ds.swapaxes(-1, -2) @ q[:, :, i0:i1]", "dk misses the 1/sqrt(d)"),
@@ -156,8 +194,8 @@ def _flash_backward_query_tiles_outside(dout, q, k, v, out, lse, block_q, block_
     ("mha_forward", _mha_einsum),
     ("flash_forward_tiled", _flash_forward_query_tiles_inside),
     ("flash_backward", _flash_backward_query_tiles_outside),
-    ("lm_loss", _variant("lm_loss", "d[np.arange(B)[:, None], np.arange(T - 1)[None, :], y] -= 1",
-                         "d -= np.eye(V)[y]")),
+    ("lm_loss", _variant("lm_loss", "d[xp.arange(B)[:, None], xp.arange(T - 1)[None, :], y] -= 1",
+                         "d -= xp.eye(V)[y]")),
 ], ids=["mha_einsum", "flash_forward_other_order", "flash_backward_other_order", "lm_one_hot"])
 def test_a_right_answer_written_differently_passes(name, answer, capsys):
     getattr(dl.check, name)(answer)
@@ -219,15 +257,16 @@ def test_the_library_block_without_attention_biases_is_gradient_checked():
     assert dl.gradcheck(block, x, verbose=False) < 1e-6
 
 
-def test_the_training_hook_gives_the_librarys_loss_curve():
-    """The learner's four functions, plugged in, train the model along the library's curve."""
+def test_the_training_hook_gives_the_librarys_loss_curve(device):
+    """The learner's four functions, plugged in, train the model along the library's curve, on
+    either backend (the windows go to the model's device)."""
     ids = dl.data.load_text().train[:20_000]
     V = int(ids.max()) + 1
     kwargs = dict(T=16, batch_size=8, lr=3e-3, weight_decay=0.01, max_norm=1.0, seed=0)
 
     def model():
         return dl.Transformer(V, d_model=16, heads=2, layers=2, max_len=17, seed=0,
-                              attention_bias=False)
+                              attention_bias=False).to(device)
     library = dl.train_language_model(model(), ids, 12, **kwargs)
     plugged = dl.PluggedTransformer(model(), attention=answers.mha_forward,
                                     block_backward=answers.transformer_block_backward)

@@ -7,6 +7,8 @@ that do not divide T, scores large enough to overflow ``exp``), compares it with
 and by ``dl.gradcheck``), names the usual mistakes, and enforces the lesson's rule: **no
 Tq x Tk temporary**. One case has Tq = Tk = 2048, where the full matrix is 32 MiB in float64;
 the memory your function holds at once (tracemalloc around the call) must stay far below it.
+Where a GPU is usable, one causal case runs again on CuPy arrays: the results must be right and
+stay on the GPU (the memory rule is measured on NumPy only: tracemalloc does not see the GPU).
 
 =================================  ====================================  =================
 lesson                             check                                 your function
@@ -21,8 +23,9 @@ import math
 
 import numpy as np
 
-from .harness import (PeakMemory, call, expect_close, expect_finite, expect_shape, expect_tuple,
-                      expect_unchanged, fail, passed, rng, shape_text, to_array)
+from .harness import (GPU_FIX, PeakMemory, call, expect_close, expect_finite, expect_gpu_close,
+                      expect_shape, expect_tuple, expect_unchanged, fail, gpu, passed, rng,
+                      shape_text, to_array, to_gpu)
 
 __all__ = ["flash_forward_tiled", "flash_backward"]
 
@@ -51,6 +54,20 @@ def _cases():
     return [(2, 2, 7, 7, 4, 3, 2, False, 1.0), (1, 2, 5, 9, 3, 2, 4, True, 1.0),
             (2, 1, 10, 10, 4, 4, 3, True, 1.0), (1, 1, 6, 11, 2, 5, 5, False, 1.0),
             (1, 2, 6, 6, 4, 4, 4, False, 60.0), (1, 1, LONG, LONG, 8, 128, 128, True, 1.0)]
+
+
+# The case run again on CuPy arrays where a GPU is usable: the first causal one (Tq < Tk, tiles
+# that do not divide T), so that the mask is made on the GPU too.
+GPU_CASE = 1
+def _gpu_results(fn, cp, case, names, args, refs):
+    """Call ``fn`` on ``args`` with the arrays moved to CuPy; each result named in ``names``
+    must stay on the GPU and equal its NumPy ``refs``."""
+    __tracebackhide__ = True
+    case = f"{case}, on the GPU (CuPy arrays)"
+    out = expect_tuple(call(fn, *to_gpu(cp, list(args)), case=case, on_error=GPU_FIX),
+                       len(names), fn, case, ", ".join(names))
+    for got, ref, name in zip(out, refs, names):
+        expect_gpu_close(got, ref, fn, case, name)
 
 
 def _case_text(q, k, bq, bk, causal, scale):
@@ -118,6 +135,7 @@ def flash_forward_tiled(fn) -> None:
     __tracebackhide__ = True
     from ..flash_attention import flash_attention_forward
     cases = _cases()
+    cp = gpu()
     for spec in cases:
         q, k, v, bq, bk, causal, scale = _inputs(spec)
         case = _case_text(q, k, bq, bk, causal, scale)
@@ -168,7 +186,12 @@ def flash_forward_tiled(fn) -> None:
                                                              "divided by sqrt(d)."),
         ], fix="lse = m + log(l) per row: the log of the sum of exp(score) over the row.")
         expect_unchanged(fn, case, list(zip("qkv", (q, k, v), given)))
-    passed(fn, len(cases))
+    if cp is not None:
+        q, k, v, bq, bk, causal, scale = _inputs(cases[GPU_CASE])
+        e_out, cache = flash_attention_forward(q, k, v, causal, block=(64, 64))
+        _gpu_results(fn, cp, _case_text(q, k, bq, bk, causal, scale), ("out", "lse"),
+                     (q, k, v, bq, bk, causal), (e_out, cache[4]))
+    passed(fn, len(cases) + (cp is not None), cp is not None)
 
 
 def _full_l(q, k, causal):
@@ -230,6 +253,7 @@ def flash_backward(fn) -> None:
     from ..attention import attention_backward, attention_forward
     from ..flash_attention import flash_attention_forward
     cases = [c for c in _cases() if c[8] == 1.0]
+    cp = gpu()
     for spec in cases:
         q, k, v, bq, bk, causal, scale = _inputs(spec)
         case = _case_text(q, k, bq, bk, causal, scale)
@@ -261,7 +285,14 @@ def flash_backward(fn) -> None:
                     "P (dP - D), dq += dS k / sqrt(d), dk += dS^T q / sqrt(d).")
         expect_unchanged(fn, case, list(zip(("dout", "q", "k", "v", "out", "lse"),
                                             (dout, q, k, v, out, lse), given)))
-    passed(fn, len(cases))
+    if cp is not None:
+        q, k, v, bq, bk, causal, scale = _inputs(_cases()[GPU_CASE])
+        out, cache = flash_attention_forward(q, k, v, causal, block=(64, 64))
+        dout = rng(q.shape[2] + 5).standard_normal(q.shape)
+        refs = attention_backward(dout, attention_forward(q, k, v, causal=causal)[1])
+        _gpu_results(fn, cp, _case_text(q, k, bq, bk, causal, scale), ("dq", "dk", "dv"),
+                     (dout, q, k, v, out, cache[4], bq, bk, causal), refs)
+    passed(fn, len(cases) + (cp is not None), cp is not None)
 
 
 # Deeper hint levels (level 1 is the `# HINT:` line in the exercise's cell).

@@ -40,7 +40,8 @@ from .seal import handed, sealed
 __all__ = ["ExerciseError", "fail", "call", "to_array", "to_number", "to_integer",
            "expect_tuple", "expect_shape", "expect_finite", "expect_close", "expect_unchanged",
            "passed", "gpu", "expect_on_gpu", "rng", "shape_text", "closed", "check_wrapper",
-           "handed", "sealed", "derivation", "raise_error", "PeakMemory", "lines_run"]
+           "handed", "sealed", "derivation", "raise_error", "PeakMemory", "lines_run", "GPU_FIX",
+           "to_gpu", "expect_gpu_close"]
 
 
 class ExerciseError(AssertionError):
@@ -464,6 +465,30 @@ def expect_on_gpu(value, fn, case, what):
         fail(fn, case, f"{what} came back as a NumPy array for a CuPy (GPU) input.",
              "write xp = dl.get_array_module(x) and use xp.<function>, not np.<function>, "
              "so the result stays where the input lives.")
+
+
+#: The likely fix when the learner's function fails on CuPy inputs: arrays made on the host.
+GPU_FIX = ("an array made with np. (np.zeros, np.ones, np.arange, np.full, ...) lives on the "
+           "host, and CuPy refuses to mix it with the GPU's: write xp = "
+           "dl.get_array_module(x) and make it with xp.<function>, where the inputs live.")
+
+
+def to_gpu(cp, value):
+    """``value`` with every NumPy array in it (inside dicts, tuples and lists) moved to CuPy;
+    anything else (numbers, functions) as it is: the inputs of a check's GPU case."""
+    __tracebackhide__ = True
+    if isinstance(value, dict):
+        return {k: to_gpu(cp, v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_gpu(cp, v) for v in value)
+    return cp.asarray(value) if isinstance(value, np.ndarray) else value
+
+
+def expect_gpu_close(got, ref, fn, case, what, **tol):
+    """A result of a check's GPU case: still on the GPU, and equal to the NumPy reference."""
+    __tracebackhide__ = True
+    expect_on_gpu(got, fn, case, what)
+    expect_close(to_array(got, fn, case, what), ref, fn, case, what, **tol)
 
 
 class PeakMemory:

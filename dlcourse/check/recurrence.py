@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .harness import (call, expect_close, expect_on_gpu, expect_shape, expect_tuple,
-                      expect_unchanged, gpu, passed, rng, shape_text, to_array)
+from .harness import (call, expect_close, expect_gpu_close, expect_shape, expect_tuple,
+                      expect_unchanged, gpu, passed, rng, shape_text, to_array, to_gpu)
 
 __all__ = ["rnn_step_backward", "bptt", "lstm_step_backward"]
 
@@ -149,15 +149,10 @@ def _gpu_case(fn, names, make) -> bool:
         return False
     args, expected = make()
     case = "the first case again, on the GPU (CuPy arrays)"
-
-    def move(a):
-        __tracebackhide__ = True
-        return tuple(move(v) for v in a) if isinstance(a, tuple) else \
-            a if callable(a) or np.isscalar(a) else cp.asarray(a)
-    out = expect_tuple(call(fn, *move(args), case=case), len(expected), fn, case, names)
+    out = expect_tuple(call(fn, *to_gpu(cp, tuple(args)), case=case), len(expected), fn, case,
+                       names)
     for got, ref, name in zip(out, expected, names.split(", ")):
-        expect_on_gpu(got, fn, case, name)
-        expect_close(to_array(got, fn, case, name), ref, fn, case, name)
+        expect_gpu_close(got, ref, fn, case, name)
     return True
 
 

@@ -16,6 +16,9 @@ lesson                                     check                                
 
 "attention": ``dl.attention`` and ``dlcourse.attention``'s ``attention_forward``,
 ``attention_backward`` and ``causal_mask``, what lesson 15 built; ``gelu`` (the forward) too.
+
+Where a GPU is usable each check runs its first case again with everything it hands in on the
+GPU (CuPy arrays, the cache and the model included): the results must be right and stay there.
 """
 from __future__ import annotations
 
@@ -24,16 +27,16 @@ import math
 
 import numpy as np
 
-from .harness import (call, expect_close, expect_finite, expect_shape, expect_tuple,
-                      expect_unchanged, fail, handed, passed, rng, shape_text, to_array,
-                      to_number)
+from .. import backend
+from .harness import (GPU_FIX, call, expect_close, expect_finite, expect_gpu_close,
+                      expect_on_gpu, expect_shape, expect_tuple, expect_unchanged, fail, gpu,
+                      handed, passed, rng, shape_text, to_array, to_gpu, to_number)
 
 __all__ = ["mha_forward", "transformer_block_backward", "lm_loss", "train_step"]
 
 _ATTENTION = ["dlcourse.attention.attention", "dlcourse.attention.attention_forward",
               "dlcourse.attention.attention_backward", "dlcourse.attention.causal_mask"]
-
-
+_ON_GPU = "on the GPU (CuPy arrays)"
 # ======================================================================================
 # mha_forward
 # ======================================================================================
@@ -71,10 +74,9 @@ def mha_forward(fn) -> None:
     __tracebackhide__ = True
     cases = [(2, 5, 8, 2, True, np.float64), (1, 7, 12, 4, False, np.float64),
              (3, 3, 6, 1, True, np.float64), (2, 6, 8, 4, True, np.float32)]
+    cp = gpu()
     for N, T, D, H, causal, dtype in cases:
-        r = rng(N * 100 + T * 10 + D)
-        x = r.standard_normal((N, T, D)).astype(dtype)
-        Ws = [(r.standard_normal((D, D)) / math.sqrt(D)).astype(dtype) for _ in range(4)]
+        x, *Ws = _mha_inputs(N, T, D, dtype)
         case = (f"x {shape_text(x.shape)} {np.dtype(dtype).name}, n_heads={H}, "
                 f"causal={causal}")
         given = [a.copy() for a in (x, *Ws)]
@@ -110,7 +112,23 @@ def mha_forward(fn) -> None:
         ], fix="project x with Wq, Wk, Wv; split each into heads; attention on all heads at "
                "once; merge; project with Wo.")
         expect_unchanged(fn, case, list(zip(("x", "Wq", "Wk", "Wv", "Wo"), (x, *Ws), given)))
-    passed(fn, len(cases))
+    if cp is not None:
+        N, T, D, H, causal, dtype = cases[0]
+        x, *Ws = _mha_inputs(N, T, D, dtype)
+        case = f"x {shape_text(x.shape)}, n_heads={H}, causal={causal}, {_ON_GPU}"
+        out = call(fn, *to_gpu(cp, (x, *Ws)), H, causal, case=case, opens=_ATTENTION,
+                   on_error=GPU_FIX)
+        expect_gpu_close(out, _mha_layer(D, H, causal, np.float64, Ws).forward(x), fn, case,
+                          "out")
+    passed(fn, len(cases) + (cp is not None), cp is not None)
+
+
+def _mha_inputs(N, T, D, dtype):
+    """x (N, T, D), Wq, Wk, Wv, Wo (D, D) of one case."""
+    __tracebackhide__ = True
+    r = rng(N * 100 + T * 10 + D)
+    x = r.standard_normal((N, T, D)).astype(dtype)
+    return [x] + [(r.standard_normal((D, D)) / math.sqrt(D)).astype(dtype) for _ in range(4)]
 
 
 # ======================================================================================
@@ -239,6 +257,7 @@ def transformer_block_backward(fn) -> None:
     derivative, the heads' transpose."""
     __tracebackhide__ = True
     cases = _block_cases()
+    cp = gpu()
     for N, T, D, H, F, causal in cases:
         block, params, x, dout, cache = _block_setup(N, T, D, H, F, causal)
         case = (f"x {shape_text(x.shape)}, {H} head(s), hidden {F}, "
@@ -285,7 +304,20 @@ def transformer_block_backward(fn) -> None:
                              "LayerNorm 1).")
         expect_unchanged(fn, case, [("dout", dout, given_dout)] + [
             (k, cache[k], given[k]) for k in ("x", "a_in", "h", "u", "g")])
-    passed(fn, len(cases))
+    if cp is not None:
+        N, T, D, H, F, causal = cases[0]
+        block, params, x, dout, cache = _block_setup(N, T, D, H, F, causal)
+        block.forward(x)
+        refs = {"dx": block.backward(dout), **block_grads(block)}
+        case = f"x {shape_text(x.shape)}, {H} head(s), hidden {F}, the cache {_ON_GPU}"
+        dx, grads = expect_tuple(call(fn, cp.asarray(dout), to_gpu(cp, cache), case=case,
+                                      opens=_ATTENTION + ["dlcourse.transformer.gelu"],
+                                      on_error=GPU_FIX),
+                                 2, fn, case, "dx, grads")
+        got = {"dx": dx, **(grads if isinstance(grads, dict) else {})}
+        for what, ref in refs.items():
+            expect_gpu_close(got.get(what), ref, fn, case, what, rtol=1e-6, atol=1e-8)
+    passed(fn, len(cases) + (cp is not None), cp is not None)
 
 
 def block_grads(block) -> dict:
@@ -305,22 +337,23 @@ def block_grads(block) -> dict:
 # lm_loss
 # ======================================================================================
 def _lm_reference(logits, tokens, pad_id, shift=True, mask=True, mean_all=False):
+    """(loss, dlogits), on the logits' backend (train_step's GPU case hands it in)."""
     __tracebackhide__ = True
+    xp = backend.get_array_module(logits)
     B, T, V = logits.shape
     z = logits[:, :-1] if shift else logits
     y = tokens[:, 1:] if shift else tokens
     if shift == "same":                           # the last position dropped, but not shifted
         y = tokens[:, :-1]
     z = z - z.max(axis=-1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    keep = (y != pad_id) if (pad_id is not None and mask) else np.ones(y.shape, bool)
+    logp = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
+    keep = (y != pad_id) if (pad_id is not None and mask) else xp.ones(y.shape, bool)
     count = y.size if mean_all else max(int(keep.sum()), 1)
-    picked = np.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
+    picked = xp.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
     loss = -(picked * keep).sum() / count
-    d = np.exp(logp)
-    np.put_along_axis(d, y[..., None], np.take_along_axis(d, y[..., None], -1) - 1, axis=-1)
+    d = xp.exp(logp) - (y[..., None] == xp.arange(V))        # softmax minus the one-hot target
     d = d * keep[..., None] / count
-    dlogits = np.zeros_like(logits)
+    dlogits = xp.zeros_like(logits)
     if shift:
         dlogits[:, :-1] = d
     else:
@@ -344,14 +377,9 @@ def lm_loss(fn) -> None:
     __tracebackhide__ = True
     from ..transformer import SequenceCrossEntropy
     cases = [(2, 6, 5, None, 0), (3, 7, 4, 0, 2), (2, 5, 6, 5, 4), (1, 2, 3, None, 0)]
+    cp = gpu()
     for B, T, V, pad_id, n_pad in cases:
-        r = rng(B * 31 + T * 7 + V)
-        logits = r.standard_normal((B, T, V)) * 2
-        tokens = r.integers(1 if pad_id == 0 else 0, V - (pad_id == V - 1), size=(B, T))
-        for b in range(B):                          # ragged rows: padding at their ends
-            n = min(n_pad * (b + 1) // B, T - 1)
-            if n:
-                tokens[b, T - n:] = pad_id
+        logits, tokens = _lm_inputs(B, T, V, pad_id, n_pad)
         case = (f"logits {shape_text(logits.shape)}, tokens {shape_text(tokens.shape)}, "
                 + (f"pad_id={pad_id} ({int((tokens[:, 1:] == pad_id).sum())} padded targets, "
                    f"rows of different lengths)" if pad_id is not None else "no padding"))
@@ -396,7 +424,30 @@ def lm_loss(fn) -> None:
         ], fix="softmax minus one-hot at each counted position, divided by the count; zero at "
                "the last position and at padded targets.")
         expect_unchanged(fn, case, [("logits", logits, given[0]), ("tokens", tokens, given[1])])
-    passed(fn, len(cases))
+    if cp is not None:
+        logits, tokens = _lm_inputs(*cases[0])
+        case = f"logits {shape_text(logits.shape)}, tokens {shape_text(tokens.shape)}, {_ON_GPU}"
+        loss, dlogits = expect_tuple(call(fn, *to_gpu(cp, (logits, tokens)), cases[0][3],
+                                          case=case, on_error=GPU_FIX), 2, fn, case,
+                                     "loss, dlogits")
+        e_loss, e_d = _lm_reference(logits, tokens, cases[0][3])
+        expect_close(np.asarray(to_number(loss, fn, case, "loss")), np.asarray(e_loss), fn,
+                     case, "loss")
+        expect_gpu_close(dlogits, e_d, fn, case, "dlogits")
+    passed(fn, len(cases) + (cp is not None), cp is not None)
+
+
+def _lm_inputs(B, T, V, pad_id, n_pad):
+    """logits (B, T, V) and tokens (B, T) of one case, the rows padded to different lengths."""
+    __tracebackhide__ = True
+    r = rng(B * 31 + T * 7 + V)
+    logits = r.standard_normal((B, T, V)) * 2
+    tokens = r.integers(1 if pad_id == 0 else 0, V - (pad_id == V - 1), size=(B, T))
+    for b in range(B):                              # ragged rows: padding at their ends
+        n = min(n_pad * (b + 1) // B, T - 1)
+        if n:
+            tokens[b, T - n:] = pad_id
+    return logits, tokens
 
 
 # ======================================================================================
@@ -509,35 +560,50 @@ def train_step(fn) -> None:
     empty at the first step). Compared with dl.clip_grad_norm and dl.AdamW over four steps."""
     __tracebackhide__ = True
     cases = [(0.01, 0.1, 0.5), (0.003, 0.0, 100.0)]
+    cp = gpu()
     for lr, wd, max_norm in cases:
-        r = rng(int(lr * 1e4) + int(max_norm))
-        batches = [r.integers(0, 7, size=(3, 6)) for _ in range(4)]
-        case = (f"4 steps, lr={lr}, weight_decay={wd}, max_norm={max_norm} "
-                + ("(the norm is above it: clipping acts)" if max_norm < 1 else
-                   "(the norm stays below it)"))
-        expected = _reference_steps(5, batches, lr, wd, max_norm)
-        model, state = TinyLanguageModel(5), {}
-        for i, tokens in enumerate(batches):
-            step = f"{case}; step {i + 1}"
-            loss = to_number(call(fn, model, reference_lm_loss, tokens.copy(), state, lr, wd,
-                                  max_norm, case=step,
-                                  on_error="the model's params and grads are two dicts "
-                                           "with the same keys; update the arrays in place."),
-                             fn, step, "the returned loss", "return the loss (one number).")
-            want_params, want_loss = expected[i]
-            if not math.isclose(loss, want_loss, rel_tol=1e-6):
-                fail(fn, step, f"returned loss {loss:.6g}, expected {want_loss:.6g}.",
-                     "return the loss of this step's forward pass, before the update.")
-            for k, want in want_params.items():
-                got = to_array(model.params[k], fn, step, f"model.params[{k!r}]")
-                expect_close(got, want, fn, step, f"model.params[{k!r}] after the step",
-                             rtol=1e-6, atol=1e-9, mistakes=[
-                                 (lambda kw=kw, k=k, i=i: _reference_steps(
-                                     5, batches[:i + 1], lr, wd, max_norm, **kw)[i][0][k], why)
-                                 for kw, why in _STEP_MISTAKES],
-                             fix="clip with the global norm, then for each parameter: decay "
-                                 "it, update m and v, correct them for the zero start, step.")
-    passed(fn, len(cases))
+        _four_steps(fn, lr, wd, max_norm)
+    if cp is not None:
+        _four_steps(fn, *cases[0], cp=cp)
+    passed(fn, len(cases) + (cp is not None), cp is not None)
+
+
+def _four_steps(fn, lr, wd, max_norm, cp=None):
+    """Four steps of ``fn`` on a fresh model, each compared with the library's; with ``cp``
+    the model and the tokens are on the GPU, and the params must stay there."""
+    __tracebackhide__ = True
+    r = rng(int(lr * 1e4) + int(max_norm))
+    batches = [r.integers(0, 7, size=(3, 6)) for _ in range(4)]
+    case = (f"4 steps, lr={lr}, weight_decay={wd}, max_norm={max_norm} "
+            + ("(the norm is above it: clipping acts)" if max_norm < 1 else
+               "(the norm stays below it)") + (f", the model and tokens {_ON_GPU}" if cp else ""))
+    expected = _reference_steps(5, batches, lr, wd, max_norm)
+    model, state = TinyLanguageModel(5), {}
+    if cp is not None:
+        model.net.to("gpu")
+    for i, tokens in enumerate(batches):
+        step = f"{case}; step {i + 1}"
+        loss = to_number(call(fn, model, reference_lm_loss,
+                              tokens.copy() if cp is None else cp.asarray(tokens), state, lr, wd,
+                              max_norm, case=step, on_error=GPU_FIX if cp is not None else
+                              "the model's params and grads are two dicts with the same keys; "
+                              "update the arrays in place."),
+                         fn, step, "the returned loss", "return the loss (one number).")
+        want_params, want_loss = expected[i]
+        if not math.isclose(loss, want_loss, rel_tol=1e-6):
+            fail(fn, step, f"returned loss {loss:.6g}, expected {want_loss:.6g}.",
+                 "return the loss of this step's forward pass, before the update.")
+        for k, want in want_params.items():
+            got = to_array(model.params[k], fn, step, f"model.params[{k!r}]")
+            if cp is not None:
+                expect_on_gpu(model.params[k], fn, step, f"model.params[{k!r}]")
+            expect_close(got, want, fn, step, f"model.params[{k!r}] after the step",
+                         rtol=1e-6, atol=1e-9, mistakes=[] if cp is not None else [
+                             (lambda kw=kw, k=k, i=i: _reference_steps(
+                                 5, batches[:i + 1], lr, wd, max_norm, **kw)[i][0][k], why)
+                             for kw, why in _STEP_MISTAKES],
+                         fix="clip with the global norm, then for each parameter: decay "
+                             "it, update m and v, correct them for the zero start, step.")
 
 
 # Deeper hint levels (level 1 is the `# HINT:` line in the exercise's cell).

@@ -1,6 +1,8 @@
 """Answers to lessons 15b and 16b's exercises, for tests/test_check_flagship.py: right ones
-(as the notebooks' solutions), and the mistakes the checks must name are made from them by
-replacing one line (the test's ``MISTAKES``)."""
+(as the notebooks' solutions; each works on NumPy and on CuPy arrays, the checks' GPU case), and
+the mistakes the checks must name are made from them by replacing one line (the test's
+``MISTAKES``). lm_loss and the two FlashAttention functions make their arrays with
+``xp = dl.get_array_module(...)``: made with ``np.`` they would be on the host."""
 import numpy as np
 import dlcourse as dl
 from dlcourse.attention import attention_backward, attention_forward
@@ -56,18 +58,19 @@ def transformer_block_backward(dout, cache):
     return dx, grads
 
 def lm_loss(logits, tokens, pad_id=None):
+    xp = dl.get_array_module(logits)
     B, T, V = logits.shape
     z = logits[:, :-1]
     y = tokens[:, 1:]
-    keep = np.ones(y.shape, dtype=bool) if pad_id is None else y != pad_id
+    keep = xp.ones(y.shape, dtype=bool) if pad_id is None else y != pad_id
     count = max(int(keep.sum()), 1)
     z = z - z.max(axis=-1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    picked = np.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
+    logp = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
+    picked = xp.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
     loss = -(picked * keep).sum() / count
-    d = np.exp(logp)
-    d[np.arange(B)[:, None], np.arange(T - 1)[None, :], y] -= 1
-    dlogits = np.zeros_like(logits)
+    d = xp.exp(logp)
+    d[xp.arange(B)[:, None], xp.arange(T - 1)[None, :], y] -= 1
+    dlogits = xp.zeros_like(logits)
     dlogits[:, :-1] = d * keep[..., None] / count
     return loss, dlogits
 
@@ -91,49 +94,51 @@ def train_step(model, lm_loss, tokens, state, lr, weight_decay, max_norm):
     return loss
 
 def flash_forward_tiled(q, k, v, block_q, block_k, causal):
+    xp = dl.get_array_module(q)
     N, H, Tq, d = q.shape
     Tk = k.shape[2]
     scale = 1 / np.sqrt(d)
-    out = np.empty_like(q)
-    lse = np.empty((N, H, Tq), dtype=q.dtype)
+    out = xp.empty_like(q)
+    lse = xp.empty((N, H, Tq), dtype=q.dtype)
     for i0 in range(0, Tq, block_q):
         i1 = min(i0 + block_q, Tq)
         qi = q[:, :, i0:i1] * scale
-        m = np.full((N, H, i1 - i0, 1), -np.inf)
-        l = np.zeros((N, H, i1 - i0, 1))
-        o = np.zeros((N, H, i1 - i0, d))
+        m = xp.full((N, H, i1 - i0, 1), -xp.inf)
+        l = xp.zeros((N, H, i1 - i0, 1))
+        o = xp.zeros((N, H, i1 - i0, d))
         for j0 in range(0, Tk, block_k):
             j1 = min(j0 + block_k, Tk)
             s = qi @ k[:, :, j0:j1].swapaxes(-1, -2)
             if causal:
-                seen = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + (Tk - Tq)
-                s = np.where(seen, s, -np.inf)
-            m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
-            safe = np.where(np.isfinite(m_new), m_new, 0)
-            p = np.exp(s - safe)
-            alpha = np.exp(m - safe)
+                seen = xp.arange(j0, j1)[None, :] <= xp.arange(i0, i1)[:, None] + (Tk - Tq)
+                s = xp.where(seen, s, -xp.inf)
+            m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
+            safe = xp.where(xp.isfinite(m_new), m_new, 0)
+            p = xp.exp(s - safe)
+            alpha = xp.exp(m - safe)
             l = alpha * l + p.sum(axis=-1, keepdims=True)
             o = alpha * o + p @ v[:, :, j0:j1]
             m = m_new
-        out[:, :, i0:i1] = o / np.where(l > 0, l, 1)
-        lse[:, :, i0:i1] = (m + np.log(np.where(l > 0, l, 1)))[..., 0]
+        out[:, :, i0:i1] = o / xp.where(l > 0, l, 1)
+        lse[:, :, i0:i1] = (m + xp.log(xp.where(l > 0, l, 1)))[..., 0]
     return out, lse
 
 def flash_backward(dout, q, k, v, out, lse, block_q, block_k, causal):
+    xp = dl.get_array_module(q)
     N, H, Tq, d = q.shape
     Tk = k.shape[2]
     scale = 1 / np.sqrt(d)
     D = (dout * out).sum(axis=-1, keepdims=True)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    dq, dk, dv = xp.zeros_like(q), xp.zeros_like(k), xp.zeros_like(v)
     for j0 in range(0, Tk, block_k):
         j1 = min(j0 + block_k, Tk)
         for i0 in range(0, Tq, block_q):
             i1 = min(i0 + block_q, Tq)
             s = q[:, :, i0:i1] @ k[:, :, j0:j1].swapaxes(-1, -2) * scale
             if causal:
-                seen = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + (Tk - Tq)
-                s = np.where(seen, s, -np.inf)
-            p = np.exp(s - lse[:, :, i0:i1, None])
+                seen = xp.arange(j0, j1)[None, :] <= xp.arange(i0, i1)[:, None] + (Tk - Tq)
+                s = xp.where(seen, s, -xp.inf)
+            p = xp.exp(s - lse[:, :, i0:i1, None])
             dv[:, :, j0:j1] += p.swapaxes(-1, -2) @ dout[:, :, i0:i1]
             dp = dout[:, :, i0:i1] @ v[:, :, j0:j1].swapaxes(-1, -2)
             ds = p * (dp - D[:, :, i0:i1])
