@@ -192,12 +192,14 @@ def test_the_transformer_section_trains_the_same_model_in_pytorch(benchmark_scri
 
 def test_the_check_runs_the_service_tests_with_their_wheels_carried(benchmark_script):
     """Step 2c runs every test file that needs FastAPI or uvicorn (they are not marked gpu, so
-    step 2 leaves them out), and gpu_check_wheels.py carries the FastAPI stack they import,
-    each project once (two versions stop the check's install) and never a NumPy."""
+    step 2 leaves them out), but the browser tests, which need Chromium (the GPU machine has
+    none); and gpu_check_wheels.py carries the FastAPI stack they import, each project once
+    (two versions stop the check's install) and never a NumPy."""
     step = SCRIPT.read_text().split('run "service tests"', 1)[1].split("\n\n", 1)[0]
     named = set(re.findall(r"tests/(test_\w+\.py)", step))
     needing = {path.name for path in (ROOT / "tests").glob("test_*.py")
-               if re.search(r"importorskip\(\"(fastapi|uvicorn)\"", path.read_text(encoding="utf-8"))}
+               if re.search(r"importorskip\(\"(fastapi|uvicorn)\"", path.read_text(encoding="utf-8"))
+               and path.name != "test_browser.py"}
     assert {"test_serve.py", "test_serve_engines.py"} <= needing
     assert needing <= named, f"step 2c leaves out {sorted(needing - named)}"
     wheels = benchmark_script("gpu_check_wheels")
