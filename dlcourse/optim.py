@@ -185,14 +185,17 @@ class Adam(Optimizer):
             m *= self.b1
             m += (1 - self.b1) * g
             v *= self.b2
-            g2 = g * g                       # temporaries made and scaled in place: at most
-            g2 *= 1 - self.b2                # two alive at once, whatever NumPy's version
-            v += g2
+            g2 = g * g                       # temporaries made and scaled in place, each
+            g2 *= 1 - self.b2                # freed once used: at most two alive at once,
+            v += g2                          # whatever NumPy's version (dl.memory_report)
+            del g2
             denom = xp.sqrt(v)
             denom += eps
             update = m / denom
+            del denom
             update *= step_size
             p -= update
+            del update
         _keep_pruned(self.model)       # pruned weights stay zero (lesson 11b)
 
     def _decay(self, p, g):

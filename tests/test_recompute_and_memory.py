@@ -63,11 +63,15 @@ def test_recompute_refuses_what_it_cannot_do():
         recompute(dl.MLP([4, 2])).backward(np.zeros((1, 2)))
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", "mlp_update_peak", "cnn"])
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_memory_report_predicts_the_measured_peak_within_10_percent(name, optimizer):
+def test_memory_report_predicts_the_measured_peak_within_5_percent(name, optimizer):
+    """mlp_update_peak: a small batch, so the optimizer's update sets the peak (Adam's g² once
+    lived on beside its two other temporaries: the peak was 11 % above the prediction)."""
     if name == "mlp":
         model, shape = dl.MLP([784, 512, 512, 10], seed=0), (128, 784)
+    elif name == "mlp_update_peak":
+        model, shape = dl.MLP([784, 256, 256, 10], seed=0), (64, 784)
     else:
         model, shape = dl.CNN(), (32, 1, 28, 28)
     opt = dl.Adam(model, lr=1e-3) if optimizer == "adam" else dl.SGD(model, lr=0.1, momentum=0.9)
@@ -80,7 +84,7 @@ def test_memory_report_predicts_the_measured_peak_within_10_percent(name, optimi
     assert report["optimizer"] == (2 if optimizer == "adam" else 1) * P
     assert report["activations"] == sum(b for _, b in report["layers"]) > 0
     ratio = report["predicted_peak"] / report["measured_peak"]
-    assert 0.9 <= ratio <= 1.1, report
+    assert 0.95 <= ratio <= 1.05, report
     for k, p in model.params.items():                   # the step ran on copies
         np.testing.assert_array_equal(p, before[k])
     assert opt.state == {}
