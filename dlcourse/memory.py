@@ -138,20 +138,32 @@ def memory_report(model, batch, optimizer, loss=None) -> dict:
 # Temporaries alive at once inside each kind of layer's backward, beyond what is kept, read
 # off its code (bytes of dout, of dx, of its new gradients, of what its forward saved). The
 # old gradients stay alive until the new ones replace them; dout is held by the caller.
-def _linear(dout, dx, grads, saved):           # dW = x.T @ dz; then dx = dz @ W.T
+def _linear(dout, dx, grads, saved, layer):    # dW = x.T @ dz; then dx = dz @ W.T
     return dout + max(grads, dx)
 
 
-def _conv(dout, dx, grads, saved):             # dout as (F, N*OH*OW): a copy; dcols, then fold
+def _conv(dout, dx, grads, saved, layer):      # dout as (F, N*OH*OW): a copy; dcols, then fold
     return 2 * dout + max(grads, saved + dx)
 
 
-def _elementwise(dout, dx, grads, saved):      # dx = dout * mask, and the like
+def _elementwise(dout, dx, grads, saved, layer):   # dx = dout * mask, and the like
     return dout + dx
 
 
+def _gelu(dout, dx, grads, saved, layer):      # du/dx and dx, each the size of x, in place
+    return dout + 2 * dx
+
+
+def _attention(dout, dx, grads, saved, layer):
+    """MultiHeadAttention: inside attention_backward, dP and dS (each the size of the saved
+    weights P, (N, H, T, T)) beside dout, the heads' da and dv; then, in the projections,
+    da, dq, dk, dv, a merged copy, a product and the running dx, each (N, T, D)."""
+    P = int(layer.cache[2][3].nbytes)
+    return max(2 * P + 4 * dout, 8 * dout)
+
+
 BACKWARD_TEMPORARIES = {"Linear": _linear, "LinearReLU": _linear, "Conv2d": _conv,
-                        "Conv2dReLU": _conv}
+                        "Conv2dReLU": _conv, "GELU": _gelu, "MultiHeadAttention": _attention}
 # Arrays the size of one parameter alive at once in each optimizer's update: SGD p -= lr * v
 # (one); Adam g * g (one, scaled in place), then sqrt(v) and m / that (two, scaled in place).
 UPDATE_TEMPORARIES = {"SGD": 1, "Adam": 2, "AdamW": 2, "RMSprop": 2, "Adagrad": 3}
@@ -168,7 +180,7 @@ def _workspace(model, layers, x, optimizer) -> int:
         grads = sum(int(p.nbytes) for p in layer.params.values())
         saved = sum(int(a.nbytes) for a in _arrays(layer.cache))
         rule = BACKWARD_TEMPORARIES.get(type(layer).__name__, _elementwise)
-        most = max(most, rule(dout, dx, grads, saved))
+        most = max(most, rule(dout, dx, grads, saved, layer))
         dx = dout                        # this layer's output is the next one's input
     largest = max(int(p.nbytes) for p in model.params.values())
     return max(most, UPDATE_TEMPORARIES.get(type(optimizer).__name__, 3) * largest)

@@ -98,3 +98,30 @@ def test_memory_report_sees_recomputation_save_activations():
     r = recompute(model, segments=3)
     checkpointed = memory_report(r, (x, y), dl.SGD(r, lr=0.1))
     assert checkpointed["measured_peak"] < plain["measured_peak"]
+
+
+def test_gelus_backward_holds_two_arrays_the_size_of_its_input():
+    """Written as one expression it held five at once (issue 41's memory against depth)."""
+    import tracemalloc
+    from dlcourse.transformer import GELU
+    layer, x = GELU(), np.random.default_rng(0).standard_normal((64, 1024)).astype(np.float32)
+    dout = np.ones_like(layer.forward(x))
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        layer.backward(dout)
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    assert peak <= 2.1 * x.nbytes, peak / x.nbytes
+
+
+def test_memory_report_counts_attentions_and_gelus_backward_in_a_transformer():
+    """Its rules for MultiHeadAttention (dP and dS, the size of the weights) and GELU put the
+    prediction of a 4-layer transformer within 10 % of the measured peak (0.83 without them)."""
+    rng = np.random.default_rng(0)
+    model = dl.Transformer(100, 64, 4, 4, max_len=64, seed=0)
+    ids, targets = rng.integers(0, 100, (16, 64)), rng.integers(0, 100, (16, 64))
+    report = memory_report(model, (ids, targets), dl.AdamW(model, lr=1e-3),
+                           loss=dl.SequenceCrossEntropy())
+    assert 0.9 <= report["predicted_peak"] / report["measured_peak"] <= 1.1, report
