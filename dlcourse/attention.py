@@ -158,12 +158,30 @@ def attention_forward(q, k, v, mask=None, causal=False):
     Tq, Tk, d = q.shape[2], k.shape[2], q.shape[3]
     scale = q.dtype.type(1.0 / math.sqrt(d))
     keep, bias = _mask_terms(mask, causal, Tq, Tk, xp, q.dtype)
-    S = (q @ k.swapaxes(-1, -2)) * scale                   # (N, H, Tq, Tk)
-    if bias is not None:
-        S = S + bias                                       # a float mask: added to the scores
-    P = masked_softmax(S, keep)
+    S = q @ k.swapaxes(-1, -2)                             # (N, H, Tq, Tk)
+    S *= scale                                             # in place from here on: one array
+    if bias is not None:                                   # of (N, H, Tq, Tk) becomes P
+        S += bias                                          # a float mask: added to the scores
+    P = _masked_softmax_in_place(S, keep)
     out = P @ v                                            # (N, H, Tq, d)
     return out, (q, k, v, P)
+
+
+def _masked_softmax_in_place(S, keep):
+    """:func:`masked_softmax`'s numbers, written over S (attention's own scores): no second
+    array of S's size (the long sequences of lessons 15-16 are bound by these)."""
+    xp = get_array_module(S)
+    if S.shape[-1] == 0:
+        return S
+    if keep is not None:
+        xp.copyto(S, S.dtype.type(-np.inf), where=xp.logical_not(keep))
+    m = S.max(axis=-1, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)
+    S -= m
+    xp.exp(S, out=S)
+    l = S.sum(axis=-1, keepdims=True)
+    S /= xp.where(l > 0, l, 1)
+    return S
 
 
 def attention_backward(dout, cache):
