@@ -27,6 +27,7 @@ check's traceback shows the learner's cell and the message, not the check's code
 """
 from __future__ import annotations
 
+import inspect
 import linecache
 import numbers
 
@@ -132,7 +133,6 @@ def _expect_parameters(fn, args, kwargs, case: str):
     extra, or a function written for an older version of the exercise (a learner's copy of a
     lesson from before the course changed that exercise)."""
     __tracebackhide__ = True
-    import inspect
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):       # a builtin or a C function: its own call will say
@@ -141,7 +141,7 @@ def _expect_parameters(fn, args, kwargs, case: str):
         signature.bind(*args, **kwargs)
     except TypeError as err:
         exercise = current_exercise() or _name(fn)
-        given = f"{len(args)} argument(s)" + (f" and {', '.join(kwargs)}=" if kwargs else "")
+        given = f"{len(args)} argument(s)" + "".join(f", {k}=..." for k in kwargs)
         fail(fn, case, f"it takes {signature}, and the check calls it with {given} ({err}).",
              f"give it the parameters of the exercise's stub. If your copy of the lesson "
              f"predates a change to this exercise, `{_reset_command(exercise)}` puts its cell "

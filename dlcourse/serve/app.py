@@ -31,8 +31,8 @@ core install does not need it (``pip install -e ".[serve]"``).
 
 import hashlib  # (no `from __future__ import annotations`: FastAPI reads the handlers' annotations)
 import json
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
