@@ -73,11 +73,14 @@ def _layers(model):
     return leaves or [model]
 
 
-def _step(model, loss, optimizer, xb, yb):
+def _step(model, loss, optimizer, xb, yb) -> int:
+    """One training step; returns the bytes of the model's output. The output and the loss's
+    gradient of it stay alive through the whole backward pass (the caller holds both)."""
     out = model.forward(xb)
     loss.forward(out, yb)
     model.backward(loss.backward())
     optimizer.step()
+    return int(out.nbytes)
 
 
 def memory_report(model, batch, optimizer, loss=None) -> dict:
@@ -114,7 +117,7 @@ def memory_report(model, batch, optimizer, loss=None) -> dict:
         lo.cache = None
         if on_cpu:
             tracemalloc.reset_peak()
-        _step(m, lo, opt, x, y)
+        out_bytes = _step(m, lo, opt, x, y)
         measured_peak = tracemalloc.get_traced_memory()[1] if on_cpu else None
     finally:
         if on_cpu:
@@ -125,7 +128,7 @@ def memory_report(model, batch, optimizer, loss=None) -> dict:
     seen = {id(_root(a)) for group in (m.params, m.grads, opt.state) for a in group.values()}
     layers = _layers(m)
     per_layer = saved_bytes([layer.cache for layer in layers], seen)
-    outputs = saved_bytes([x, y, lo.cache], seen)
+    outputs = saved_bytes([x, y, lo.cache], seen) + [2 * out_bytes]   # + output and its grad
     workspace = _workspace(m, layers, x, opt)
     activations = sum(per_layer)
     predicted = params + grads + state + activations + sum(outputs) + workspace
