@@ -260,6 +260,13 @@ class Tokens:
     def reads_text(self) -> bool:
         return bool(self.chars) or self.tokenizer is not None
 
+    def text(self, ids) -> str | None:
+        """The text a row of ids stands for (its characters, or the BPE tokens decoded
+        together, so that a character split over two tokens comes back whole), or None."""
+        if self.chars:
+            return "".join(self.chars[i] for i in ids)
+        return self.tokenizer.decode(ids) if self.tokenizer is not None else None
+
     def texts(self, ids) -> list:
         """The text each id stands for (a character, or a BPE token's), or None."""
         if self.chars:

@@ -1,9 +1,10 @@
 """``dlcourse predict``, ``export`` and ``serve`` (notebook 12: from checkpoint to service): use
-a saved model for classes and probabilities, an ONNX file, or an HTTP service with a
-draw-a-digit page (export and serve need the ``[serve]`` extra)."""
+a saved model for classes and probabilities, an ONNX file, or an HTTP service with a page to
+try it (export and serve need the ``[serve]`` extra)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +47,9 @@ def add_commands(commands) -> None:
                               "trained on (its checkpoint says which; the digits for a model "
                               "that takes 8x8 digits), shown with their true classes")
     predict.add_argument("--text", metavar="PROMPT",
-                         help="instead of INPUT, for a language model (the character "
-                              "transformer): the text whose next character it predicts")
+                         help="instead of INPUT, for a language model: the text whose next "
+                              "token (a character, or a BPE token with the tokenizer saved "
+                              "beside the model) it predicts")
     predict.add_argument("--input-shape", type=_shape, metavar="SHAPE", help=shape_help)
     predict.add_argument("--top", type=positive_int, default=3,
                          help="probabilities shown per input, largest first (default: 3)")
@@ -68,9 +70,10 @@ def add_commands(commands) -> None:
     export.set_defaults(run=_export)
 
     serve = commands.add_parser(
-        "serve", help="serve a saved model over HTTP, with a draw-a-digit page",
+        "serve", help="serve a saved model over HTTP, with a page to try it",
         description="Serve MODEL.npz (or an .onnx file) on http://127.0.0.1:PORT/: GET / is a "
-                    "page where you draw a digit, GET /health says the service is up, which "
+                    "page where you draw a digit (for a language model: a page that continues "
+                    "your text), GET /health says the service is up, which "
                     "model and which engine it serves, POST /predict takes {\"inputs\": [[...], "
                     "...]} and returns {\"classes\": [...], \"probabilities\": [[...], ...]}. "
                     "The model runs on onnxruntime when it is installed: exported at start and "
@@ -197,6 +200,8 @@ def _predict_next(args, model, tokens) -> int:
                        f"\"` (the next character's probabilities), or continue it with "
                        f"`{PROG} generate {args.model} --prompt \"The \"`.")
     bpe = None if tokens.chars else tokenizer_beside(args.model, model)   # --tokenizer bpe
+    if bpe is not None:
+        tokens = replace(tokens, tokenizer=bpe)         # then text prompts are encoded with it
     try:
         if args.text is not None:
             prompts = [args.text]
@@ -204,29 +209,21 @@ def _predict_next(args, model, tokens) -> int:
             prompts = [Path(args.input).read_text(encoding="utf-8")]
         else:
             prompts = read_inputs(args.input, (tokens.width,))
-        if bpe is not None:
-            prompts = [bpe.encode(p) if isinstance(p, str) else p for p in prompts]
         rows = tokens.batch(prompts)
     except InputError as err:
         raise CLIError(f"{'--text' if args.text is not None else args.input}: {err}") from None
     logits = next_token_logits(infer(model, np.where(rows < 0, 0, rows)), rows)
     _, probs = classes_and_probabilities(logits)
     top = min(args.top, probs.shape[1])
-    if tokens.chars:
-        name, text, what = (lambda k: repr(tokens.chars[k])), "".join, "characters"
-    elif bpe is not None:
-        name, text, what = (lambda k: repr(bpe.decode([k]))), bpe.decode, "BPE tokens"
-    else:
-        name, text, what = str, None, "token ids"
+    what = "characters" if tokens.chars else "BPE tokens" if bpe is not None else "token ids"
     print(f"{len(rows)} prompt(s) for a language model (vocabulary {tokens.vocab}, context "
           f"{tokens.width}): the {top} likeliest next {what}")
     for i, (row, p) in enumerate(zip(rows, probs)):
         ids = row[row >= 0]
-        if tokens.chars:
-            ids = [tokens.chars[k] for k in ids]
-        shown = repr(text(ids)) if text else str(ids.tolist())
+        shown = repr(tokens.text(ids)) if tokens.reads_text() else str(ids.tolist())
         best = np.argsort(-p, kind="stable")[:top]
-        print(f"{i}: {shown[-40:]} -> " + "  ".join(f"{name(k)}: {p[k]:.4f}" for k in best))
+        names = map(repr, tokens.texts(best)) if tokens.reads_text() else map(str, best)
+        print(f"{i}: {shown[-40:]} -> " + "  ".join(f"{n}: {p[k]:.4f}" for n, k in zip(names, best)))
     return 0
 
 

@@ -163,10 +163,10 @@ def _wmma_geometry(M, N, K):
 # --------------------------------------------------------------------------------------
 # The wrappers.
 # --------------------------------------------------------------------------------------
-def _check_operands(fn, A, B):
-    """Assert what every rung needs; return (M, N, K)."""
-    check_gpu_array(fn, "A", A, ndim=2, dtypes=(np.float32,))
-    check_gpu_array(fn, "B", B, ndim=2, dtypes=(np.float32,))
+def _check_operands(fn, A, B, dtype=np.float32):
+    """Assert what every rung needs (float32; matmul_wmma: float16); return (M, N, K)."""
+    check_gpu_array(fn, "A", A, ndim=2, dtypes=(dtype,))
+    check_gpu_array(fn, "B", B, ndim=2, dtypes=(dtype,))
     (M, K), (K2, N) = A.shape, B.shape
     if K != K2:
         raise ValueError(f"{fn}: A is {M}x{K} and B is {K2}x{N}; for A @ B the columns of A "
@@ -290,15 +290,10 @@ def matmul_wmma(A, B):
             raise ValueError(f"{fn}: A is {A.shape[0]}x{A.shape[1]} and B is {B.shape[0]}x"
                              f"{B.shape[1]}; the columns of A must equal the rows of B.")
         return reference.matmul_fp16(A, B)
-    check_gpu_array(fn, "A", A, ndim=2, dtypes=(np.float16,))
-    check_gpu_array(fn, "B", B, ndim=2, dtypes=(np.float16,))
-    (M, K), (K2, N) = A.shape, B.shape
-    if K != K2:
-        raise ValueError(f"{fn}: A is {M}x{K} and B is {K2}x{N}; for A @ B the columns of A "
-                         f"must equal the rows of B ({K} != {K2}). Did you mean B.T?")
+    M, N, K = _check_operands(fn, A, B, np.float16)
     cupy = require_cupy()
     K8, N8 = ceil_div(K, 8) * 8, ceil_div(N, 8) * 8
-    _check_size(fn, M, N8, K8)
+    _check_size(fn, M, N8, K8)                   # the padded copies are what the kernel indexes
     aligned = A.data.ptr % 16 == 0 and B.data.ptr % 16 == 0
     if (K8, N8) != (K, N) or not aligned:
         Ap = cupy.zeros((M, K8), dtype=cupy.float16)
